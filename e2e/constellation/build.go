@@ -1,0 +1,87 @@
+package constellation
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Binaries are the built programs, by name.
+type Binaries struct {
+	Dir string
+}
+
+// Path returns the path of the named binary ("nereid-gateway", "nats-server").
+func (b *Binaries) Path(name string) string { return filepath.Join(b.Dir, name) }
+
+var (
+	buildOnce sync.Once
+	built     *Binaries
+	buildErr  error
+)
+
+// Root is the repository root (the directory holding go.work).
+func Root() (string, error) {
+	out, err := exec.Command("go", "env", "GOWORK").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOWORK: %w", err)
+	}
+	w := strings.TrimSpace(string(out))
+	if w == "" || w == "off" {
+		return "", fmt.Errorf("e2e tests need the workspace (go.work); GOWORK=%q", w)
+	}
+	return filepath.Dir(w), nil
+}
+
+// Build compiles every service binary and nats-server into a temporary
+// directory, once per test process.
+func Build() (*Binaries, error) {
+	buildOnce.Do(func() { built, buildErr = build() })
+	return built, buildErr
+}
+
+func build() (*Binaries, error) {
+	root, err := Root()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "nereid-e2e-bin-")
+	if err != nil {
+		return nil, err
+	}
+	targets := map[string]string{
+		"nereid":                 "./services/standalone/cmd/nereid",
+		"nereid-gateway":         "./services/gateway/cmd/gateway",
+		"nereid-executor":        "./services/executor/cmd/executor",
+		"nereid-shm-registry":    "./services/shm-registry/cmd/shm-registry",
+		"nereid-sequence-router": "./services/sequence-router/cmd/sequence-router",
+	}
+	args := []string{"build", "-o", dir + string(os.PathSeparator)}
+	for _, pkg := range targets {
+		args = append(args, pkg)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	// go build names binaries after the last path element; give them their names.
+	for name, pkg := range targets {
+		from := filepath.Join(dir, filepath.Base(pkg))
+		if from != filepath.Join(dir, name) {
+			if err := os.Rename(from, filepath.Join(dir, name)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// The real nats-server, at the version the module graph pins.
+	cmd = exec.Command("go", "build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2")
+	cmd.Dir = filepath.Join(root, "e2e")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build nats-server: %v\n%s", err, out)
+	}
+	return &Binaries{Dir: dir}, nil
+}

@@ -1,0 +1,135 @@
+package constellation
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Gateway is a running gateway (or standalone server) with its ports.
+type Gateway struct {
+	*Proc
+	HTTPPort, GRPCPort, MetricsPort int
+}
+
+// HTTP is the base URL of the HTTP endpoint.
+func (g *Gateway) HTTP() string { return "http://" + Addr(g.HTTPPort) }
+
+// GRPC is the gRPC target.
+func (g *Gateway) GRPC() string { return Addr(g.GRPCPort) }
+
+// Metrics is the metrics URL.
+func (g *Gateway) Metrics() string { return "http://" + Addr(g.MetricsPort) + "/metrics" }
+
+// Cluster is a set of processes sharing one NATS server.
+type Cluster struct {
+	t       testing.TB
+	Bin     *Binaries
+	NATSURL string
+	NATS    *Proc
+}
+
+// NewCluster builds the binaries and starts nats-server on a free port.
+func NewCluster(t testing.TB) *Cluster {
+	t.Helper()
+	bin, err := Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := FreePort(t)
+	p := Start(t, "nats-server", bin.Path("nats-server"), "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	url := "nats://" + Addr(port)
+	if !WaitFor(10*time.Second, func() bool {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			return false
+		}
+		nc.Close()
+		return true
+	}) {
+		t.Fatalf("nats-server did not start:\n%s", p.Output())
+	}
+	return &Cluster{t: t, Bin: bin, NATSURL: url, NATS: p}
+}
+
+// Executor starts an executor over repo with the given extra flags.
+func (c *Cluster) Executor(repo, id string, extra ...string) *Proc {
+	c.t.Helper()
+	args := append([]string{"--nats-url", c.NATSURL, "--model-repository", repo, "--id", id}, extra...)
+	return Start(c.t, "executor "+id, c.Bin.Path("nereid-executor"), args...)
+}
+
+// Gateway starts a gateway on free ports and waits for /v2/health/live.
+func (c *Cluster) Gateway(extra ...string) *Gateway {
+	c.t.Helper()
+	g := &Gateway{HTTPPort: FreePort(c.t), GRPCPort: FreePort(c.t), MetricsPort: FreePort(c.t)}
+	args := append([]string{
+		"--nats-url", c.NATSURL,
+		"--http-port", strconv.Itoa(g.HTTPPort),
+		"--grpc-port", strconv.Itoa(g.GRPCPort),
+		"--metrics-port", strconv.Itoa(g.MetricsPort),
+	}, extra...)
+	g.Proc = Start(c.t, "gateway", c.Bin.Path("nereid-gateway"), args...)
+	if err := WaitHTTP(g.HTTP()+"/v2/health/live", 200, 15*time.Second); err != nil {
+		c.t.Fatalf("gateway: %v\n%s", err, g.Output())
+	}
+	return g
+}
+
+// Standalone starts the one-process server on free ports and waits until
+// it is ready.
+func Standalone(t testing.TB, repo string, extra ...string) *Gateway {
+	t.Helper()
+	bin, err := Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gateway{HTTPPort: FreePort(t), GRPCPort: FreePort(t), MetricsPort: FreePort(t)}
+	args := append([]string{
+		"--model-repository", repo,
+		"--http-port", strconv.Itoa(g.HTTPPort),
+		"--grpc-port", strconv.Itoa(g.GRPCPort),
+		"--metrics-port", strconv.Itoa(g.MetricsPort),
+	}, extra...)
+	g.Proc = Start(t, "nereid", bin.Path("nereid"), args...)
+	if err := WaitHTTP(g.HTTP()+"/v2/health/ready", 200, 20*time.Second); err != nil {
+		t.Fatalf("standalone: %v\n%s", err, g.Output())
+	}
+	return g
+}
+
+// RepoPath resolves a path relative to the repository root
+// ("deploy/model_repository").
+func RepoPath(t testing.TB, rel string) string {
+	t.Helper()
+	root, err := Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, rel)
+}
+
+// Redis starts redis-server on a free port with its data in a temporary
+// directory and returns its URL.
+func Redis(t testing.TB) (url string, p *Proc) {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed (make deps installs it): %v", err)
+	}
+	port := FreePort(t)
+	dir := t.TempDir()
+	p = Start(t, "redis-server", path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "yes")
+	if !WaitFor(10*time.Second, func() bool {
+		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "ping").Output()
+		return err == nil && string(out) == "PONG\n"
+	}) {
+		t.Fatalf("redis-server did not start:\n%s", p.Output())
+	}
+	return fmt.Sprintf("redis://%s/0", Addr(port)), p
+}

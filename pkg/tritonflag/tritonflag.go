@@ -1,0 +1,60 @@
+// Package tritonflag provides command-line flags in tritonserver's form.
+//
+// tritonserver takes booleans as `--allow-http false` or `--allow-http=false`.
+// Go's flag.Bool treats a bare `--allow-http` as true and then stops parsing
+// at the stray `false`, silently ignoring every flag after it; Bool here
+// always takes a value, so both spellings work and nothing is dropped.
+package tritonflag
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+type boolValue struct{ p *bool }
+
+func (b boolValue) String() string {
+	if b.p == nil {
+		return "false"
+	}
+	return strconv.FormatBool(*b.p)
+}
+
+func (b boolValue) Set(s string) error {
+	switch strings.ToLower(s) {
+	case "true", "1", "on", "yes":
+		*b.p = true
+	case "false", "0", "off", "no":
+		*b.p = false
+	default:
+		return fmt.Errorf("invalid boolean value %q (want true or false)", s)
+	}
+	return nil
+}
+
+// Bool defines a boolean flag that requires a value, as tritonserver's do.
+func Bool(fs *flag.FlagSet, name string, def bool, usage string) *bool {
+	p := new(bool)
+	*p = def
+	fs.Var(boolValue{p}, name, usage)
+	return p
+}
+
+// BoolVar is Bool with a caller-provided destination.
+func BoolVar(fs *flag.FlagSet, p *bool, name string, def bool, usage string) {
+	*p = def
+	fs.Var(boolValue{p}, name, usage)
+}
+
+// Strings is a repeatable string flag (e.g. --load-model a --load-model b).
+type Strings []string
+
+func (s *Strings) String() string { return strings.Join(*s, ",") }
+
+// Set appends one value.
+func (s *Strings) Set(v string) error {
+	*s = append(*s, v)
+	return nil
+}

@@ -1,0 +1,50 @@
+// Command nereid-sequence-router runs the sequence-router service on its own, against a NATS server.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nereid-io/nereid/pkg/natsconn"
+	"github.com/nereid-io/nereid/pkg/probe"
+	seqrouter "github.com/nereid-io/nereid/services/sequence-router"
+)
+
+func main() {
+	fs := flag.NewFlagSet("nereid-sequence-router", flag.ExitOnError)
+	natsURL := fs.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	redisURL := fs.String("redis-url", "", "Redis URL (redis://host:port/db); empty keeps state in memory")
+	probeAddr := fs.String("probe-addr", "", "address for /livez and /readyz (empty disables)")
+	_ = fs.Parse(os.Args[1:])
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log, *natsURL, *redisURL, *probeAddr); err != nil {
+		fmt.Fprintln(os.Stderr, "nereid-sequence-router:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger, natsURL, redisURL, probeAddr string) error {
+	nc, err := natsconn.Connect(ctx, natsURL, "nereid-sequence-router", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	svc, err := seqrouter.New(seqrouter.Config{Conn: nc, RedisURL: redisURL, Logger: log})
+	if err != nil {
+		return err
+	}
+	p, err := probe.Listen(probeAddr, svc.Ready())
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return svc.Run(ctx)
+}

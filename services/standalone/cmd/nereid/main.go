@@ -1,0 +1,63 @@
+// Command nereid is the standalone server: every Nereid service in one process
+// around an embedded NATS server, with tritonserver's flags.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nereid-io/nereid/pkg/tritonflag"
+	"github.com/nereid-io/nereid/services/standalone"
+)
+
+func main() {
+	cfg := standalone.DefaultConfig()
+	fs := flag.NewFlagSet("nereid", flag.ExitOnError)
+	fs.StringVar(&cfg.ModelRepository, "model-repository", "", "path to the model repository")
+	var models tritonflag.Strings
+	fs.Var(&models, "load-model", "load only this model (repeatable)")
+	fs.StringVar(&cfg.Host, "host", "", "address the HTTP, gRPC and metrics servers bind (default all)")
+	fs.IntVar(&cfg.HTTPPort, "http-port", cfg.HTTPPort, "HTTP port")
+	fs.IntVar(&cfg.GRPCPort, "grpc-port", cfg.GRPCPort, "gRPC port")
+	fs.IntVar(&cfg.MetricsPort, "metrics-port", cfg.MetricsPort, "metrics port")
+	tritonflag.BoolVar(fs, &cfg.AllowHTTP, "allow-http", true, "serve HTTP")
+	tritonflag.BoolVar(fs, &cfg.AllowGRPC, "allow-grpc", true, "serve gRPC")
+	tritonflag.BoolVar(fs, &cfg.AllowMetrics, "allow-metrics", true, "serve Prometheus metrics")
+	fs.StringVar(&cfg.ServerID, "id", cfg.ServerID, "server identifier reported in server metadata")
+	fs.Int64Var(&cfg.HTTPMaxInputSize, "http-max-input-size", cfg.HTTPMaxInputSize, "largest HTTP request body in bytes")
+	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "also open the embedded NATS server on this address (host:port) so separate executors can join")
+	fs.StringVar(&cfg.RedisURL, "redis-url", "", "Redis URL for router and registry state (default: in memory)")
+	verbose := fs.Int("log-verbose", 0, "verbose logging level (0 off)")
+	_ = fs.Parse(os.Args[1:])
+	cfg.Models = models
+
+	level := slog.LevelInfo
+	if *verbose > 0 {
+		level = slog.LevelDebug
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	srv, err := standalone.New(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nereid:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		select {
+		case <-srv.Ready():
+			cfg.Logger.Info("nereid ready", "http", srv.Gateway().HTTPAddr(), "grpc", srv.Gateway().GRPCAddr(), "metrics", srv.Gateway().MetricsAddr())
+		case <-ctx.Done():
+		}
+	}()
+	if err := srv.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "nereid:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,241 @@
+// Package standalone composes every Nereid service into one process around an
+// embedded NATS server: the gateway, an executor over the model repository, the
+// shared-memory registry and the sequence router. The services are the same
+// packages the separate binaries run; only the wiring differs (in-process NATS
+// connections instead of TCP).
+package standalone
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/nereid-io/nereid/pkg/version"
+	"github.com/nereid-io/nereid/services/executor"
+	"github.com/nereid-io/nereid/services/gateway"
+	seqrouter "github.com/nereid-io/nereid/services/sequence-router"
+	shmregistry "github.com/nereid-io/nereid/services/shm-registry"
+)
+
+// Config mirrors tritonserver's flags where they exist.
+type Config struct {
+	ModelRepository string
+	// Models restricts loading to these models (empty: all).
+	Models []string
+	// Host is the address the HTTP, gRPC and metrics servers bind.
+	Host                               string
+	HTTPPort, GRPCPort, MetricsPort    int
+	AllowHTTP, AllowGRPC, AllowMetrics bool
+	ServerID                           string
+	HTTPMaxInputSize                   int64
+	// NATSListen, when set ("127.0.0.1:4222"), also opens the embedded NATS
+	// server to the network so that separate executors can join; empty keeps
+	// it in-process.
+	NATSListen string
+	// NATSMaxPayload is the embedded server's max message size; larger
+	// tensors travel in chunks.
+	NATSMaxPayload int32
+	// RedisURL moves the router's and registry's state to Redis.
+	RedisURL string
+	Logger   *slog.Logger
+}
+
+// DefaultConfig is tritonserver's defaults: ports 8000/8001/8002, all
+// endpoints on, server id "triton", 64 MiB HTTP input limit.
+func DefaultConfig() Config {
+	return Config{
+		HTTPPort: 8000, GRPCPort: 8001, MetricsPort: 8002,
+		AllowHTTP: true, AllowGRPC: true, AllowMetrics: true,
+		ServerID:         "triton",
+		HTTPMaxInputSize: 64 << 20,
+		NATSMaxPayload:   8 << 20,
+	}
+}
+
+// Server is a running standalone composition.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	ns    *server.Server
+	gw    *gateway.Gateway
+	ready chan struct{}
+}
+
+// New validates cfg and starts nothing yet.
+func New(cfg Config) (*Server, error) {
+	if cfg.ModelRepository == "" {
+		return nil, errors.New("--model-repository is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.NATSMaxPayload <= 0 {
+		cfg.NATSMaxPayload = DefaultConfig().NATSMaxPayload
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, ready: make(chan struct{})}, nil
+}
+
+// Ready is closed when every service reports ready.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Gateway exposes the gateway for its listen addresses (tests bind port 0).
+func (s *Server) Gateway() *gateway.Gateway { return s.gw }
+
+// NATSURL is the embedded server's client URL when NATSListen is set.
+func (s *Server) NATSURL() string {
+	if s.ns == nil || s.cfg.NATSListen == "" {
+		return ""
+	}
+	return s.ns.ClientURL()
+}
+
+func addr(host string, port int, allowed bool) string {
+	if !allowed || port < 0 {
+		return ""
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// Run starts NATS and the services and blocks until ctx ends or a service
+// fails; it then stops everything.
+func (s *Server) Run(ctx context.Context) error {
+	opts := &server.Options{
+		ServerName: "nereid-standalone",
+		NoLog:      true,
+		NoSigs:     true,
+		MaxPayload: s.cfg.NATSMaxPayload,
+		// Executors hold large replies while the gateway reads them; the
+		// default 64 MB pending limit would cut a 256 MiB tensor's reader.
+		MaxPending: 1 << 30,
+	}
+	if s.cfg.NATSListen == "" {
+		opts.DontListen = true
+	} else {
+		h, p, err := net.SplitHostPort(s.cfg.NATSListen)
+		if err != nil {
+			return fmt.Errorf("--nats-listen: %w", err)
+		}
+		opts.Host = h
+		if opts.Port, err = strconv.Atoi(p); err != nil {
+			return fmt.Errorf("--nats-listen: %w", err)
+		}
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("embedded nats: %w", err)
+	}
+	s.ns = ns
+	go ns.Start()
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return errors.New("embedded nats did not start")
+	}
+
+	connect := func(name string) (*nats.Conn, error) {
+		return nats.Connect("", nats.InProcessServer(ns), nats.Name(name), nats.MaxReconnects(-1))
+	}
+	var conns []*nats.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	conn := func(name string) *nats.Conn {
+		if err != nil {
+			return nil
+		}
+		var c *nats.Conn
+		c, err = connect(name)
+		conns = append(conns, c)
+		return c
+	}
+	exConn, gwConn, shmConn, seqConn := conn("executor"), conn("gateway"), conn("shm-registry"), conn("sequence-router")
+	if err != nil {
+		return fmt.Errorf("in-process nats connection: %w", err)
+	}
+
+	ex, err := executor.New(executor.Config{
+		Conn: exConn, RepositoryPath: s.cfg.ModelRepository, Models: s.cfg.Models, Logger: s.log,
+	})
+	if err != nil {
+		return err
+	}
+	gw, err := gateway.New(gateway.Config{
+		Conn:             gwConn,
+		HTTPAddr:         addr(s.cfg.Host, s.cfg.HTTPPort, s.cfg.AllowHTTP),
+		GRPCAddr:         addr(s.cfg.Host, s.cfg.GRPCPort, s.cfg.AllowGRPC),
+		MetricsAddr:      addr(s.cfg.Host, s.cfg.MetricsPort, s.cfg.AllowMetrics),
+		ServerID:         s.cfg.ServerID,
+		Version:          version.Version,
+		HTTPMaxInputSize: s.cfg.HTTPMaxInputSize,
+		Logger:           s.log,
+	})
+	if err != nil {
+		return err
+	}
+	s.gw = gw
+	shm, err := shmregistry.New(shmregistry.Config{Conn: shmConn, RedisURL: s.cfg.RedisURL, Logger: s.log})
+	if err != nil {
+		return err
+	}
+	seq, err := seqrouter.New(seqrouter.Config{Conn: seqConn, RedisURL: s.cfg.RedisURL, Logger: s.log})
+	if err != nil {
+		return err
+	}
+
+	type service struct {
+		name  string
+		run   func(context.Context) error
+		ready <-chan struct{}
+	}
+	services := []service{
+		{"executor", ex.Run, ex.Ready()},
+		{"shm-registry", shm.Run, shm.Ready()},
+		{"sequence-router", seq.Run, seq.Ready()},
+		{"gateway", gw.Run, gw.Ready()},
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(services))
+	var wg sync.WaitGroup
+	for _, svc := range services {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := svc.run(ctx); err != nil {
+				errs <- fmt.Errorf("%s: %w", svc.name, err)
+			}
+			cancel() // one service ending takes the process down with it
+		}()
+	}
+	go func() {
+		for _, svc := range services {
+			select {
+			case <-svc.ready:
+			case <-ctx.Done():
+				return
+			}
+		}
+		close(s.ready)
+	}()
+	<-ctx.Done()
+	wg.Wait()
+	close(errs)
+	return errors.Join(collect(errs)...)
+}
+
+func collect(ch <-chan error) []error {
+	var out []error
+	for err := range ch {
+		out = append(out, err)
+	}
+	return out
+}
