@@ -1,0 +1,213 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Subjects and timings shared by every service. Subject names are built here
+// and nowhere else, so that a rename is one change.
+const (
+	// Prefix starts every Nereid subject; the version lets a future wire
+	// format run beside this one.
+	Prefix = "nereid.v1"
+
+	// QueueExecutors is the queue group executors join on infer subjects, so
+	// each request goes to one executor serving the model.
+	QueueExecutors = "executors"
+
+	// HeartbeatSubject carries ExecutorHeartbeat, published by every executor
+	// each HeartbeatInterval (withdraw=true on shutdown).
+	HeartbeatSubject = Prefix + ".catalog.heartbeat"
+
+	// SolicitSubject carries CatalogRequest, published by a gateway when it
+	// starts; executors answer by publishing a heartbeat at once.
+	SolicitSubject = Prefix + ".catalog.solicit"
+
+	// HeartbeatInterval is how often executors publish a heartbeat.
+	HeartbeatInterval = time.Second
+	// HeartbeatExpiry is how long a gateway keeps an executor it has not heard from.
+	HeartbeatExpiry = 3 * time.Second
+)
+
+const (
+	inferPrefix = Prefix + ".infer."
+	execPrefix  = Prefix + ".exec."
+)
+
+// InferSubject is the subject executors serving version of model listen on
+// (queue QueueExecutors): "nereid.v1.infer.<Token(model)>.<Token(version)>".
+func InferSubject(model, version string) string {
+	return inferPrefix + Token(model) + "." + Token(version)
+}
+
+// ExecutorCatalogSubject is where executor id answers CatalogRequest with its
+// ExecutorCatalog: "nereid.v1.exec.<Token(id)>.catalog".
+func ExecutorCatalogSubject(id string) string {
+	return execPrefix + Token(id) + ".catalog"
+}
+
+// ExecutorStatsSubject is where executor id answers StatisticsRequest with an
+// inference.ModelStatisticsResponse: "nereid.v1.exec.<Token(id)>.stats".
+func ExecutorStatsSubject(id string) string {
+	return execPrefix + Token(id) + ".stats"
+}
+
+// escape starts an escaped byte in a token. It is not a special character for
+// NATS, shells or URLs (monitoring endpoints take subjects in query strings).
+const escape = '~'
+
+const hexDigits = "0123456789ABCDEF"
+
+// plain reports whether b stands for itself in a token.
+func plain(b byte) bool {
+	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '-' || b == '_'
+}
+
+// Token escapes any string into one valid NATS subject token. Letters, digits,
+// '-' and '_' stand for themselves; every other byte becomes '~' and two
+// upper-case hex digits (so "resnet50.onnx" is "resnet50~2Eonnx"); the empty
+// string is "~" alone. The mapping is injective: Untoken inverts it.
+func Token(s string) string {
+	if s == "" {
+		return string(escape)
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if !plain(s[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 2*n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if plain(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte(escape)
+		b.WriteByte(hexDigits[c>>4])
+		b.WriteByte(hexDigits[c&0xF])
+	}
+	return b.String()
+}
+
+var errToken = errors.New("bus: not a token made by Token")
+
+// Untoken inverts Token. It accepts exactly the strings Token produces, so
+// Token(Untoken(t)) == t whenever err is nil.
+func Untoken(t string) (string, error) {
+	if t == string(escape) {
+		return "", nil
+	}
+	if t == "" {
+		return "", errToken
+	}
+	if strings.IndexByte(t, escape) < 0 {
+		for i := 0; i < len(t); i++ {
+			if !plain(t[i]) {
+				return "", fmt.Errorf("%w: %q", errToken, t)
+			}
+		}
+		return t, nil
+	}
+	b := make([]byte, 0, len(t))
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if plain(c) {
+			b = append(b, c)
+			continue
+		}
+		if c != escape || i+2 >= len(t) {
+			return "", fmt.Errorf("%w: %q", errToken, t)
+		}
+		hi, lo := unhex(t[i+1]), unhex(t[i+2])
+		if hi < 0 || lo < 0 {
+			return "", fmt.Errorf("%w: %q", errToken, t)
+		}
+		v := byte(hi<<4 | lo)
+		if plain(v) {
+			// Token never escapes these; accepting them would give two
+			// tokens for one name.
+			return "", fmt.Errorf("%w: %q", errToken, t)
+		}
+		b = append(b, v)
+		i += 2
+	}
+	return string(b), nil
+}
+
+// unhex decodes an upper-case hex digit (Token writes no other), or -1.
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+// ValidToken reports whether t can stand as one token of a NATS subject: not
+// empty, printable ASCII, and none of '.', '*', '>'.
+func ValidToken(t string) bool {
+	if t == "" {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if c <= ' ' || c >= 0x7f || c == '.' || c == '*' || c == '>' {
+			return false
+		}
+	}
+	return true
+}
+
+// target names what a subject leads to, for error messages a user can act on:
+// "model 'simple' version 1", "executor 'e1' (catalog)", "subject 'x'".
+func target(subject string) string {
+	if rest, ok := strings.CutPrefix(subject, inferPrefix); ok {
+		if m, v, ok := strings.Cut(rest, "."); ok {
+			model, err1 := Untoken(m)
+			version, err2 := Untoken(v)
+			if err1 == nil && err2 == nil {
+				if version == "" {
+					return fmt.Sprintf("model '%s'", model)
+				}
+				return fmt.Sprintf("model '%s' version %s", model, version)
+			}
+		}
+	}
+	if rest, ok := strings.CutPrefix(subject, execPrefix); ok {
+		if id, what, ok := strings.Cut(rest, "."); ok {
+			if name, err := Untoken(id); err == nil {
+				switch what {
+				case "catalog":
+					return fmt.Sprintf("executor '%s' (catalog)", name)
+				case "stats":
+					return fmt.Sprintf("executor '%s' (statistics)", name)
+				}
+				return fmt.Sprintf("executor '%s' (%s)", name, what)
+			}
+		}
+	}
+	return fmt.Sprintf("subject '%s'", subject)
+}
+
+// noRespondersMessage says who is missing when nothing listens on subject.
+func noRespondersMessage(subject string) string {
+	t := target(subject)
+	switch {
+	case strings.HasPrefix(subject, inferPrefix) && strings.HasPrefix(t, "model "):
+		return "no executor is serving " + t
+	case strings.HasPrefix(t, "executor "):
+		return t + " is not reachable: no responders on " + subject
+	}
+	return "no responders on " + t
+}
