@@ -1,0 +1,108 @@
+package backend
+
+import (
+	"context"
+	"time"
+
+	"github.com/nereid-io/nereid/api/inference"
+)
+
+// Backend is one initialized backend: TRITONBACKEND_Initialize has run (the
+// Factory) and Finalize runs when the process that loaded it stops. A
+// Backend is shared by every model that names it, so NewModel may be called
+// concurrently for different models.
+type Backend interface {
+	// NewModel is TRITONBACKEND_ModelInitialize: called once per loaded
+	// model version. An error means the model version fails to load; its
+	// message is what the repository index shows.
+	NewModel(ctx context.Context, m ModelInfo) (Model, error)
+	// Finalize is TRITONBACKEND_Finalize: called once, after every model of
+	// this backend has been finalized.
+	Finalize() error
+}
+
+// Model is one loaded model version (TRITONBACKEND_Model). It makes the
+// instances the executor runs.
+type Model interface {
+	// NewInstance is TRITONBACKEND_ModelInstanceInitialize: called once per
+	// instance, that is instance_group entry × count. An error means the
+	// model version fails to load.
+	NewInstance(ctx context.Context, i InstanceInfo) (Instance, error)
+	// Finalize is TRITONBACKEND_ModelFinalize: called after all of the
+	// model's instances have been finalized.
+	Finalize() error
+}
+
+// Instance is one model instance (TRITONBACKEND_ModelInstance). The executor
+// never calls Execute on the same instance concurrently; different instances
+// run in parallel.
+type Instance interface {
+	// Execute is TRITONBACKEND_ModelInstanceExecute. It must give every
+	// request exactly one response (Request.Respond or Request.RespondError)
+	// before it returns. A non-nil error fails every request that has not
+	// been responded to yet with that error (Triton hands ownership of the
+	// requests back to the server in that case); requests already answered
+	// keep their answer. ctx ends when the executor shuts down.
+	Execute(ctx context.Context, requests []*Request) error
+	// Finalize is TRITONBACKEND_ModelInstanceFinalize.
+	Finalize() error
+}
+
+// ModelInfo is what a backend learns about a model version when it is
+// loaded.
+type ModelInfo struct {
+	Name    string
+	Version int64
+	// Dir is the model's directory in the repository (where config.pbtxt
+	// lives); VersionDir is Dir/<version>, where model files live.
+	Dir        string
+	VersionDir string
+	// Config is the complete model configuration, defaults filled in. The
+	// backend must not modify it.
+	Config *inference.ModelConfig
+}
+
+// InstanceInfo describes one instance of a model.
+type InstanceInfo struct {
+	// Name is Triton's instance name: "<group name>_<index>", where the group
+	// name defaults to "<model>_<group index>".
+	Name string
+	// Group is the index of the instance_group entry, Index the instance's
+	// index within that entry's count.
+	Group, Index int
+	Kind         inference.ModelInstanceGroup_Kind
+	// DeviceID is the GPU for KIND_GPU instances, 0 otherwise.
+	DeviceID int32
+	// Stats receives the instance's statistics (TRITONBACKEND_ModelInstance
+	// ReportStatistics / ReportBatchStatistics). Never nil.
+	Stats StatsReporter
+}
+
+// Timestamps are the four points of one execution that Triton's statistics
+// are built from. Go's time.Time carries a monotonic reading, so differences
+// are steady-clock durations as Triton requires.
+//
+//	compute_input  = ComputeStart - ExecStart
+//	compute_infer  = ComputeEnd   - ComputeStart
+//	compute_output = ExecEnd      - ComputeEnd
+type Timestamps struct {
+	ExecStart, ComputeStart, ComputeEnd, ExecEnd time.Time
+}
+
+// StatsReporter is where an instance reports what it did. It mirrors
+// TRITONBACKEND_ModelInstanceReportStatistics and
+// TRITONBACKEND_ModelInstanceReportBatchStatistics.
+//
+// Backends that report nothing still get correct counts: after Execute the
+// executor reports, for every request and for the batch left unreported,
+// the whole Execute call as compute_infer. Report per request before
+// responding to it, as Triton requires before the request is released.
+type StatsReporter interface {
+	// ReportStatistics records one request's execution. When success is
+	// false the timestamps are ignored and the request counts as failed.
+	ReportStatistics(r *Request, success bool, t Timestamps)
+	// ReportBatchStatistics records one execution of totalBatchSize
+	// inferences: the sum of the batch sizes of its requests (1 for each
+	// request of a model without batching).
+	ReportBatchStatistics(totalBatchSize int, t Timestamps)
+}
