@@ -80,7 +80,9 @@ type Input struct {
 }
 
 // Output is one output tensor of a response, in the same layout as Input.
-// The executor takes ownership of Data.
+// The executor takes ownership of Data. Data may alias an input's Data (an
+// identity model need not copy): the executor encodes the response before
+// the request's memory is released.
 type Output struct {
 	Name     string
 	DataType tensor.DataType

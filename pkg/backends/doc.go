@@ -1,0 +1,21 @@
+// Package backends holds Nereid's built-in backends. Importing it (the
+// executor does) registers them with pkg/backend:
+//
+//   - "addsub": two inputs, two outputs of one datatype; OUTPUT0 is the
+//     element-wise sum of the inputs and OUTPUT1 their difference (the
+//     first input minus the second). Integer types wrap as Triton's int8
+//     example does (computed wide, cast back); FP32 and FP64 compute in
+//     their own precision; BYTES elements are decimal integers (int32) and
+//     the results are decimal strings. This serves Triton's example models
+//     simple, simple_int8 and simple_string.
+//   - "identity": every input is returned as the output at the same
+//     position in the config (INPUTn -> OUTPUTn), for any datatype and
+//     shape, bytes unchanged (BYTES elements keep embedded NUL bytes). The
+//     model parameter execute_delay_ms delays each execution, which tests
+//     and benchmarks use to make batching observable. This serves Triton's
+//     simple_identity.
+//
+// Both handle each request of a batch on its own, so dynamic batching
+// works with any shapes, and report Triton's per-request and per-batch
+// statistics.
+package backends
