@@ -1,0 +1,379 @@
+package tensor
+
+import (
+	"encoding/binary"
+	"math"
+	"strconv"
+
+	"github.com/nereid-io/nereid/pkg/tensor/jsonlex"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// The JSON `data` of a tensor is read the way Triton reads it: arrays may
+// nest in any way (Triton flattens them in row-major order and only checks
+// the total element count against the shape: nested [[1,2],[3,4]] and flat
+// [1,2,3,4] are the same [2,2] tensor), numbers go straight into the binary
+// little-endian layout, BOOL is true/false, BYTES elements are JSON strings.
+// Unlike Triton, numbers are range-checked for their datatype: an INT8 of
+// 300 is an error, not a silent wrap-around.
+
+// DecodeJSONData converts the JSON text of a tensor's `data` value into the
+// binary layout. input names the tensor in error messages.
+func DecodeJSONData(input string, dt DataType, shape []int64, data []byte) ([]byte, error) {
+	n, err := ElementCount(input, shape)
+	if err != nil {
+		return nil, err
+	}
+	lx := jsonlex.New(data)
+	t, err := lx.Next()
+	if err != nil {
+		return nil, err
+	}
+	out, err := AppendJSONData(nil, lx, t, input, dt, n)
+	if err != nil {
+		return nil, err
+	}
+	if t, err := lx.Next(); err != nil {
+		return nil, err
+	} else if t.Kind != jsonlex.EOF {
+		return nil, jsonlex.SyntaxError(jsonlex.ErrRootNotSingular, t.Offset)
+	}
+	return out, nil
+}
+
+func shapeMismatch(input string, want, got int64) error {
+	return tritonerr.InvalidArgf(
+		"Unable to parse 'data': Shape does not match true shape of 'data' field: input '%s' expects %d elements, 'data' has %d",
+		input, want, got)
+}
+
+// AppendJSONData decodes one `data` value whose first token t the lexer has
+// just returned, appending count elements of dt in binary to dst. It checks
+// that exactly count elements are present (in any nesting). The lexer is
+// left after the value.
+func AppendJSONData(dst []byte, lx *jsonlex.Lexer, t jsonlex.Token, input string, dt DataType, count int64) ([]byte, error) {
+	switch dt {
+	case FP16, BF16:
+		return nil, tritonerr.InvalidArgf(
+			"receiving %s data via JSON is not supported. Please use the binary data format for input %s", dt, input)
+	case Invalid:
+		return nil, tritonerr.InvalidArgf("invalid datatype for input %s", input)
+	}
+	if t.Kind != jsonlex.BeginArray {
+		// Triton requires `data` to be an array, even for one element.
+		return nil, tritonerr.InvalidArgf("Unable to parse 'data' for input '%s': expected an array, got %s", input, t.Kind)
+	}
+	d := jsonDecoder{lx: lx, input: input, dt: dt, want: count}
+	if dt != Bytes {
+		// Pre-size from the shape only when the remaining JSON could hold
+		// that many elements; the decoder then never reallocates.
+		if rest := len(lx.Remaining()); count <= int64(rest)/2+1 {
+			need := int(count) * dt.Size()
+			if cap(dst)-len(dst) < need {
+				grown := make([]byte, len(dst), len(dst)+need)
+				copy(grown, dst)
+				dst = grown
+			}
+		}
+	}
+	d.out = dst
+	depth := 1
+	for depth > 0 {
+		t, err := lx.Next()
+		if err != nil {
+			return nil, err
+		}
+		switch t.Kind {
+		case jsonlex.BeginArray:
+			depth++
+		case jsonlex.EndArray:
+			depth--
+		default:
+			if err := d.element(t); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if d.got != count {
+		return nil, shapeMismatch(input, count, d.got)
+	}
+	return d.out, nil
+}
+
+type jsonDecoder struct {
+	lx    *jsonlex.Lexer
+	input string
+	dt    DataType
+	want  int64
+	got   int64
+	out   []byte
+}
+
+func (d *jsonDecoder) typeErr(t jsonlex.Token, what string) error {
+	return tritonerr.InvalidArgf("Unable to parse 'data' for input '%s': expected %s for %s element %d, got %s",
+		d.input, what, d.dt, d.got, t.Kind)
+}
+
+func (d *jsonDecoder) rangeErr(t jsonlex.Token) error {
+	return tritonerr.InvalidArgf("Unable to parse 'data' for input '%s': value %s of element %d is out of range for %s",
+		d.input, t.Raw, d.got, d.dt)
+}
+
+func (d *jsonDecoder) element(t jsonlex.Token) error {
+	if d.got >= d.want {
+		// Too many elements: keep counting (without writing) so the message
+		// can say how many there are; the lexer still bounds the work.
+		if err := d.checkKind(t); err != nil {
+			return err
+		}
+		d.got++
+		return nil
+	}
+	le := binary.LittleEndian
+	switch d.dt {
+	case Bool:
+		switch t.Kind {
+		case jsonlex.True:
+			d.out = append(d.out, 1)
+		case jsonlex.False:
+			d.out = append(d.out, 0)
+		default:
+			return d.typeErr(t, "true or false")
+		}
+	case Uint8, Uint16, Uint32, Uint64:
+		if t.Kind != jsonlex.Number {
+			return d.typeErr(t, "an unsigned integer")
+		}
+		if !jsonlex.IsInteger(t) {
+			return d.typeErr(t, "an unsigned integer")
+		}
+		v, ok := jsonlex.Uint64(t)
+		if !ok || v > maxUnsigned(d.dt) {
+			return d.rangeErr(t)
+		}
+		switch d.dt {
+		case Uint8:
+			d.out = append(d.out, byte(v))
+		case Uint16:
+			d.out = le.AppendUint16(d.out, uint16(v))
+		case Uint32:
+			d.out = le.AppendUint32(d.out, uint32(v))
+		default:
+			d.out = le.AppendUint64(d.out, v)
+		}
+	case Int8, Int16, Int32, Int64:
+		if t.Kind != jsonlex.Number || !jsonlex.IsInteger(t) {
+			return d.typeErr(t, "an integer")
+		}
+		v, ok := jsonlex.Int64(t)
+		lo, hi := signedRange(d.dt)
+		if !ok || v < lo || v > hi {
+			return d.rangeErr(t)
+		}
+		switch d.dt {
+		case Int8:
+			d.out = append(d.out, byte(int8(v)))
+		case Int16:
+			d.out = le.AppendUint16(d.out, uint16(int16(v)))
+		case Int32:
+			d.out = le.AppendUint32(d.out, uint32(int32(v)))
+		default:
+			d.out = le.AppendUint64(d.out, uint64(v))
+		}
+	case FP32, FP64:
+		if t.Kind != jsonlex.Number {
+			return d.typeErr(t, "a number")
+		}
+		v, ok := jsonlex.Float64(t)
+		if !ok {
+			return jsonlex.SyntaxError(jsonlex.ErrNumberTooBig, t.Offset)
+		}
+		if d.dt == FP32 {
+			f := float32(v)
+			if math.IsInf(float64(f), 0) {
+				return d.rangeErr(t)
+			}
+			d.out = le.AppendUint32(d.out, math.Float32bits(f))
+		} else {
+			d.out = le.AppendUint64(d.out, math.Float64bits(v))
+		}
+	case Bytes:
+		if t.Kind != jsonlex.String {
+			return d.typeErr(t, "a string")
+		}
+		n := jsonlex.UnquotedLen(t)
+		if uint64(n) > math.MaxUint32 {
+			return d.rangeErr(t)
+		}
+		d.out = le.AppendUint32(d.out, uint32(n))
+		d.out = jsonlex.AppendUnquoted(d.out, t)
+	}
+	d.got++
+	return nil
+}
+
+// checkKind validates an element past the expected count, so that a
+// type error is not hidden behind the count error.
+func (d *jsonDecoder) checkKind(t jsonlex.Token) error {
+	switch d.dt {
+	case Bool:
+		if t.Kind != jsonlex.True && t.Kind != jsonlex.False {
+			return d.typeErr(t, "true or false")
+		}
+	case Bytes:
+		if t.Kind != jsonlex.String {
+			return d.typeErr(t, "a string")
+		}
+	default:
+		if t.Kind != jsonlex.Number {
+			return d.typeErr(t, "a number")
+		}
+	}
+	return nil
+}
+
+func maxUnsigned(dt DataType) uint64 {
+	switch dt {
+	case Uint8:
+		return math.MaxUint8
+	case Uint16:
+		return math.MaxUint16
+	case Uint32:
+		return math.MaxUint32
+	}
+	return math.MaxUint64
+}
+
+func signedRange(dt DataType) (int64, int64) {
+	switch dt {
+	case Int8:
+		return math.MinInt8, math.MaxInt8
+	case Int16:
+		return math.MinInt16, math.MaxInt16
+	case Int32:
+		return math.MinInt32, math.MaxInt32
+	}
+	return math.MinInt64, math.MaxInt64
+}
+
+// AppendJSON appends the binary tensor data as a flat JSON array (Triton's
+// response `data`). count is the element count from the output's shape;
+// the data must match it exactly. FP32/FP64 values are written in the
+// shortest form that reads back to the same bits; NaN and infinities, which
+// JSON cannot express, are written as NaN, Infinity and -Infinity (what
+// Python's json module reads and writes). BYTES elements are written as
+// JSON strings with their bytes kept as they are.
+func AppendJSON(dst []byte, output string, dt DataType, count int64, data []byte) ([]byte, error) {
+	switch dt {
+	case FP16, BF16:
+		return nil, tritonerr.InvalidArgf(
+			"sending %s data via JSON is not supported. Please use the binary data format for output", dt)
+	case Invalid:
+		return nil, tritonerr.InvalidArgf("Invalid data type for output tensor")
+	}
+	mismatch := func() error {
+		return tritonerr.Internalf("output tensor shape does not match size of output for '%s'", output)
+	}
+	if dt != Bytes && (count < 0 || int64(len(data)) != count*int64(dt.Size())) {
+		return nil, mismatch()
+	}
+	le := binary.LittleEndian
+	dst = append(dst, '[')
+	if dt == Bytes {
+		it := BytesIter{Buf: data}
+		for it.Count() < count && it.Next() {
+			if it.Count() > 1 {
+				dst = append(dst, ',')
+			}
+			dst = AppendJSONString(dst, it.Elem())
+		}
+		if it.Count() != count || it.pos != len(data) {
+			return nil, mismatch()
+		}
+		return append(dst, ']'), nil
+	}
+	sz := dt.Size()
+	for i := 0; i < len(data); i += sz {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		b := data[i:]
+		switch dt {
+		case Bool:
+			if b[0] != 0 {
+				dst = append(dst, "true"...)
+			} else {
+				dst = append(dst, "false"...)
+			}
+		case Uint8:
+			dst = strconv.AppendUint(dst, uint64(b[0]), 10)
+		case Uint16:
+			dst = strconv.AppendUint(dst, uint64(le.Uint16(b)), 10)
+		case Uint32:
+			dst = strconv.AppendUint(dst, uint64(le.Uint32(b)), 10)
+		case Uint64:
+			dst = strconv.AppendUint(dst, le.Uint64(b), 10)
+		case Int8:
+			dst = strconv.AppendInt(dst, int64(int8(b[0])), 10)
+		case Int16:
+			dst = strconv.AppendInt(dst, int64(int16(le.Uint16(b))), 10)
+		case Int32:
+			dst = strconv.AppendInt(dst, int64(int32(le.Uint32(b))), 10)
+		case Int64:
+			dst = strconv.AppendInt(dst, int64(le.Uint64(b)), 10)
+		case FP32:
+			dst = appendJSONFloat(dst, float64(math.Float32frombits(le.Uint32(b))), 32)
+		case FP64:
+			dst = appendJSONFloat(dst, math.Float64frombits(le.Uint64(b)), 64)
+		}
+	}
+	return append(dst, ']'), nil
+}
+
+func appendJSONFloat(dst []byte, f float64, bitSize int) []byte {
+	switch {
+	case math.IsNaN(f):
+		return append(dst, "NaN"...)
+	case math.IsInf(f, 1):
+		return append(dst, "Infinity"...)
+	case math.IsInf(f, -1):
+		return append(dst, "-Infinity"...)
+	}
+	return strconv.AppendFloat(dst, f, 'g', -1, bitSize)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// AppendJSONString appends s as a JSON string. Control characters, quotes
+// and backslashes are escaped; all other bytes, valid UTF-8 or not, are
+// copied as they are (as Triton does), so BYTES round-trip exactly.
+func AppendJSONString[S ~string | ~[]byte](dst []byte, s S) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
