@@ -83,7 +83,6 @@ func TestElementCountAndByteSize(t *testing.T) {
 	}
 }
 
-
 func bytesBuf(elems ...string) []byte {
 	var b []byte
 	for _, e := range elems {
