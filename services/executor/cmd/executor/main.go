@@ -1,0 +1,55 @@
+// Command nereid-executor loads a model repository and serves its models to
+// a Nereid constellation over NATS.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nereid-io/nereid/pkg/natsconn"
+	"github.com/nereid-io/nereid/pkg/tritonflag"
+	"github.com/nereid-io/nereid/services/executor"
+)
+
+func main() {
+	fs := flag.NewFlagSet("nereid-executor", flag.ExitOnError)
+	natsURL := fs.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	repo := fs.String("model-repository", "", "model repository to serve (required)")
+	var models tritonflag.Strings
+	fs.Var(&models, "load-model", "serve only this model (repeatable; default: all)")
+	id := fs.String("id", "", "executor id on the bus (default: random)")
+	node := fs.String("node", "", "node name for node-local resources (default: host name)")
+	_ = fs.Parse(os.Args[1:])
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log, *natsURL, executor.Config{
+		RepositoryPath: *repo, Models: models, ID: *id, Node: *node, Logger: log,
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "nereid-executor:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger, natsURL string, cfg executor.Config) error {
+	if cfg.RepositoryPath == "" {
+		return fmt.Errorf("--model-repository is required")
+	}
+	nc, err := natsconn.Connect(ctx, natsURL, "nereid-executor", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	cfg.Conn = nc
+	ex, err := executor.New(cfg)
+	if err != nil {
+		return err
+	}
+	return ex.Run(ctx)
+}

@@ -1,0 +1,355 @@
+// Package executor is Nereid's executor service: it loads the models of a
+// model repository through their backends (pkg/backend), creates their
+// instances per instance_group, serves inference requests arriving over
+// NATS (one execution at a time per instance, with Triton's dynamic batcher
+// for models that ask for it), keeps Triton's per-model statistics, and
+// announces what it serves so that gateways can route to it.
+//
+// On the bus (subjects from pkg/bus):
+//
+//   - bus.InferSubject(model, version), queue group bus.QueueExecutors:
+//     inference.ModelInferRequest -> inference.ModelInferResponse, errors
+//     with Triton's kinds and messages;
+//   - bus.HeartbeatSubject: busv1.ExecutorHeartbeat every
+//     bus.HeartbeatInterval, at once when a gateway publishes on
+//     bus.SolicitSubject, and with withdraw=true on shutdown;
+//   - bus.ExecutorCatalogSubject(id): busv1.CatalogRequest ->
+//     busv1.ExecutorCatalog, every model version with its state (READY or
+//     UNAVAILABLE with the reason) and config;
+//   - bus.ExecutorStatsSubject(id): busv1.StatisticsRequest ->
+//     inference.ModelStatisticsResponse for the READY versions it serves.
+//
+// The service is a library: New(Config), Run(ctx), Ready(). Its main is in
+// cmd/executor; the standalone binary runs the same code in-process.
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/backend"
+	_ "github.com/nereid-io/nereid/pkg/backends" // the built-in backends
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/repository"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// Model version states, as Triton's ModelReadyState names them.
+const (
+	StateReady       = "READY"
+	StateUnavailable = "UNAVAILABLE"
+)
+
+// DrainTimeout bounds how long shutdown waits for requests in flight before
+// it cancels the executions still running.
+const DrainTimeout = 10 * time.Second
+
+// Config configures an executor.
+type Config struct {
+	// Conn is the NATS connection (required). The executor does not close it.
+	Conn *nats.Conn
+	// RepositoryPath is the model repository to serve (required).
+	RepositoryPath string
+	// Models restricts loading to these models; empty loads them all.
+	Models []string
+	// ID names this executor on the bus; default: random.
+	ID string
+	// Node is the machine it runs on (shared-memory regions are node-local);
+	// default: the host name.
+	Node string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Executor serves a model repository over NATS.
+type Executor struct {
+	cfg        Config
+	log        *slog.Logger
+	generation uint64
+	ready      chan struct{}
+
+	bus      *bus.Conn
+	mu       sync.Mutex
+	models   []*modelVersion // every version, loaded or not, sorted by name then version
+	backends map[string]backend.Backend
+}
+
+// New checks cfg and fills its defaults; Run does the work.
+func New(cfg Config) (*Executor, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("executor: Config.Conn is required")
+	}
+	if cfg.RepositoryPath == "" {
+		return nil, errors.New("executor: Config.RepositoryPath is required")
+	}
+	if cfg.ID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		cfg.ID = "executor-" + hex.EncodeToString(b[:])
+	}
+	if cfg.Node == "" {
+		cfg.Node, _ = os.Hostname()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Executor{
+		cfg: cfg,
+		log: cfg.Logger.With("service", "executor", "executor", cfg.ID),
+		// A restarted executor with the same id announces a newer
+		// generation, so gateways refetch its catalog.
+		generation: uint64(time.Now().UnixNano()),
+		ready:      make(chan struct{}),
+		backends:   map[string]backend.Backend{},
+	}, nil
+}
+
+// ID is the executor's id on the bus.
+func (e *Executor) ID() string { return e.cfg.ID }
+
+// Ready is closed once the models are loaded and announced.
+func (e *Executor) Ready() <-chan struct{} { return e.ready }
+
+// Run loads the repository, serves it and announces it until ctx ends;
+// then it withdraws, lets requests in flight finish (up to DrainTimeout)
+// and finalizes instances, models and backends. It returns nil after a
+// clean shutdown, an error when it cannot start.
+func (e *Executor) Run(ctx context.Context) error {
+	bc, err := bus.New(e.cfg.Conn, bus.WithLogger(e.log))
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	e.bus = bc
+	defer bc.Close()
+
+	// Executions outlive ctx by the drain: they end when execCancel runs.
+	execCtx, execCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer execCancel()
+
+	if err := e.load(execCtx); err != nil {
+		return err
+	}
+	defer e.unload()
+
+	var subs []*bus.Subscription
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+	for _, mv := range e.models {
+		if mv.state != StateReady {
+			continue
+		}
+		s, err := bc.Handle(bus.InferSubject(mv.name, mv.vstr), bus.QueueExecutors, mv.handleInfer)
+		if err != nil {
+			return fmt.Errorf("executor: serve %s version %s: %w", mv.name, mv.vstr, err)
+		}
+		mv.sub = s
+	}
+	catSub, err := bc.Handle(bus.ExecutorCatalogSubject(e.cfg.ID), "", e.handleCatalog)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	subs = append(subs, catSub)
+	statsSub, err := bc.Handle(bus.ExecutorStatsSubject(e.cfg.ID), "", e.handleStats)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	subs = append(subs, statsSub)
+	solicit, err := bc.Subscribe(bus.SolicitSubject, func(context.Context, []byte) { e.heartbeat(false) })
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	subs = append(subs, solicit)
+	// Make sure the server has our subscriptions before anyone is told to
+	// route here.
+	if err := e.cfg.Conn.Flush(); err != nil {
+		e.log.Warn("nats flush", "err", err)
+	}
+
+	e.heartbeat(false)
+	close(e.ready)
+	e.log.Info("executor ready", "node", e.cfg.Node, "models", e.summary())
+
+	tick := time.NewTicker(bus.HeartbeatInterval)
+	defer tick.Stop()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-tick.C:
+			e.heartbeat(false)
+		}
+	}
+
+	// Shutdown: tell gateways first, so that they stop routing here, then
+	// finish what has arrived.
+	e.heartbeat(true)
+	_ = e.cfg.Conn.Flush()
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		var wg sync.WaitGroup
+		for _, mv := range e.models {
+			if mv.sub != nil {
+				wg.Go(func() { _ = mv.sub.Drain() })
+			}
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-drained:
+	case <-time.After(DrainTimeout):
+		e.log.Warn("requests still in flight after the drain timeout; cancelling them")
+	}
+	execCancel()
+	e.log.Info("executor stopped")
+	return nil
+}
+
+// summary lists "name/version:STATE" for the log.
+func (e *Executor) summary() string {
+	var parts []string
+	for _, mv := range e.models {
+		parts = append(parts, mv.name+"/"+mv.vstr+":"+mv.state)
+	}
+	return strings.Join(parts, " ")
+}
+
+func (e *Executor) heartbeat(withdraw bool) {
+	hb := &busv1.ExecutorHeartbeat{ExecutorId: e.cfg.ID, Node: e.cfg.Node, Generation: e.generation, Withdraw: withdraw}
+	if err := e.bus.Publish(bus.HeartbeatSubject, hb); err != nil {
+		e.log.Warn("heartbeat", "err", err)
+	}
+}
+
+// load scans the repository and loads every model version it serves.
+// Models that fail are kept, UNAVAILABLE with their reason.
+func (e *Executor) load(ctx context.Context) error {
+	found, err := repository.Scan(e.cfg.RepositoryPath)
+	if err != nil {
+		return fmt.Errorf("executor: model repository %s: %w", e.cfg.RepositoryPath, err)
+	}
+	byName := map[string]repository.Model{}
+	for _, m := range found {
+		byName[m.Name] = m
+	}
+	names := e.cfg.Models
+	if len(names) == 0 {
+		for _, m := range found {
+			names = append(names, m.Name)
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+
+	for _, name := range names {
+		m, ok := byName[name]
+		switch {
+		case !ok:
+			e.models = append(e.models, &modelVersion{e: e, name: name, state: StateUnavailable,
+				reason: fmt.Sprintf("failed to load '%s', no model '%s' in the model repository", name, name)})
+			continue
+		case m.Err != nil && len(m.Versions) == 0:
+			e.models = append(e.models, &modelVersion{e: e, name: name, cfg: m.Config, state: StateUnavailable, reason: m.Err.Error()})
+			continue
+		}
+		versions := slices.Clone(m.Versions)
+		slices.Sort(versions)
+		for _, v := range versions {
+			mv := &modelVersion{e: e, name: name, version: v, vstr: strconv.FormatInt(v, 10), dir: m.Dir, cfg: m.Config}
+			if m.Err != nil {
+				mv.state, mv.reason = StateUnavailable, m.Err.Error()
+			} else if err := mv.load(ctx); err != nil {
+				mv.state, mv.reason = StateUnavailable, err.Error()
+			} else {
+				mv.state = StateReady
+			}
+			if mv.state != StateReady {
+				e.log.Warn("model failed to load", "model", name, "version", v, "reason", mv.reason)
+			}
+			e.models = append(e.models, mv)
+		}
+	}
+	return nil
+}
+
+// backendFor initializes a backend the first time a model names it
+// (TRITONBACKEND_Initialize runs once per process).
+func (e *Executor) backendFor(ctx context.Context, cfg *inference.ModelConfig) (backend.Backend, error) {
+	name, factory, err := backend.Resolve(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if b, ok := e.backends[name]; ok {
+		return b, nil
+	}
+	b, err := factory(ctx)
+	if err != nil {
+		return nil, tritonerr.Internalf("failed to initialize backend '%s': %v", name, err)
+	}
+	e.backends[name] = b
+	return b, nil
+}
+
+// unload finalizes in Triton's order: instances, models, then backends.
+func (e *Executor) unload() {
+	for _, mv := range e.models {
+		mv.unload()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for name, b := range e.backends {
+		if err := b.Finalize(); err != nil {
+			e.log.Warn("backend finalize", "backend", name, "err", err)
+		}
+	}
+	e.backends = map[string]backend.Backend{}
+}
+
+func (e *Executor) handleCatalog(context.Context, []byte) (proto.Message, error) {
+	cat := &busv1.ExecutorCatalog{ExecutorId: e.cfg.ID, Node: e.cfg.Node, Generation: e.generation}
+	for _, mv := range e.models {
+		cat.Models = append(cat.Models, &busv1.ModelVersionState{
+			Name: mv.name, Version: mv.vstr, State: mv.state, Reason: mv.reason, Config: mv.cfg,
+		})
+	}
+	return cat, nil
+}
+
+// handleStats answers for the READY versions matching the request (empty
+// name or version: all). Unknown models give an empty answer: the gateway
+// knows the catalog and reports NOT_FOUND itself.
+func (e *Executor) handleStats(_ context.Context, data []byte) (proto.Message, error) {
+	var req busv1.StatisticsRequest
+	if err := proto.Unmarshal(data, &req); err != nil {
+		return nil, tritonerr.InvalidArgf("malformed statistics request: %v", err)
+	}
+	resp := &inference.ModelStatisticsResponse{ModelStats: []*inference.ModelStatistics{}}
+	for _, mv := range e.models {
+		if mv.state != StateReady || (req.GetName() != "" && req.GetName() != mv.name) ||
+			(req.GetVersion() != "" && req.GetVersion() != mv.vstr) {
+			continue
+		}
+		resp.ModelStats = append(resp.ModelStats, mv.stats.proto(mv.name, mv.vstr))
+	}
+	return resp, nil
+}

@@ -1,0 +1,150 @@
+package executor
+
+import (
+	"context"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/backend"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/infer"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// modelVersion is one version of one model: loaded through its backend
+// (READY) or not (UNAVAILABLE, with the reason).
+type modelVersion struct {
+	e       *Executor
+	name    string
+	version int64
+	vstr    string // "" when the model failed before its versions were known
+	dir     string
+	cfg     *inference.ModelConfig
+	state   string
+	reason  string
+
+	model     backend.Model
+	instances []*instance
+	sched     *scheduler
+	stats     *stats
+	sub       *bus.Subscription
+}
+
+// load runs ModelInitialize and InstanceInitialize for every instance and
+// starts the scheduler. Any error fails the whole version (what was made is
+// finalized).
+func (mv *modelVersion) load(ctx context.Context) (err error) {
+	b, err := mv.e.backendFor(ctx, mv.cfg)
+	if err != nil {
+		return err
+	}
+	mv.stats = newStats()
+	m, err := b.NewModel(ctx, backend.ModelInfo{
+		Name: mv.name, Version: mv.version, Dir: mv.dir,
+		VersionDir: filepath.Join(mv.dir, mv.vstr), Config: mv.cfg,
+	})
+	if err != nil {
+		return tritonerr.From(err)
+	}
+	mv.model = m
+	defer func() {
+		if err != nil {
+			mv.unload()
+		}
+	}()
+	for _, info := range backend.Instances(mv.cfg) {
+		in := &instance{mv: mv, info: info}
+		info.Stats = in
+		bi, err := m.NewInstance(ctx, info)
+		if err != nil {
+			return tritonerr.From(err)
+		}
+		in.inst = bi
+		mv.instances = append(mv.instances, in)
+	}
+	mv.sched = newScheduler(ctx, mv)
+	return nil
+}
+
+// unload stops the scheduler (requests still queued fail as UNAVAILABLE)
+// and finalizes the instances, then the model.
+func (mv *modelVersion) unload() {
+	if mv.sched != nil {
+		mv.sched.stop()
+		mv.sched = nil
+	}
+	log := mv.e.log
+	for _, in := range mv.instances {
+		if err := in.inst.Finalize(); err != nil {
+			log.Warn("instance finalize", "model", mv.name, "instance", in.info.Name, "err", err)
+		}
+	}
+	mv.instances = nil
+	if mv.model != nil {
+		if err := mv.model.Finalize(); err != nil {
+			log.Warn("model finalize", "model", mv.name, "err", err)
+		}
+		mv.model = nil
+	}
+}
+
+// handleInfer serves one inference request from the bus: validate, queue,
+// wait for the execution, answer.
+func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Message, error) {
+	received := time.Now()
+	req := &inference.ModelInferRequest{}
+	if err := proto.Unmarshal(data, req); err != nil {
+		mv.stats.failed(received)
+		return nil, tritonerr.InvalidArgf("malformed inference request for model '%s': %v", mv.name, err)
+	}
+	p := &pending{received: received, done: make(chan struct{})}
+	r := backend.NewRequest(ctx, p.complete)
+	if err := infer.Normalize(mv.cfg, req, r); err != nil {
+		mv.stats.failed(received)
+		return nil, err
+	}
+	p.req = r
+	p.size = max(1, r.BatchSize)
+	if err := mv.sched.enqueue(p); err != nil {
+		mv.stats.failed(received)
+		return nil, err
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		// Nobody waits for the answer anymore; a request still queued is
+		// dropped, one executing finishes unseen.
+		p.cancelled.Store(true)
+		return nil, tritonerr.Unavailablef("inference request for model '%s' timed out", mv.name)
+	}
+	if p.resp.Err != nil {
+		return nil, p.resp.Err
+	}
+	return mv.response(req, r, p.resp), nil
+}
+
+// response builds Triton's reply: only the requested outputs, in the order
+// requested (config order when none were named), all data raw.
+func (mv *modelVersion) response(req *inference.ModelInferRequest, r *backend.Request, resp *backend.Response) *inference.ModelInferResponse {
+	out := &inference.ModelInferResponse{ModelName: mv.name, ModelVersion: mv.vstr, Id: req.GetId()}
+	for _, name := range r.RequestedOutputs {
+		for _, o := range resp.Outputs {
+			if o.Name != name {
+				continue
+			}
+			out.Outputs = append(out.Outputs, &inference.ModelInferResponse_InferOutputTensor{
+				Name: o.Name, Datatype: o.DataType.String(), Shape: o.Shape,
+			})
+			data := o.Data
+			if data == nil {
+				data = []byte{} // an empty tensor still takes its slot
+			}
+			out.RawOutputContents = append(out.RawOutputContents, data)
+			break
+		}
+	}
+	return out
+}

@@ -1,0 +1,333 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nereid-io/nereid/pkg/backend"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// pending is a validated request waiting for, or in, an execution.
+type pending struct {
+	req       *backend.Request
+	size      int       // inferences it holds: its batch size, at least 1
+	received  time.Time // request start, for the success/fail durations
+	queued    time.Time // queue start
+	cancelled atomic.Bool
+
+	mu       sync.Mutex
+	resp     *backend.Response
+	reported bool // the backend reported its statistics
+	done     chan struct{}
+}
+
+// complete is the request's completion callback. The reply waits until
+// Execute has returned, so that the statistics of the execution (reported
+// after the responses by most backends) are in place when the client sees
+// the answer.
+func (p *pending) complete(_ *backend.Request, resp *backend.Response) {
+	p.mu.Lock()
+	if p.resp == nil {
+		p.resp = resp
+	}
+	p.mu.Unlock()
+}
+
+// scheduler feeds a model version's instances. One goroutine forms
+// batches, only when an instance is idle, so requests accumulate while all
+// instances are busy (Triton's dynamic batcher); each instance has its own
+// goroutine, so an instance never runs two executions at once.
+type scheduler struct {
+	mv        *modelVersion
+	dynamic   bool
+	maxBatch  int
+	preferred map[int]bool
+	maxDelay  time.Duration
+
+	mu      sync.Mutex
+	queue   []*pending
+	closed  bool
+	notify  chan struct{} // a request was queued (capacity 1)
+	idle    chan *instance
+	quit    chan struct{}
+	stopped sync.WaitGroup
+}
+
+func newScheduler(ctx context.Context, mv *modelVersion) *scheduler {
+	s := &scheduler{
+		mv:     mv,
+		notify: make(chan struct{}, 1),
+		idle:   make(chan *instance, len(mv.instances)),
+		quit:   make(chan struct{}),
+	}
+	// Dynamic batching needs a batch dimension; without one every request
+	// runs alone, as in Triton's default scheduler.
+	if db := mv.cfg.GetDynamicBatching(); db != nil && mv.cfg.GetMaxBatchSize() > 0 {
+		s.dynamic = true
+		s.maxBatch = int(mv.cfg.GetMaxBatchSize())
+		s.maxDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond
+		s.preferred = map[int]bool{}
+		for _, n := range db.GetPreferredBatchSize() {
+			s.preferred[int(n)] = true
+		}
+	}
+	for _, in := range mv.instances {
+		in.work = make(chan []*pending)
+		s.idle <- in
+		s.stopped.Go(func() { in.run(ctx, s) })
+	}
+	s.stopped.Go(s.batcher)
+	return s
+}
+
+// enqueue queues a request; after stop it is refused.
+func (s *scheduler) enqueue(p *pending) error {
+	p.queued = time.Now()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return tritonerr.Unavailablef("model '%s' version %s is unloading", s.mv.name, s.mv.vstr)
+	}
+	s.queue = append(s.queue, p)
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// stop ends the batcher and the instances once their current execution is
+// done, and fails whatever is still queued.
+func (s *scheduler) stop() {
+	s.mu.Lock()
+	s.closed = true
+	left := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+	close(s.quit)
+	s.stopped.Wait()
+	for _, p := range left {
+		p.complete(p.req, &backend.Response{Err: tritonerr.Unavailablef("model '%s' version %s is unloading", s.mv.name, s.mv.vstr)})
+		s.mv.stats.failed(p.received)
+		close(p.done)
+	}
+}
+
+func (s *scheduler) batcher() {
+	defer func() {
+		for _, in := range s.mv.instances {
+			close(in.work)
+		}
+	}()
+	for {
+		var in *instance
+		select {
+		case in = <-s.idle:
+		case <-s.quit:
+			return
+		}
+		batch := s.next()
+		if batch == nil {
+			return
+		}
+		in.work <- batch
+	}
+}
+
+// next waits for the next batch: one request, or with dynamic batching as
+// many as Triton's dynamic batcher would put together. It returns nil when
+// the scheduler stops.
+func (s *scheduler) next() []*pending {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		s.mu.Lock()
+		// Requests whose client gave up while queued are dropped here.
+		s.queue = slices.DeleteFunc(s.queue, func(p *pending) bool {
+			if p.cancelled.Load() {
+				s.mv.stats.failed(p.received)
+				return true
+			}
+			return false
+		})
+		n, wait := s.cut()
+		if n > 0 {
+			batch := slices.Clone(s.queue[:n])
+			s.queue = slices.Delete(s.queue, 0, n)
+			s.mu.Unlock()
+			return batch
+		}
+		s.mu.Unlock()
+
+		var expire <-chan time.Time
+		if wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			expire = timer.C
+		}
+		select {
+		case <-s.notify:
+		case <-expire:
+		case <-s.quit:
+			return nil
+		}
+	}
+}
+
+// cut decides, with s.mu held, how many queued requests form the next
+// batch now (n > 0), or how long to wait for more (n == 0; wait 0 means
+// until a request arrives). The rules are those of Triton's dynamic batcher:
+// take requests in order while their summed batch sizes fit max_batch_size;
+// send at once when the batch is full or cannot grow (the next request does
+// not fit); else send the largest preferred batch size reached, if any;
+// else wait until max_queue_delay_microseconds after the oldest request
+// arrived, then send what there is.
+func (s *scheduler) cut() (n int, wait time.Duration) {
+	if len(s.queue) == 0 {
+		return 0, 0
+	}
+	if !s.dynamic {
+		return 1, 0
+	}
+	size, best := 0, 0
+	for n < len(s.queue) && size+s.queue[n].size <= s.maxBatch {
+		size += s.queue[n].size
+		n++
+		if s.preferred[size] {
+			best = n
+		}
+	}
+	if n == 0 {
+		return 1, 0 // cannot happen: validation bounds a request by max_batch_size
+	}
+	if size >= s.maxBatch || n < len(s.queue) {
+		return n, 0
+	}
+	if best > 0 {
+		return best, 0
+	}
+	if left := time.Until(s.queue[0].queued.Add(s.maxDelay)); left > 0 {
+		return 0, left
+	}
+	return n, 0
+}
+
+// instance runs one backend instance: one execution at a time.
+type instance struct {
+	mv   *modelVersion
+	info backend.InstanceInfo
+	inst backend.Instance
+	work chan []*pending
+
+	// What the current execution's reports refer to.
+	mu            sync.Mutex
+	current       map[*backend.Request]*pending
+	batchReported bool
+}
+
+func (in *instance) run(ctx context.Context, s *scheduler) {
+	for batch := range in.work {
+		in.execute(ctx, batch)
+		// The batcher stops taking idle instances once it quits; the
+		// channel holds one slot per instance, so this never blocks.
+		s.idle <- in
+	}
+}
+
+func (in *instance) execute(ctx context.Context, batch []*pending) {
+	reqs := make([]*backend.Request, len(batch))
+	current := make(map[*backend.Request]*pending, len(batch))
+	for i, p := range batch {
+		reqs[i] = p.req
+		current[p.req] = p
+	}
+	in.mu.Lock()
+	in.current, in.batchReported = current, false
+	in.mu.Unlock()
+
+	start := time.Now()
+	err := in.call(ctx, reqs)
+	end := time.Now()
+
+	in.mu.Lock()
+	in.current = nil
+	batchReported := in.batchReported
+	in.mu.Unlock()
+
+	// Whatever the backend left undone: an answer for every request, and
+	// the statistics, timing the whole Execute as compute.
+	total := 0
+	st := in.mv.stats
+	for _, p := range batch {
+		total += p.size
+		p.mu.Lock()
+		if p.resp == nil {
+			e := tritonerr.From(err)
+			if e == nil {
+				e = tritonerr.Internalf("backend of model '%s' did not respond to the request", in.mv.name)
+			}
+			p.resp = &backend.Response{Err: e}
+		}
+		resp, reported := p.resp, p.reported
+		p.mu.Unlock()
+		if !reported {
+			st.request(p, resp.Err == nil, backend.Timestamps{ExecStart: start, ComputeStart: start, ComputeEnd: end, ExecEnd: end})
+		}
+	}
+	if !batchReported {
+		st.batch(total, backend.Timestamps{ExecStart: start, ComputeStart: start, ComputeEnd: end, ExecEnd: end})
+	}
+	for _, p := range batch {
+		close(p.done)
+	}
+}
+
+// call runs Execute, turning a panic into an error for the batch.
+func (in *instance) call(ctx context.Context, reqs []*backend.Request) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			in.mv.e.log.Error("backend panic", "model", in.mv.name, "instance", in.info.Name, "panic", v, "stack", string(debug.Stack()))
+			err = tritonerr.Internalf("backend of model '%s' failed: %v", in.mv.name, fmt.Sprint(v))
+		}
+	}()
+	return in.inst.Execute(ctx, reqs)
+}
+
+// ReportStatistics implements backend.StatsReporter.
+func (in *instance) ReportStatistics(r *backend.Request, success bool, t backend.Timestamps) {
+	in.mu.Lock()
+	p := in.current[r]
+	in.mu.Unlock()
+	if p == nil {
+		return // not a request of the running execution
+	}
+	p.mu.Lock()
+	dup := p.reported
+	p.reported = true
+	p.mu.Unlock()
+	if !dup {
+		in.mv.stats.request(p, success, t)
+	}
+}
+
+// ReportBatchStatistics implements backend.StatsReporter.
+func (in *instance) ReportBatchStatistics(total int, t backend.Timestamps) {
+	in.mu.Lock()
+	in.batchReported = true
+	in.mu.Unlock()
+	in.mv.stats.batch(total, t)
+}

@@ -1,0 +1,122 @@
+package executor
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/backend"
+)
+
+// duration is Triton's $duration_stat: a count and the total time.
+type duration struct{ count, ns uint64 }
+
+func (d *duration) add(t time.Duration) {
+	d.count++
+	if t > 0 {
+		d.ns += uint64(t)
+	}
+}
+
+func (d duration) proto() *inference.StatisticDuration {
+	return &inference.StatisticDuration{Count: d.count, Ns: d.ns}
+}
+
+type batchStats struct{ input, infer, output duration }
+
+// stats is one model version's statistics, kept as Triton's
+// InferenceStatsAggregator keeps them.
+type stats struct {
+	mu                              sync.Mutex
+	lastInference                   uint64 // ms since the epoch
+	inferenceCount, executionCount  uint64
+	success, fail, queue            duration
+	computeInput, computeInfer, out duration
+	batches                         map[uint64]*batchStats
+}
+
+func newStats() *stats { return &stats{batches: map[uint64]*batchStats{}} }
+
+// request records one request's outcome (TRITONBACKEND_ModelInstance
+// ReportStatistics). A failure counts only its total duration.
+func (s *stats) request(p *pending, success bool, t backend.Timestamps) {
+	end := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !success {
+		s.fail.add(end.Sub(p.received))
+		return
+	}
+	s.success.add(end.Sub(p.received))
+	s.queue.add(t.ExecStart.Sub(p.queued))
+	s.computeInput.add(t.ComputeStart.Sub(t.ExecStart))
+	s.computeInfer.add(t.ComputeEnd.Sub(t.ComputeStart))
+	s.out.add(t.ExecEnd.Sub(t.ComputeEnd))
+	s.touch(end)
+}
+
+// failed records a request that never reached a backend (invalid, or
+// dropped from the queue).
+func (s *stats) failed(received time.Time) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail.add(time.Since(received))
+}
+
+// batch records one execution (ReportBatchStatistics): it is what
+// execution_count, inference_count and batch_stats count.
+func (s *stats) batch(total int, t backend.Timestamps) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.executionCount++
+	s.inferenceCount += uint64(total)
+	b := s.batches[uint64(total)]
+	if b == nil {
+		b = &batchStats{}
+		s.batches[uint64(total)] = b
+	}
+	b.input.add(t.ComputeStart.Sub(t.ExecStart))
+	b.infer.add(t.ComputeEnd.Sub(t.ComputeStart))
+	b.output.add(t.ExecEnd.Sub(t.ComputeEnd))
+	s.touch(time.Now())
+}
+
+func (s *stats) touch(now time.Time) {
+	if ms := uint64(now.UnixMilli()); ms > s.lastInference {
+		s.lastInference = ms
+	}
+}
+
+// proto is Triton's ModelStatistics, every duration present (zeros
+// included) as Triton prints them, batch_stats sorted by batch size.
+func (s *stats) proto(name, version string) *inference.ModelStatistics {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ms := &inference.ModelStatistics{
+		Name: name, Version: version,
+		LastInference: s.lastInference, InferenceCount: s.inferenceCount, ExecutionCount: s.executionCount,
+		InferenceStats: &inference.InferStatistics{
+			Success: s.success.proto(), Fail: s.fail.proto(), Queue: s.queue.proto(),
+			ComputeInput: s.computeInput.proto(), ComputeInfer: s.computeInfer.proto(), ComputeOutput: s.out.proto(),
+			CacheHit: duration{}.proto(), CacheMiss: duration{}.proto(),
+		},
+		BatchStats:    []*inference.InferBatchStatistics{},
+		ResponseStats: map[string]*inference.InferResponseStatistics{},
+	}
+	sizes := make([]uint64, 0, len(s.batches))
+	for n := range s.batches {
+		sizes = append(sizes, n)
+	}
+	slices.Sort(sizes)
+	for _, n := range sizes {
+		b := s.batches[n]
+		ms.BatchStats = append(ms.BatchStats, &inference.InferBatchStatistics{
+			BatchSize: n, ComputeInput: b.input.proto(), ComputeInfer: b.infer.proto(), ComputeOutput: b.output.proto(),
+		})
+	}
+	return ms
+}
