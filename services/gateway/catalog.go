@@ -1,0 +1,396 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// Model version states as executors report them (Triton's ModelReadyState).
+const (
+	stateReady       = "READY"
+	stateUnavailable = "UNAVAILABLE"
+	stateLoading     = "LOADING"
+	stateUnloading   = "UNLOADING"
+)
+
+// reasonGone is the index reason of a version that some executor served but
+// no live executor serves any more.
+const reasonGone = "no live executor serves this model version"
+
+// requester is the part of the bus client the catalog needs.
+type requester interface {
+	Request(ctx context.Context, subject string, req proto.Message, resp proto.Message) error
+}
+
+// catalog is the gateway's picture of what the constellation serves, built
+// from executor heartbeats and catalogs. Readers use an immutable snapshot
+// (view) swapped atomically, so the request path never takes the lock.
+type catalog struct {
+	bus          requester
+	log          *slog.Logger
+	fetchTimeout time.Duration
+	expiry       time.Duration
+
+	mu    sync.Mutex
+	execs map[string]*executorState
+	// seen remembers every model version ever served, so that a model whose
+	// executors all went away reads as unavailable rather than unknown.
+	seen map[string]map[int64]bool
+
+	view atomic.Pointer[view]
+	// changed is closed and replaced whenever a new view is published; tests
+	// and waiters select on it.
+	changed chan struct{}
+}
+
+type executorState struct {
+	id, node string
+	hbGen    uint64 // generation announced by the last heartbeat
+	catGen   uint64 // generation of the catalog held in models
+	haveCat  bool
+	fetching bool
+	lastSeen time.Time
+	models   []*busv1.ModelVersionState
+}
+
+func newCatalog(r requester, log *slog.Logger) *catalog {
+	c := &catalog{
+		bus:          r,
+		log:          log,
+		fetchTimeout: 2 * time.Second,
+		expiry:       bus.HeartbeatExpiry,
+		execs:        map[string]*executorState{},
+		seen:         map[string]map[int64]bool{},
+		changed:      make(chan struct{}),
+	}
+	c.view.Store(&view{models: map[string]*modelView{}})
+	return c
+}
+
+// current returns the latest snapshot.
+func (c *catalog) current() *view { return c.view.Load() }
+
+// heartbeat records an executor heartbeat, fetching the executor's catalog
+// when the executor is new or its generation changed.
+func (c *catalog) heartbeat(hb *busv1.ExecutorHeartbeat) {
+	id := hb.GetExecutorId()
+	if id == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if hb.GetWithdraw() {
+		if _, ok := c.execs[id]; ok {
+			delete(c.execs, id)
+			c.log.Info("executor withdrew", "executor", id)
+			c.publishLocked()
+		}
+		return
+	}
+	e, ok := c.execs[id]
+	if !ok {
+		e = &executorState{id: id}
+		c.execs[id] = e
+		c.log.Info("executor joined", "executor", id, "node", hb.GetNode())
+	}
+	e.node = hb.GetNode()
+	e.hbGen = hb.GetGeneration()
+	e.lastSeen = time.Now()
+	if (!e.haveCat || e.catGen != e.hbGen) && !e.fetching {
+		e.fetching = true
+		go c.fetch(id)
+	}
+}
+
+// fetch asks executor id for its catalog. A failure is retried on the next
+// heartbeat (the executor's generation still differs from ours).
+func (c *catalog) fetch(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.fetchTimeout)
+	defer cancel()
+	var cat busv1.ExecutorCatalog
+	err := c.bus.Request(ctx, bus.ExecutorCatalogSubject(id), &busv1.CatalogRequest{}, &cat)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.execs[id]
+	if !ok {
+		return // expired or withdrew meanwhile
+	}
+	e.fetching = false
+	if err != nil {
+		c.log.Warn("fetching executor catalog failed", "executor", id, "err", err)
+		return
+	}
+	e.models = cat.GetModels()
+	e.catGen = cat.GetGeneration()
+	e.haveCat = true
+	c.publishLocked()
+}
+
+// expire drops executors not heard from within the expiry.
+func (c *catalog) expire(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	dropped := false
+	for id, e := range c.execs {
+		if now.Sub(e.lastSeen) > c.expiry {
+			delete(c.execs, id)
+			c.log.Warn("executor expired: no heartbeat", "executor", id, "after", c.expiry)
+			dropped = true
+		}
+	}
+	if dropped {
+		c.publishLocked()
+	}
+}
+
+// executorIDs lists the executors that have delivered a catalog.
+func (c *catalog) executorIDs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]string, 0, len(c.execs))
+	for id, e := range c.execs {
+		if e.haveCat {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// publishLocked rebuilds the view from the executors' catalogs. c.mu held.
+func (c *catalog) publishLocked() {
+	v := &view{models: map[string]*modelView{}}
+	for _, e := range c.execs {
+		if !e.haveCat {
+			continue
+		}
+		v.executors++
+		for _, m := range e.models {
+			mv := v.models[m.GetName()]
+			if mv == nil {
+				mv = &modelView{name: m.GetName(), versions: map[int64]*versionView{}}
+				v.models[m.GetName()] = mv
+			}
+			if m.GetState() == stateLoading {
+				v.loading = true
+			}
+			if m.GetVersion() == "" {
+				// The model failed before its versions were known.
+				mv.failed = mergeState(mv.failed, &versionView{version: -1, state: m.GetState(), reason: m.GetReason()})
+				continue
+			}
+			n, err := strconv.ParseInt(m.GetVersion(), 10, 64)
+			if err != nil || n < 0 {
+				c.log.Warn("executor reported a bad model version", "executor", e.id, "model", m.GetName(), "version", m.GetVersion())
+				continue
+			}
+			vv := mv.versions[n]
+			if vv == nil {
+				vv = &versionView{version: n}
+				mv.versions[n] = vv
+			}
+			if m.GetState() == stateReady {
+				vv.executors = append(vv.executors, e.id)
+				if c.seen[m.GetName()] == nil {
+					c.seen[m.GetName()] = map[int64]bool{}
+				}
+				c.seen[m.GetName()][n] = true
+			}
+			merged := mergeState(vv, &versionView{version: n, state: m.GetState(), reason: m.GetReason(), config: m.GetConfig()})
+			merged.executors = vv.executors
+			mv.versions[n] = merged
+		}
+	}
+	// Versions served before but by no live executor now.
+	for name, versions := range c.seen {
+		for n := range versions {
+			mv := v.models[name]
+			if mv == nil {
+				mv = &modelView{name: name, versions: map[int64]*versionView{}}
+				v.models[name] = mv
+			}
+			if _, ok := mv.versions[n]; !ok {
+				mv.versions[n] = &versionView{version: n, state: stateUnavailable, reason: reasonGone, gone: true}
+			}
+		}
+	}
+	for _, mv := range v.models {
+		for _, vv := range mv.versions {
+			slices.Sort(vv.executors)
+		}
+	}
+	c.view.Store(v)
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// stateRank orders states for merging reports from several executors: one
+// READY executor makes the version READY; otherwise the most hopeful state
+// wins (a version still loading somewhere is not yet failed).
+func stateRank(s string) int {
+	switch s {
+	case stateReady:
+		return 4
+	case stateLoading:
+		return 3
+	case stateUnloading:
+		return 2
+	case stateUnavailable:
+		return 1
+	}
+	return 0
+}
+
+func mergeState(have, add *versionView) *versionView {
+	if have == nil || have.state == "" || stateRank(add.state) > stateRank(have.state) {
+		if have != nil && add.config == nil {
+			add.config = have.config
+		}
+		return add
+	}
+	if have.config == nil {
+		have.config = add.config
+	}
+	return have
+}
+
+// view is an immutable snapshot of the catalog.
+type view struct {
+	models    map[string]*modelView
+	executors int  // executors whose catalog we hold
+	loading   bool // some executor is still loading a model
+}
+
+type modelView struct {
+	name     string
+	versions map[int64]*versionView
+	failed   *versionView // state of a model that failed before versions were known
+}
+
+type versionView struct {
+	version   int64
+	state     string
+	reason    string
+	config    *inference.ModelConfig
+	executors []string // executors serving this version READY
+	gone      bool     // served before, no live executor serves it now
+}
+
+func (vv *versionView) ready() bool { return vv.state == stateReady }
+
+// versionString is the version as the protocol spells it.
+func (vv *versionView) versionString() string { return strconv.FormatInt(vv.version, 10) }
+
+// serverReady is Triton's server readiness adapted to a constellation: at
+// least one executor has reported its catalog and none is still loading.
+// Models that failed to load do not make the server unready (Triton's
+// non-strict readiness); they show in the repository index instead.
+func (v *view) serverReady() bool { return v.executors > 0 && !v.loading }
+
+// resolve finds the version of model name a request addresses, as Triton's
+// ModelLifeCycle::GetModel does, with its messages. version is latestVersion
+// for "the highest ready version".
+func (v *view) resolve(name string, version int64) (*versionView, error) {
+	mv := v.models[name]
+	if mv == nil {
+		return nil, tritonerr.NotFoundf("Request for unknown model: '%s' is not found", name)
+	}
+	if version == latestVersion {
+		var best *versionView
+		transient := false
+		for _, vv := range mv.versions {
+			if vv.ready() && (best == nil || vv.version > best.version) {
+				best = vv
+			}
+			if vv.gone || vv.state == stateLoading {
+				transient = true
+			}
+		}
+		if best != nil {
+			return best, nil
+		}
+		// Triton answers NOT_FOUND here. When the versions are merely out of
+		// reach (their executors went away, or are still loading) the
+		// condition is transient, and we say so with UNAVAILABLE (HTTP 503) so
+		// clients and load balancers retry instead of giving up.
+		if transient {
+			return nil, tritonerr.Unavailablef("Request for unknown model: '%s' has no available versions", name)
+		}
+		return nil, tritonerr.NotFoundf("Request for unknown model: '%s' has no available versions", name)
+	}
+	vv := mv.versions[version]
+	if vv == nil {
+		return nil, tritonerr.NotFoundf("Request for unknown model: '%s' version %d is not found", name, version)
+	}
+	if !vv.ready() {
+		return nil, tritonerr.Unavailablef("Request for unknown model: '%s' version %d is not at ready state", name, version)
+	}
+	return vv, nil
+}
+
+// readyVersions lists the ready versions of a model, ascending.
+func (v *view) readyVersions(name string) []int64 {
+	mv := v.models[name]
+	if mv == nil {
+		return nil
+	}
+	var out []int64
+	for n, vv := range mv.versions {
+		if vv.ready() {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// indexEntry is one row of the repository index.
+type indexEntry struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+	State   string `json:"state,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// index lists every known model version sorted by name then version, as
+// Triton's repository index does; readyOnly keeps READY versions only.
+func (v *view) index(readyOnly bool) []indexEntry {
+	names := make([]string, 0, len(v.models))
+	for n := range v.models {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	out := []indexEntry{}
+	for _, name := range names {
+		mv := v.models[name]
+		if mv.failed != nil && !readyOnly && len(mv.versions) == 0 {
+			out = append(out, indexEntry{Name: name, State: mv.failed.state, Reason: mv.failed.reason})
+		}
+		versions := make([]int64, 0, len(mv.versions))
+		for n := range mv.versions {
+			versions = append(versions, n)
+		}
+		slices.Sort(versions)
+		for _, n := range versions {
+			vv := mv.versions[n]
+			if readyOnly && !vv.ready() {
+				continue
+			}
+			out = append(out, indexEntry{Name: name, Version: vv.versionString(), State: vv.state, Reason: vv.reason})
+		}
+	}
+	return out
+}

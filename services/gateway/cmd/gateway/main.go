@@ -1,0 +1,75 @@
+// Command nereid-gateway serves Triton's HTTP/REST, gRPC and metrics
+// endpoints for a Nereid constellation reached over NATS.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/nereid-io/nereid/pkg/natsconn"
+	"github.com/nereid-io/nereid/pkg/tritonflag"
+	"github.com/nereid-io/nereid/pkg/version"
+	"github.com/nereid-io/nereid/services/gateway"
+)
+
+func main() {
+	fs := flag.NewFlagSet("nereid-gateway", flag.ExitOnError)
+	natsURL := fs.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	id := fs.String("id", gateway.DefaultServerID, "server identifier reported in server metadata")
+	httpPort := fs.Int("http-port", 8000, "HTTP/REST port")
+	grpcPort := fs.Int("grpc-port", 8001, "gRPC port")
+	metricsPort := fs.Int("metrics-port", 8002, "Prometheus metrics port")
+	httpAddr := fs.String("http-address", "0.0.0.0", "HTTP/REST bind address")
+	grpcAddr := fs.String("grpc-address", "0.0.0.0", "gRPC bind address")
+	metricsAddr := fs.String("metrics-address", "0.0.0.0", "metrics bind address")
+	allowHTTP := tritonflag.Bool(fs, "allow-http", true, "serve HTTP/REST")
+	allowGRPC := tritonflag.Bool(fs, "allow-grpc", true, "serve gRPC")
+	allowMetrics := tritonflag.Bool(fs, "allow-metrics", true, "serve Prometheus metrics")
+	maxInput := fs.Int64("http-max-input-size", gateway.DefaultHTTPMaxInputSize, "largest HTTP request body, in bytes, after decompression")
+	timeout := fs.Duration("request-timeout", gateway.DefaultRequestTimeout, "deadline of an inference whose client sets none")
+	_ = fs.Parse(os.Args[1:])
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	addr := func(host string, port int, on bool) string {
+		if !on || port < 0 {
+			return ""
+		}
+		return net.JoinHostPort(host, strconv.Itoa(port))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log, *natsURL, gateway.Config{
+		HTTPAddr:         addr(*httpAddr, *httpPort, *allowHTTP),
+		GRPCAddr:         addr(*grpcAddr, *grpcPort, *allowGRPC),
+		MetricsAddr:      addr(*metricsAddr, *metricsPort, *allowMetrics),
+		ServerID:         *id,
+		Version:          version.Version,
+		HTTPMaxInputSize: *maxInput,
+		RequestTimeout:   *timeout,
+		Logger:           log,
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "nereid-gateway:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger, natsURL string, cfg gateway.Config) error {
+	nc, err := natsconn.Connect(ctx, natsURL, "nereid-gateway", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	cfg.Conn = nc
+	g, err := gateway.New(cfg)
+	if err != nil {
+		return err
+	}
+	return g.Run(ctx)
+}

@@ -1,0 +1,145 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/klauspost/compress/flate"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zlib"
+
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// HTTP compression follows Triton's /infer endpoint: a request body may be
+// gzip or deflate encoded, anything else is refused with 501 and an
+// Accept-Encoding header naming what is supported; the response is encoded
+// per the client's Accept-Encoding with q-values.
+
+const (
+	encIdentity = "identity"
+	encGzip     = "gzip"
+	encDeflate  = "deflate"
+)
+
+// errUnsupportedEncoding is Triton's answer to an unknown Content-Encoding.
+var errUnsupportedEncoding = tritonerr.Unsupportedf("Unsupported compression type")
+
+// requestEncoding returns the request's Content-Encoding, normalised, or
+// errUnsupportedEncoding.
+func requestEncoding(h http.Header) (string, error) {
+	v := strings.ToLower(strings.TrimSpace(h.Get("Content-Encoding")))
+	switch v {
+	case "", encIdentity:
+		return encIdentity, nil
+	case encGzip, encDeflate:
+		return v, nil
+	}
+	return "", errUnsupportedEncoding
+}
+
+// readBody reads an (optionally compressed) request body, refusing more than
+// limit bytes after decompression so a small compressed body cannot expand
+// into an arbitrarily large allocation.
+func readBody(r io.Reader, encoding string, limit int64) ([]byte, error) {
+	var src io.Reader = r
+	if encoding == encGzip || encoding == encDeflate {
+		dec, err := newDecompressor(r)
+		if err != nil {
+			return nil, tritonerr.InvalidArgf("failed to decompress request body: %v", err)
+		}
+		defer dec.Close()
+		src = dec
+	}
+	body, err := io.ReadAll(io.LimitReader(src, limit+1))
+	if err != nil {
+		if encoding != encIdentity {
+			return nil, tritonerr.InvalidArgf("failed to decompress request body: %v", err)
+		}
+		return nil, tritonerr.InvalidArgf("failed to read request body: %v", err)
+	}
+	if int64(len(body)) > limit {
+		return nil, tritonerr.InvalidArgf("request body of more than %d bytes exceeds the maximum allowed input size of %d bytes. Use --http-max-input-size to increase the limit.", limit, limit)
+	}
+	return body, nil
+}
+
+// newDecompressor sniffs the stream instead of trusting the header's name:
+// clients disagree on whether "deflate" means zlib (RFC 1950, what Triton and
+// tritonclient send) or raw deflate (RFC 1951), and Triton's own inflate
+// auto-detects gzip and zlib headers.
+func newDecompressor(r io.Reader) (io.ReadCloser, error) {
+	br := bufio.NewReader(r)
+	head, err := br.Peek(2)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	switch {
+	case len(head) == 2 && head[0] == 0x1f && head[1] == 0x8b:
+		return gzip.NewReader(br)
+	case len(head) == 2 && head[0]&0x0f == 8 && (uint16(head[0])<<8|uint16(head[1]))%31 == 0:
+		return zlib.NewReader(br)
+	case len(head) < 2:
+		return nil, io.ErrUnexpectedEOF
+	default:
+		return flate.NewReader(br), nil
+	}
+}
+
+// responseEncoding picks the response encoding from Accept-Encoding as
+// Triton's CompressionTypeUsed does: the supported coding with the highest
+// q-value wins, ties go to the first listed, q=0 never wins, and nothing
+// usable means identity. Unlike Triton we also accept spaces around ';'.
+func responseEncoding(acceptEncoding string) string {
+	best, bestQ := encIdentity, 0.0
+	for _, part := range strings.Split(acceptEncoding, ",") {
+		name, params, _ := strings.Cut(part, ";")
+		name = strings.ToLower(strings.TrimSpace(name))
+		if name != encIdentity && name != encGzip && name != encDeflate {
+			continue
+		}
+		q := 1.0
+		for _, p := range strings.Split(params, ";") {
+			k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
+			if ok && strings.TrimSpace(k) == "q" {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					q = -1
+					break
+				}
+				q = f
+			}
+		}
+		if q > bestQ {
+			best, bestQ = name, q
+		}
+	}
+	return best
+}
+
+// compress encodes body with the given coding (gzip or deflate = zlib, as
+// Triton's DataCompressor writes it).
+func compress(encoding string, body []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	var w io.WriteCloser
+	switch encoding {
+	case encGzip:
+		w = gzip.NewWriter(&buf)
+	case encDeflate:
+		w = zlib.NewWriter(&buf)
+	default:
+		return body, nil
+	}
+	if _, err := w.Write(body); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

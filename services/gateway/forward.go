@@ -1,0 +1,22 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
+)
+
+// forwardInfer sends a request, its tensors all in raw_input_contents, to
+// the executors serving the resolved version (one of them answers: they
+// share a queue group) and returns the executor's response.
+func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+	ctx, cancel := g.inferContext(ctx)
+	defer cancel()
+	req.ModelVersion = vv.versionString()
+	var resp inference.ModelInferResponse
+	if err := g.bus.Request(ctx, bus.InferSubject(req.GetModelName(), req.ModelVersion), req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}

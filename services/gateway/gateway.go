@@ -1,0 +1,332 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/encoding/gzip" // gzip for gRPC message compression
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/health"
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
+)
+
+// Defaults of Config.
+const (
+	DefaultServerID         = "triton"
+	DefaultHTTPMaxInputSize = 64 << 20
+	DefaultRequestTimeout   = 60 * time.Second
+)
+
+// Config configures a Gateway. Zero values take the defaults noted.
+type Config struct {
+	// Conn is the NATS connection to the constellation; required. The
+	// gateway does not close it.
+	Conn *nats.Conn
+	// HTTPAddr, GRPCAddr and MetricsAddr are the listen addresses (Triton's
+	// ports are ":8000", ":8001", ":8002"); "" disables that endpoint.
+	HTTPAddr, GRPCAddr, MetricsAddr string
+	// ServerID is the server name in server metadata (tritonserver --id).
+	// Default "triton": Triton's clients check it.
+	ServerID string
+	// Version is the server version in server metadata.
+	Version string
+	// HTTPMaxInputSize bounds an HTTP request body after decompression
+	// (tritonserver --http-max-input-size). Default 64 MiB.
+	HTTPMaxInputSize int64
+	// GRPCMaxMessageSize bounds gRPC messages both ways. Default
+	// math.MaxInt32, as Triton.
+	GRPCMaxMessageSize int
+	// RequestTimeout bounds an inference whose client set no deadline, so
+	// that a request lost with its executor fails instead of hanging.
+	// Default 60 s.
+	RequestTimeout time.Duration
+	// Logger receives the gateway's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// busConn is the part of *bus.Conn the gateway uses.
+type busConn interface {
+	requester
+	Publish(subject string, m proto.Message) error
+	Subscribe(subject string, fn func(ctx context.Context, data []byte)) (*bus.Subscription, error)
+}
+
+// Gateway terminates Triton's HTTP/REST and gRPC protocols and forwards to
+// the executors over NATS. It is stateless apart from its view of the
+// catalog, so any number can run side by side.
+type Gateway struct {
+	cfg  Config
+	log  *slog.Logger
+	bus  busConn
+	bc   *bus.Conn
+	cat  *catalog
+	exts []string
+
+	httpLn, grpcLn, metricsLn net.Listener
+	httpSrv, metricsSrv       *http.Server
+	grpcSrv                   *grpc.Server
+
+	ready   chan struct{}
+	runOnce sync.Once
+}
+
+// New checks cfg, connects the bus and opens the listeners, so that port
+// conflicts surface here and the actual addresses are known before Run.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("gateway: Config.Conn is required")
+	}
+	if cfg.ServerID == "" {
+		cfg.ServerID = DefaultServerID
+	}
+	if cfg.HTTPMaxInputSize <= 0 {
+		cfg.HTTPMaxInputSize = DefaultHTTPMaxInputSize
+	}
+	if cfg.GRPCMaxMessageSize <= 0 {
+		cfg.GRPCMaxMessageSize = math.MaxInt32
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("service", "gateway")
+	bc, err := bus.New(cfg.Conn, bus.WithLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g := &Gateway{
+		cfg:   cfg,
+		log:   log,
+		bus:   bc,
+		bc:    bc,
+		cat:   newCatalog(bc, log),
+		exts:  extensions(),
+		ready: make(chan struct{}),
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			g.closeListeners()
+			_ = bc.Close()
+		}
+	}()
+	listen := func(addr string) (net.Listener, error) {
+		if addr == "" {
+			return nil, nil
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		return ln, nil
+	}
+	if g.httpLn, err = listen(cfg.HTTPAddr); err != nil {
+		return nil, err
+	}
+	if g.grpcLn, err = listen(cfg.GRPCAddr); err != nil {
+		return nil, err
+	}
+	if g.metricsLn, err = listen(cfg.MetricsAddr); err != nil {
+		return nil, err
+	}
+	if g.httpLn != nil {
+		g.httpSrv = &http.Server{Handler: g.httpHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	}
+	if g.metricsLn != nil {
+		g.metricsSrv = &http.Server{Handler: g.metricsHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	}
+	if g.grpcLn != nil {
+		g.grpcSrv = grpc.NewServer(
+			grpc.MaxRecvMsgSize(cfg.GRPCMaxMessageSize),
+			grpc.MaxSendMsgSize(cfg.GRPCMaxMessageSize),
+		)
+		inference.RegisterGRPCInferenceServiceServer(g.grpcSrv, &grpcService{g: g})
+		health.RegisterHealthServer(g.grpcSrv, &healthService{g: g})
+	}
+	ok = true
+	return g, nil
+}
+
+// HTTPAddr is the address the HTTP endpoint listens on ("" if disabled).
+func (g *Gateway) HTTPAddr() string { return addrOf(g.httpLn) }
+
+// GRPCAddr is the address the gRPC endpoint listens on ("" if disabled).
+func (g *Gateway) GRPCAddr() string { return addrOf(g.grpcLn) }
+
+// MetricsAddr is the address the metrics endpoint listens on ("" if disabled).
+func (g *Gateway) MetricsAddr() string { return addrOf(g.metricsLn) }
+
+func addrOf(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+// Ready is closed once the gateway serves: its listeners accept and it
+// listens to executor heartbeats. Whether models are ready is a separate
+// matter (the health endpoints).
+func (g *Gateway) Ready() <-chan struct{} { return g.ready }
+
+// Run serves until ctx ends, then shuts down gracefully. It may be called
+// once.
+func (g *Gateway) Run(ctx context.Context) error {
+	err := errors.New("gateway: Run called twice")
+	g.runOnce.Do(func() { err = g.run(ctx) })
+	return err
+}
+
+func (g *Gateway) run(ctx context.Context) error {
+	defer g.bc.Close()
+	sub, err := g.bus.Subscribe(bus.HeartbeatSubject, func(_ context.Context, data []byte) {
+		var hb busv1.ExecutorHeartbeat
+		if err := proto.Unmarshal(data, &hb); err != nil {
+			g.log.Warn("bad executor heartbeat", "err", err)
+			return
+		}
+		g.cat.heartbeat(&hb)
+	})
+	if err != nil {
+		g.closeListeners()
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer sub.Unsubscribe()
+	// Executors answer a solicitation with a heartbeat at once, so a fresh
+	// gateway learns the catalog without waiting a heartbeat interval.
+	if err := g.bus.Publish(bus.SolicitSubject, &busv1.CatalogRequest{}); err != nil {
+		g.log.Warn("soliciting executors failed", "err", err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 3)
+	var wg sync.WaitGroup
+	serve := func(name string, fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+				errs <- fmt.Errorf("gateway: %s: %w", name, err)
+			}
+		}()
+	}
+	if g.httpSrv != nil {
+		serve("http", func() error { return g.httpSrv.Serve(g.httpLn) })
+		g.log.Info("serving HTTP", "addr", g.HTTPAddr())
+	}
+	if g.grpcSrv != nil {
+		serve("grpc", func() error { return g.grpcSrv.Serve(g.grpcLn) })
+		g.log.Info("serving gRPC", "addr", g.GRPCAddr())
+	}
+	if g.metricsSrv != nil {
+		serve("metrics", func() error { return g.metricsSrv.Serve(g.metricsLn) })
+		g.log.Info("serving metrics", "addr", g.MetricsAddr())
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(bus.HeartbeatInterval / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				g.cat.expire(now)
+			}
+		}
+	}()
+	close(g.ready)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errs:
+	}
+	cancel()
+	g.shutdown()
+	wg.Wait()
+	return runErr
+}
+
+// shutdown stops accepting, lets requests in flight finish for a few
+// seconds, then closes what is left.
+func (g *Gateway) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range []*http.Server{g.httpSrv, g.metricsSrv} {
+		if s == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Shutdown(ctx); err != nil {
+				_ = s.Close()
+			}
+		}()
+	}
+	if g.grpcSrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan struct{})
+			go func() { g.grpcSrv.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				g.grpcSrv.Stop()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (g *Gateway) closeListeners() {
+	for _, ln := range []net.Listener{g.httpLn, g.grpcLn, g.metricsLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+// serverReady reports Triton's server readiness: connected to the
+// constellation, at least one executor known, none still loading.
+func (g *Gateway) serverReady() bool {
+	return g.cfg.Conn.IsConnected() && g.cat.current().serverReady()
+}
+
+// extensions lists the protocol extensions this gateway implements, for
+// server metadata. Only what really works is listed.
+func extensions() []string {
+	return []string{
+		"binary_tensor_data",
+		"model_configuration",
+		"model_repository",
+		"statistics",
+	}
+}
+
+// inferTimeout applies RequestTimeout to contexts without a deadline.
+func (g *Gateway) inferContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, g.cfg.RequestTimeout)
+}

@@ -1,0 +1,480 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/kserve"
+	"github.com/nereid-io/nereid/pkg/modelconfig"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// The HTTP/REST endpoint speaks Triton's JSON (written by hand, not
+// protojson) on Triton's routes; see http_server.cc. Errors are
+// {"error":"..."} with the status from the error's Triton kind; routes that
+// do not exist are 404 {"error":"Not Found"}, wrong methods 405
+// {"error":"Method Not Allowed"}, as Triton answers them.
+
+// statusError is an HTTP error that has no Triton kind (routing errors).
+type statusError struct {
+	status int
+	msg    string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+func httpError(status int, msg string) error { return &statusError{status, msg} }
+
+var (
+	errNotFound         = httpError(http.StatusNotFound, "Not Found")
+	errMethodNotAllowed = httpError(http.StatusMethodNotAllowed, "Method Not Allowed")
+)
+
+// writeError maps err to its status once, at the edge.
+func writeError(w http.ResponseWriter, err error) {
+	status, msg := http.StatusInternalServerError, err.Error()
+	var se *statusError
+	if errors.As(err, &se) {
+		status, msg = se.status, se.msg
+	} else {
+		te := tritonerr.From(err)
+		status, msg = te.Kind.HTTPStatus(), te.Msg
+	}
+	body := kserve.JSONError(msg)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, tritonerr.Internalf("encoding response: %v", err))
+		return
+	}
+	writeRawJSON(w, body)
+}
+
+func writeRawJSON(w http.ResponseWriter, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// method wraps h so that other methods get Triton's 405.
+func method(m string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != m {
+			writeError(w, errMethodNotAllowed)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// unsupported answers a route of a feature not built yet: 501, naming it.
+func unsupported(feature string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, tritonerr.Unsupportedf("%s is not supported yet", feature))
+	}
+}
+
+// pathVersion reads the {version} path segment, which Triton's route only
+// matches when it is all digits; anything else is not a route.
+func pathVersion(r *http.Request) (string, bool) {
+	v := r.PathValue("version")
+	if v == "" {
+		return "", true
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return "", false
+		}
+	}
+	return v, true
+}
+
+func (g *Gateway) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeError(w, errNotFound) })
+
+	mux.HandleFunc("/v2", method(http.MethodGet, g.handleServerMetadata))
+	mux.HandleFunc("/v2/health/live", method(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	}))
+	mux.HandleFunc("/v2/health/ready", method(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+		if g.serverReady() {
+			w.WriteHeader(http.StatusOK)
+		} else {
+			w.WriteHeader(http.StatusBadRequest)
+		}
+	}))
+
+	mux.HandleFunc("/v2/models/stats", method(http.MethodGet, g.handleStats))
+	mux.HandleFunc("/v2/models/{model}", method(http.MethodGet, g.handleModelMetadata))
+	mux.HandleFunc("/v2/models/{model}/versions/{version}", method(http.MethodGet, g.handleModelMetadata))
+	model := func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := pathVersion(r); !ok {
+			writeError(w, errNotFound)
+			return
+		}
+		switch r.PathValue("kind") {
+		case "ready":
+			method(http.MethodGet, g.handleModelReady)(w, r)
+		case "config":
+			method(http.MethodGet, g.handleModelConfig)(w, r)
+		case "stats":
+			method(http.MethodGet, g.handleStats)(w, r)
+		case "infer":
+			method(http.MethodPost, g.handleInfer)(w, r)
+		case "generate", "generate_stream":
+			unsupported("the generate extension")(w, r)
+		default:
+			writeError(w, errNotFound)
+		}
+	}
+	mux.HandleFunc("/v2/models/{model}/{kind}", model)
+	mux.HandleFunc("/v2/models/{model}/versions/{version}/{kind}", model)
+	mux.HandleFunc("/v2/models/{model}/trace/setting", unsupported("trace setting"))
+
+	mux.HandleFunc("/v2/repository/index", method(http.MethodPost, g.handleRepositoryIndex))
+	mux.HandleFunc("/v2/repository/{repo}/index", method(http.MethodPost, g.handleRepositoryIndex))
+	mux.HandleFunc("/v2/repository/models/{model}/{action}", repositoryControl)
+	mux.HandleFunc("/v2/repository/{repo}/models/{model}/{action}", repositoryControl)
+
+	for _, kind := range []string{"systemsharedmemory", "cudasharedmemory"} {
+		feature := "system shared memory"
+		if kind == "cudasharedmemory" {
+			feature = "CUDA shared memory"
+		}
+		h := func(w http.ResponseWriter, r *http.Request) {
+			switch r.PathValue("action") {
+			case "status", "register", "unregister":
+				unsupported(feature)(w, r)
+			default:
+				writeError(w, errNotFound)
+			}
+		}
+		mux.HandleFunc("/v2/"+kind+"/{action}", h)
+		mux.HandleFunc("/v2/"+kind+"/region/{region}/{action}", h)
+	}
+	mux.HandleFunc("/v2/trace/setting", unsupported("trace setting"))
+	mux.HandleFunc("/v2/logging", unsupported("log setting"))
+	return mux
+}
+
+func repositoryControl(w http.ResponseWriter, r *http.Request) {
+	switch r.PathValue("action") {
+	case "load", "unload":
+		unsupported("model "+r.PathValue("action")+"ing")(w, r)
+	default:
+		writeError(w, errNotFound)
+	}
+}
+
+type serverMetadataJSON struct {
+	Name       string   `json:"name"`
+	Version    string   `json:"version"`
+	Extensions []string `json:"extensions"`
+}
+
+func (g *Gateway) handleServerMetadata(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, serverMetadataJSON{Name: g.cfg.ServerID, Version: g.cfg.Version, Extensions: g.exts})
+}
+
+// resolveRequest reads the version string and finds the ready model version
+// a request addresses.
+func (g *Gateway) resolveRequest(name, versionStr string) (*versionView, error) {
+	version, err := parseVersion(versionStr)
+	if err != nil {
+		return nil, err
+	}
+	return g.cat.current().resolve(name, version)
+}
+
+func (g *Gateway) handleModelReady(w http.ResponseWriter, r *http.Request) {
+	// Triton answers a model that is unknown or not ready alike, and only a
+	// bad version string with its own error.
+	v, _ := pathVersion(r)
+	if _, err := parseVersion(v); err != nil {
+		writeError(w, err)
+		return
+	}
+	if _, err := g.resolveRequest(r.PathValue("model"), v); err != nil {
+		writeError(w, tritonerr.InvalidArgf("Model version not ready"))
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+type tensorMetadataJSON struct {
+	Name     string  `json:"name"`
+	Datatype string  `json:"datatype"`
+	Shape    []int64 `json:"shape"`
+}
+
+type modelMetadataJSON struct {
+	Name     string               `json:"name"`
+	Versions []string             `json:"versions"`
+	Platform string               `json:"platform"`
+	Inputs   []tensorMetadataJSON `json:"inputs"`
+	Outputs  []tensorMetadataJSON `json:"outputs"`
+}
+
+func (g *Gateway) handleModelMetadata(w http.ResponseWriter, r *http.Request) {
+	v, ok := pathVersion(r)
+	if !ok {
+		writeError(w, errNotFound)
+		return
+	}
+	md, err := g.modelMetadata(r.PathValue("model"), v)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := modelMetadataJSON{Name: md.Name, Versions: md.Versions, Platform: md.Platform,
+		Inputs: tensorsJSON(md.Inputs), Outputs: tensorsJSON(md.Outputs)}
+	if out.Versions == nil {
+		out.Versions = []string{}
+	}
+	writeJSON(w, out)
+}
+
+func tensorsJSON(ts []*inference.ModelMetadataResponse_TensorMetadata) []tensorMetadataJSON {
+	out := make([]tensorMetadataJSON, 0, len(ts))
+	for _, t := range ts {
+		shape := t.GetShape()
+		if shape == nil {
+			shape = []int64{}
+		}
+		out = append(out, tensorMetadataJSON{Name: t.GetName(), Datatype: t.GetDatatype(), Shape: shape})
+	}
+	return out
+}
+
+// modelMetadata builds model metadata as Triton's
+// TRITONSERVER_ServerModelMetadata does: the requested version, or every
+// ready version; platform, or backend when platform is empty; shapes with a
+// leading -1 when the model batches.
+func (g *Gateway) modelMetadata(name, versionStr string) (*inference.ModelMetadataResponse, error) {
+	version, err := parseVersion(versionStr)
+	if err != nil {
+		return nil, err
+	}
+	v := g.cat.current()
+	vv, err := v.resolve(name, version)
+	if err != nil {
+		return nil, err
+	}
+	md := &inference.ModelMetadataResponse{Name: name}
+	if version != latestVersion {
+		md.Versions = []string{strconv.FormatInt(version, 10)}
+	} else {
+		for _, n := range v.readyVersions(name) {
+			md.Versions = append(md.Versions, strconv.FormatInt(n, 10))
+		}
+	}
+	cfg := vv.config
+	if cfg == nil {
+		return md, nil
+	}
+	md.Platform = cfg.GetPlatform()
+	if md.Platform == "" {
+		md.Platform = cfg.GetBackend()
+	}
+	shape := func(dims []int64) []int64 {
+		s := make([]int64, 0, len(dims)+1)
+		if cfg.GetMaxBatchSize() >= 1 {
+			s = append(s, -1)
+		}
+		return append(s, dims...)
+	}
+	for _, in := range cfg.GetInput() {
+		md.Inputs = append(md.Inputs, &inference.ModelMetadataResponse_TensorMetadata{
+			Name: in.GetName(), Datatype: protocolDataType(in.GetDataType()), Shape: shape(in.GetDims())})
+	}
+	for _, out := range cfg.GetOutput() {
+		md.Outputs = append(md.Outputs, &inference.ModelMetadataResponse_TensorMetadata{
+			Name: out.GetName(), Datatype: protocolDataType(out.GetDataType()), Shape: shape(out.GetDims())})
+	}
+	return md, nil
+}
+
+// protocolDataType names a config datatype as the protocol does
+// (TYPE_STRING is BYTES), like Triton's DataTypeToProtocolString.
+func protocolDataType(dt inference.DataType) string {
+	switch dt {
+	case inference.DataType_TYPE_STRING:
+		return "BYTES"
+	case inference.DataType_TYPE_INVALID:
+		return ""
+	}
+	return strings.TrimPrefix(dt.String(), "TYPE_")
+}
+
+// modelConfig returns the configuration of the addressed ready version.
+func (g *Gateway) modelConfig(name, versionStr string) (*inference.ModelConfig, error) {
+	vv, err := g.resolveRequest(name, versionStr)
+	if err != nil {
+		return nil, err
+	}
+	if vv.config == nil {
+		return nil, tritonerr.Internalf("no configuration known for model '%s' version %d", name, vv.version)
+	}
+	return vv.config, nil
+}
+
+func (g *Gateway) handleModelConfig(w http.ResponseWriter, r *http.Request) {
+	v, _ := pathVersion(r)
+	cfg, err := g.modelConfig(r.PathValue("model"), v)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	body, err := modelconfig.JSON(cfg)
+	if err != nil {
+		writeError(w, tritonerr.Internalf("rendering model configuration: %v", err))
+		return
+	}
+	writeRawJSON(w, body)
+}
+
+func (g *Gateway) handleRepositoryIndex(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r.Body, encIdentity, g.cfg.HTTPMaxInputSize)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ready := false
+	if len(strings.TrimSpace(string(body))) > 0 {
+		var req map[string]json.RawMessage
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeError(w, tritonerr.InvalidArgf("failed to parse the request JSON buffer: %v", jsonErrorText(err)))
+			return
+		}
+		if raw, ok := req["ready"]; ok {
+			if err := json.Unmarshal(raw, &ready); err != nil {
+				writeError(w, tritonerr.InvalidArgf("attempt to access JSON non-boolean as boolean"))
+				return
+			}
+		}
+	}
+	writeJSON(w, g.cat.current().index(ready))
+}
+
+// jsonErrorText shortens encoding/json's messages for clients.
+func jsonErrorText(err error) string {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return "unexpected end of JSON input"
+	}
+	return err.Error()
+}
+
+func (g *Gateway) handleStats(w http.ResponseWriter, r *http.Request) {
+	v, _ := pathVersion(r)
+	resp, err := g.statistics(r.Context(), r.PathValue("model"), v)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, statsJSON(resp))
+}
+
+type durationJSON struct {
+	Count uint64 `json:"count"`
+	Ns    uint64 `json:"ns"`
+}
+
+func dur(d *inference.StatisticDuration) durationJSON {
+	return durationJSON{Count: d.GetCount(), Ns: d.GetNs()}
+}
+
+type inferStatsJSON struct {
+	Success       durationJSON `json:"success"`
+	Fail          durationJSON `json:"fail"`
+	Queue         durationJSON `json:"queue"`
+	ComputeInput  durationJSON `json:"compute_input"`
+	ComputeInfer  durationJSON `json:"compute_infer"`
+	ComputeOutput durationJSON `json:"compute_output"`
+	CacheHit      durationJSON `json:"cache_hit"`
+	CacheMiss     durationJSON `json:"cache_miss"`
+}
+
+type responseStatsJSON struct {
+	ComputeInfer  durationJSON `json:"compute_infer"`
+	ComputeOutput durationJSON `json:"compute_output"`
+	Success       durationJSON `json:"success"`
+	Fail          durationJSON `json:"fail"`
+	EmptyResponse durationJSON `json:"empty_response"`
+	Cancel        durationJSON `json:"cancel"`
+}
+
+type batchStatsJSON struct {
+	BatchSize     uint64       `json:"batch_size"`
+	ComputeInput  durationJSON `json:"compute_input"`
+	ComputeInfer  durationJSON `json:"compute_infer"`
+	ComputeOutput durationJSON `json:"compute_output"`
+}
+
+type memoryUsageJSON struct {
+	Type     string `json:"type"`
+	ID       int64  `json:"id"`
+	ByteSize uint64 `json:"byte_size"`
+}
+
+type modelStatsJSON struct {
+	Name           string                       `json:"name"`
+	Version        string                       `json:"version"`
+	LastInference  uint64                       `json:"last_inference"`
+	InferenceCount uint64                       `json:"inference_count"`
+	ExecutionCount uint64                       `json:"execution_count"`
+	InferenceStats inferStatsJSON               `json:"inference_stats"`
+	ResponseStats  map[string]responseStatsJSON `json:"response_stats"`
+	BatchStats     []batchStatsJSON             `json:"batch_stats"`
+	MemoryUsage    []memoryUsageJSON            `json:"memory_usage"`
+}
+
+// statsJSON renders statistics in the shape of Triton's JSON.
+func statsJSON(resp *inference.ModelStatisticsResponse) any {
+	out := struct {
+		ModelStats []modelStatsJSON `json:"model_stats"`
+	}{ModelStats: []modelStatsJSON{}}
+	for _, s := range resp.GetModelStats() {
+		is := s.GetInferenceStats()
+		m := modelStatsJSON{
+			Name: s.GetName(), Version: s.GetVersion(), LastInference: s.GetLastInference(),
+			InferenceCount: s.GetInferenceCount(), ExecutionCount: s.GetExecutionCount(),
+			InferenceStats: inferStatsJSON{
+				Success: dur(is.GetSuccess()), Fail: dur(is.GetFail()), Queue: dur(is.GetQueue()),
+				ComputeInput: dur(is.GetComputeInput()), ComputeInfer: dur(is.GetComputeInfer()),
+				ComputeOutput: dur(is.GetComputeOutput()), CacheHit: dur(is.GetCacheHit()), CacheMiss: dur(is.GetCacheMiss()),
+			},
+			ResponseStats: map[string]responseStatsJSON{},
+			BatchStats:    []batchStatsJSON{},
+			MemoryUsage:   []memoryUsageJSON{},
+		}
+		for k, rs := range s.GetResponseStats() {
+			m.ResponseStats[k] = responseStatsJSON{
+				ComputeInfer: dur(rs.GetComputeInfer()), ComputeOutput: dur(rs.GetComputeOutput()),
+				Success: dur(rs.GetSuccess()), Fail: dur(rs.GetFail()),
+				EmptyResponse: dur(rs.GetEmptyResponse()), Cancel: dur(rs.GetCancel()),
+			}
+		}
+		for _, b := range s.GetBatchStats() {
+			m.BatchStats = append(m.BatchStats, batchStatsJSON{BatchSize: b.GetBatchSize(),
+				ComputeInput: dur(b.GetComputeInput()), ComputeInfer: dur(b.GetComputeInfer()), ComputeOutput: dur(b.GetComputeOutput())})
+		}
+		for _, mu := range s.GetMemoryUsage() {
+			m.MemoryUsage = append(m.MemoryUsage, memoryUsageJSON{Type: mu.GetType(), ID: mu.GetId(), ByteSize: mu.GetByteSize()})
+		}
+		out.ModelStats = append(out.ModelStats, m)
+	}
+	return out
+}

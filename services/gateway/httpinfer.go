@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/kserve"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// maxRawBody bounds an uncompressed infer body. Triton itself sets no bound
+// beyond the JSON header's (--http-max-input-size, enforced by the codec);
+// this one only keeps a lying client from making us buffer without end.
+const maxRawBody = math.MaxInt32
+
+// handleInfer serves POST /v2/models/{model}[/versions/{version}]/infer:
+// decompress, decode (JSON, binary blocks or a raw binary request), forward
+// to an executor, encode, compress.
+func (g *Gateway) handleInfer(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("model")
+	v, _ := pathVersion(r)
+	vv, err := g.resolveRequest(name, v)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if vv.config.GetModelTransactionPolicy().GetDecoupled() {
+		writeError(w, tritonerr.Unsupportedf("HTTP end point doesn't support models with decoupled transaction policy"))
+		return
+	}
+	enc, err := requestEncoding(r.Header)
+	if err != nil {
+		w.Header().Set("Accept-Encoding", "gzip, deflate")
+		writeError(w, err)
+		return
+	}
+	limit := int64(maxRawBody)
+	if enc != encIdentity {
+		limit = g.cfg.HTTPMaxInputSize
+	}
+	body, err := readBody(r.Body, enc, limit)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+
+	opts := kserve.DecodeOptions{MaxInputSize: int(min(g.cfg.HTTPMaxInputSize, math.MaxInt32))}
+	var (
+		req  *inference.ModelInferRequest
+		outs *kserve.OutputOptions
+	)
+	headerLen := -1 // no header: the whole body is JSON
+	if hv, ok := r.Header[http.CanonicalHeaderKey(kserve.HeaderLength)]; ok && len(hv) > 0 {
+		if headerLen, err = kserve.ParseHeaderLength(hv[0], len(body)); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	if headerLen == 0 {
+		req, outs, err = kserve.DecodeRawRequest(body, name, vv.versionString(), vv.config, opts)
+	} else {
+		req, outs, err = kserve.DecodeInferRequest(body, headerLen, name, vv.versionString(), opts)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req.ModelName = name
+
+	resp, err := g.forwardInfer(r.Context(), vv, req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out, jsonLen, err := kserve.EncodeInferResponse(resp, outs)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	h := w.Header()
+	if jsonLen >= 0 {
+		h.Set(kserve.HeaderLength, strconv.Itoa(jsonLen))
+		h.Set("Content-Type", "application/octet-stream")
+	} else {
+		h.Set("Content-Type", "application/json")
+	}
+	if renc := responseEncoding(r.Header.Get("Accept-Encoding")); renc != encIdentity {
+		if c, err := compress(renc, out); err == nil {
+			out = c
+			h.Set("Content-Encoding", renc)
+		} else {
+			g.log.Warn("compressing infer response failed; sending it uncompressed", "err", err)
+		}
+	}
+	h.Set("Content-Length", strconv.Itoa(len(out)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+}

@@ -1,0 +1,212 @@
+package gateway
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// statsTimeout bounds one scrape of the executors' statistics.
+const statsTimeout = 5 * time.Second
+
+type statsKey struct{ name, version string }
+
+// statistics answers the statistics extension as Triton's
+// TRITONSERVER_ServerModelStatistics does (only ready versions are reported,
+// with its messages), summing what every executor serving a version reports.
+func (g *Gateway) statistics(ctx context.Context, name, versionStr string) (*inference.ModelStatisticsResponse, error) {
+	version, err := parseVersion(versionStr)
+	if err != nil {
+		return nil, err
+	}
+	v := g.cat.current()
+
+	// The versions to report, and which executors to ask.
+	var want []statsKey
+	execs := map[string]bool{}
+	if name == "" {
+		names := make([]string, 0, len(v.models))
+		for n := range v.models {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			for _, ver := range v.readyVersions(n) {
+				vv := v.models[n].versions[ver]
+				want = append(want, statsKey{n, vv.versionString()})
+				for _, id := range vv.executors {
+					execs[id] = true
+				}
+			}
+		}
+	} else {
+		ready := v.readyVersions(name)
+		if len(ready) == 0 {
+			return nil, tritonerr.InvalidArgf("requested model '%s' is not available", name)
+		}
+		if version != latestVersion && !slices.Contains(ready, version) {
+			return nil, tritonerr.InvalidArgf("requested model version is not available for model '%s'", name)
+		}
+		for _, ver := range ready {
+			if version != latestVersion && ver != version {
+				continue
+			}
+			vv := v.models[name].versions[ver]
+			want = append(want, statsKey{name, vv.versionString()})
+			for _, id := range vv.executors {
+				execs[id] = true
+			}
+		}
+	}
+
+	req := &busv1.StatisticsRequest{Name: name}
+	if version != latestVersion {
+		req.Version = versionStr
+	}
+	parts := g.collectStats(ctx, execs, req)
+
+	sums := map[statsKey]*inference.ModelStatistics{}
+	for _, p := range parts {
+		for _, ms := range p.GetModelStats() {
+			k := statsKey{ms.GetName(), ms.GetVersion()}
+			if s := sums[k]; s != nil {
+				addModelStats(s, ms)
+			} else {
+				s = emptyModelStats(k)
+				addModelStats(s, ms)
+				sums[k] = s
+			}
+		}
+	}
+	out := &inference.ModelStatisticsResponse{ModelStats: make([]*inference.ModelStatistics, 0, len(want))}
+	for _, k := range want {
+		s := sums[k]
+		if s == nil {
+			s = emptyModelStats(k)
+		}
+		slices.SortFunc(s.BatchStats, func(a, b *inference.InferBatchStatistics) int {
+			return compareUint(a.GetBatchSize(), b.GetBatchSize())
+		})
+		out.ModelStats = append(out.ModelStats, s)
+	}
+	return out, nil
+}
+
+// collectStats asks the given executors in parallel. An executor that does
+// not answer is left out (and logged) rather than failing the whole call:
+// it is most likely going away, and its catalog entry with it.
+func (g *Gateway) collectStats(ctx context.Context, execs map[string]bool, req *busv1.StatisticsRequest) []*inference.ModelStatisticsResponse {
+	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		parts []*inference.ModelStatisticsResponse
+	)
+	for id := range execs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var resp inference.ModelStatisticsResponse
+			if err := g.bus.Request(ctx, bus.ExecutorStatsSubject(id), req, &resp); err != nil {
+				g.log.Warn("executor statistics failed", "executor", id, "err", err)
+				return
+			}
+			mu.Lock()
+			parts = append(parts, &resp)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return parts
+}
+
+func compareUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func emptyDuration() *inference.StatisticDuration { return &inference.StatisticDuration{} }
+
+func emptyModelStats(k statsKey) *inference.ModelStatistics {
+	return &inference.ModelStatistics{
+		Name:    k.name,
+		Version: k.version,
+		InferenceStats: &inference.InferStatistics{
+			Success: emptyDuration(), Fail: emptyDuration(), Queue: emptyDuration(),
+			ComputeInput: emptyDuration(), ComputeInfer: emptyDuration(), ComputeOutput: emptyDuration(),
+			CacheHit: emptyDuration(), CacheMiss: emptyDuration(),
+		},
+		ResponseStats: map[string]*inference.InferResponseStatistics{},
+		BatchStats:    []*inference.InferBatchStatistics{},
+		MemoryUsage:   []*inference.MemoryUsage{},
+	}
+}
+
+func addDuration(dst **inference.StatisticDuration, src *inference.StatisticDuration) {
+	if *dst == nil {
+		*dst = emptyDuration()
+	}
+	(*dst).Count += src.GetCount()
+	(*dst).Ns += src.GetNs()
+}
+
+// addModelStats adds src into dst: counts and durations sum, the last
+// inference is the latest of all, batch statistics are matched by size.
+func addModelStats(dst, src *inference.ModelStatistics) {
+	dst.LastInference = max(dst.LastInference, src.GetLastInference())
+	dst.InferenceCount += src.GetInferenceCount()
+	dst.ExecutionCount += src.GetExecutionCount()
+	is, ss := dst.InferenceStats, src.GetInferenceStats()
+	addDuration(&is.Success, ss.GetSuccess())
+	addDuration(&is.Fail, ss.GetFail())
+	addDuration(&is.Queue, ss.GetQueue())
+	addDuration(&is.ComputeInput, ss.GetComputeInput())
+	addDuration(&is.ComputeInfer, ss.GetComputeInfer())
+	addDuration(&is.ComputeOutput, ss.GetComputeOutput())
+	addDuration(&is.CacheHit, ss.GetCacheHit())
+	addDuration(&is.CacheMiss, ss.GetCacheMiss())
+	for k, rs := range src.GetResponseStats() {
+		d := dst.ResponseStats[k]
+		if d == nil {
+			d = &inference.InferResponseStatistics{}
+			dst.ResponseStats[k] = d
+		}
+		addDuration(&d.ComputeInfer, rs.GetComputeInfer())
+		addDuration(&d.ComputeOutput, rs.GetComputeOutput())
+		addDuration(&d.Success, rs.GetSuccess())
+		addDuration(&d.Fail, rs.GetFail())
+		addDuration(&d.EmptyResponse, rs.GetEmptyResponse())
+		addDuration(&d.Cancel, rs.GetCancel())
+	}
+	for _, bs := range src.GetBatchStats() {
+		var d *inference.InferBatchStatistics
+		for _, have := range dst.BatchStats {
+			if have.BatchSize == bs.GetBatchSize() {
+				d = have
+				break
+			}
+		}
+		if d == nil {
+			d = &inference.InferBatchStatistics{BatchSize: bs.GetBatchSize()}
+			dst.BatchStats = append(dst.BatchStats, d)
+		}
+		addDuration(&d.ComputeInput, bs.GetComputeInput())
+		addDuration(&d.ComputeInfer, bs.GetComputeInfer())
+		addDuration(&d.ComputeOutput, bs.GetComputeOutput())
+	}
+	for _, mu := range src.GetMemoryUsage() {
+		dst.MemoryUsage = append(dst.MemoryUsage, &inference.MemoryUsage{Type: mu.GetType(), Id: mu.GetId(), ByteSize: mu.GetByteSize()})
+	}
+}
