@@ -261,13 +261,17 @@ func (e *Executor) load(ctx context.Context) error {
 
 	for _, name := range names {
 		m, ok := byName[name]
-		switch {
-		case !ok:
-			e.models = append(e.models, &modelVersion{e: e, name: name, state: StateUnavailable,
-				reason: fmt.Sprintf("failed to load '%s', no model '%s' in the model repository", name, name)})
-			continue
-		case m.Err != nil && len(m.Versions) == 0:
-			e.models = append(e.models, &modelVersion{e: e, name: name, cfg: m.Config, state: StateUnavailable, reason: m.Err.Error()})
+		// A model that fails before its versions are known is listed once,
+		// with version "".
+		if !ok || (m.Err != nil && len(m.Versions) == 0) {
+			mv := &modelVersion{e: e, name: name, state: StateUnavailable}
+			if ok {
+				mv.cfg, mv.reason = m.Config, m.Err.Error()
+			} else {
+				mv.reason = fmt.Sprintf("failed to load '%s', no model '%s' in the model repository", name, name)
+			}
+			e.log.Warn("model failed to load", "model", name, "reason", mv.reason)
+			e.models = append(e.models, mv)
 			continue
 		}
 		versions := slices.Clone(m.Versions)
