@@ -15,7 +15,9 @@ import (
 // doubler is the backend of the package documentation: OUT = 2 * IN.
 type doubler struct{}
 
-func (doubler) NewModel(context.Context, backend.ModelInfo) (backend.Model, error) { return doubler{}, nil }
+func (doubler) NewModel(context.Context, backend.ModelInfo) (backend.Model, error) {
+	return doubler{}, nil
+}
 func (doubler) NewInstance(_ context.Context, i backend.InstanceInfo) (backend.Instance, error) {
 	return &doublerInstance{stats: i.Stats}, nil
 }
