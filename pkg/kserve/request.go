@@ -1,0 +1,717 @@
+package kserve
+
+import (
+	"math"
+	"strings"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/tensor"
+	"github.com/nereid-io/nereid/pkg/tensor/jsonlex"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// Parameter names with a meaning to the protocol.
+const (
+	paramBinaryDataSize   = "binary_data_size"
+	paramBinaryData       = "binary_data"
+	paramBinaryDataOutput = "binary_data_output"
+	paramClassification   = "classification"
+	paramShmRegion        = "shared_memory_region"
+	paramShmOffset        = "shared_memory_offset"
+	paramShmByteSize      = "shared_memory_byte_size"
+)
+
+// DecodeInferRequest decodes an HTTP infer request body for model/version.
+//
+// headerLen is the value of Inference-Header-Content-Length (see
+// ParseHeaderLength), or -1 when the header is absent and the whole body is
+// JSON. A header length of 0 announces a raw binary request, which needs the
+// model configuration: use DecodeRawRequest.
+//
+// The result carries every input's data in RawInputContents, one entry per
+// input in request order: binary inputs alias body (keep body alive and
+// unchanged while the request is in use), JSON `data` is decoded into the
+// binary layout. Inputs in shared memory get a nil entry and keep their
+// shared_memory_* parameters. The OutputOptions say how each output should
+// come back.
+func DecodeInferRequest(body []byte, headerLen int, model, version string, opts DecodeOptions) (*inference.ModelInferRequest, *OutputOptions, error) {
+	headerGiven := headerLen >= 0
+	if !headerGiven {
+		headerLen = len(body)
+	}
+	if headerLen > len(body) {
+		return nil, nil, tritonerr.InvalidArgf("inference header size should be in range (0, %d), got: %d", len(body), headerLen)
+	}
+	if headerGiven && headerLen == 0 {
+		return nil, nil, tritonerr.Internalf("a raw binary request (%s: 0) must be decoded with DecodeRawRequest", HeaderLength)
+	}
+	if max := opts.maxInput(); headerLen > max {
+		return nil, nil, tritonerr.InvalidArgf(
+			"Request JSON size of %d bytes exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.",
+			headerLen, max)
+	}
+
+	p := parser{model: model, header: body[:headerLen]}
+	p.lx.Reset(p.header, 0, 0)
+	p.lx.MaxDepth = jsonlex.DefaultMaxDepth
+	if err := p.document(); err != nil {
+		return nil, nil, err
+	}
+	if p.err != nil {
+		return nil, nil, p.err
+	}
+
+	req := &inference.ModelInferRequest{
+		ModelName:    model,
+		ModelVersion: version,
+		Id:           p.id,
+		Parameters:   p.params,
+	}
+	if err := p.buildInputs(req, body[headerLen:], headerGiven); err != nil {
+		return nil, nil, err
+	}
+	out, err := p.buildOutputs(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	return req, out, nil
+}
+
+// parser holds what one pass over the JSON header collects. Syntax errors
+// stop the pass at once; errors about values (a wrong type, a bad shape) are
+// remembered and reported only once the whole document has proved to be
+// valid JSON, since Triton parses the document before it looks at it.
+type parser struct {
+	model  string
+	header []byte
+	lx     jsonlex.Lexer
+	err    error // first semantic error
+
+	id            string
+	params        map[string]*inference.InferParameter
+	binaryDefault bool
+	hasInputs     bool
+	inputs        []inputSpec
+	outputs       []outputSpec
+}
+
+type inputSpec struct {
+	name, datatype         string
+	hasName, hasDatatype   bool
+	shape                  []int64
+	hasShape               bool
+	shapeOverflow          bool // a dimension above MaxInt64
+	params                 map[string]*inference.InferParameter
+	hasData                bool
+	data                   []byte // raw JSON text of "data"
+	dataOffset, dataDepth  int
+	hasBinary              bool
+	binarySize             uint64
+	hasShm                 bool
+	shmRegion              string
+	shmOffset, shmByteSize uint64
+}
+
+type outputSpec struct {
+	name           string
+	hasName        bool
+	binary         *bool
+	classification uint64
+	hasShm         bool
+	shm            SharedMemoryRef
+	params         map[string]*inference.InferParameter
+}
+
+func (p *parser) fail(err error) {
+	if p.err == nil {
+		p.err = err
+	}
+}
+
+func (p *parser) next() (jsonlex.Token, error) { return p.lx.Next() }
+
+// skip consumes the rest of a value whose first token is t.
+func (p *parser) skip(t jsonlex.Token) error {
+	_, err := p.lx.SkipValue(t)
+	return err
+}
+
+func isScalar(k jsonlex.Kind) bool {
+	return k == jsonlex.String || k == jsonlex.Number || k == jsonlex.True || k == jsonlex.False || k == jsonlex.Null
+}
+
+// wrongType records "Unable to parse '<field>': expected X, got Y" and
+// skips the value.
+func (p *parser) wrongType(field, want string, t jsonlex.Token) error {
+	p.fail(tritonerr.InvalidArgf("Unable to parse '%s': expected %s, got %s", field, want, t.Kind))
+	return p.skip(t)
+}
+
+// object walks the members of an object whose '{' is t.
+func (p *parser) object(t jsonlex.Token, field string, member func(key, val jsonlex.Token) error) error {
+	if t.Kind != jsonlex.BeginObject {
+		return p.wrongType(field, "an object", t)
+	}
+	for {
+		k, err := p.next()
+		if err != nil {
+			return err
+		}
+		if k.Kind == jsonlex.EndObject {
+			return nil
+		}
+		v, err := p.next()
+		if err != nil {
+			return err
+		}
+		if err := member(k, v); err != nil {
+			return err
+		}
+	}
+}
+
+// array walks the elements of an array whose '[' is t.
+func (p *parser) array(t jsonlex.Token, field string, elem func(v jsonlex.Token) error) error {
+	if t.Kind != jsonlex.BeginArray {
+		return p.wrongType(field, "an array", t)
+	}
+	for {
+		v, err := p.next()
+		if err != nil {
+			return err
+		}
+		if v.Kind == jsonlex.EndArray {
+			return nil
+		}
+		if err := elem(v); err != nil {
+			return err
+		}
+	}
+}
+
+func (p *parser) stringVal(t jsonlex.Token, field string) (string, bool, error) {
+	if t.Kind != jsonlex.String {
+		return "", false, p.wrongType(field, "a string", t)
+	}
+	return jsonlex.StringValue(t), true, nil
+}
+
+func (p *parser) boolVal(t jsonlex.Token, field string) (bool, bool, error) {
+	switch t.Kind {
+	case jsonlex.True:
+		return true, true, nil
+	case jsonlex.False:
+		return false, true, nil
+	}
+	p.fail(tritonerr.InvalidArgf("Unable to parse '%s': expected a boolean, got %s", field, t.Kind))
+	return false, false, p.skip(t)
+}
+
+func (p *parser) uintVal(t jsonlex.Token, field string) (uint64, bool, error) {
+	if v, ok := jsonlex.Uint64(t); ok && t.Kind == jsonlex.Number {
+		return v, true, nil
+	}
+	what := t.Kind.String()
+	if t.Kind == jsonlex.Number {
+		what = "number " + string(t.Raw)
+	}
+	p.fail(tritonerr.InvalidArgf("Unable to parse '%s': expected an unsigned integer, got %s", field, what))
+	return 0, false, p.skip(t)
+}
+
+// keyIs compares a member name without allocating (names with escapes are
+// unescaped first).
+func keyIs(k jsonlex.Token, name string) bool {
+	if !k.Escaped {
+		return string(k.Raw) == name
+	}
+	return jsonlex.StringValue(k) == name
+}
+
+func keyName(k jsonlex.Token) string { return jsonlex.StringValue(k) }
+
+// document parses the request header.
+func (p *parser) document() error {
+	t, err := p.next()
+	if err != nil {
+		return err
+	}
+	if t.Kind != jsonlex.BeginObject {
+		p.fail(tritonerr.InvalidArgf("Unable to parse 'inputs': the request must be a JSON object, got %s", t.Kind))
+		if err := p.skip(t); err != nil {
+			return err
+		}
+	} else {
+		seen := 0 // bit set of top-level members seen; the first wins as in rapidjson's Find
+		err = p.object(t, "", func(k, v jsonlex.Token) error {
+			switch {
+			case keyIs(k, "id") && seen&1 == 0:
+				seen |= 1
+				if v.Kind != jsonlex.String {
+					return p.wrongType("id", "a string", v)
+				}
+				p.id = jsonlex.StringValue(v)
+				return nil
+			case keyIs(k, "parameters") && seen&2 == 0:
+				seen |= 2
+				return p.requestParams(v)
+			case keyIs(k, "inputs") && seen&4 == 0:
+				seen |= 4
+				p.hasInputs = true
+				return p.array(v, "inputs", p.input)
+			case keyIs(k, "outputs") && seen&8 == 0:
+				seen |= 8
+				return p.array(v, "outputs", p.output)
+			}
+			return p.skip(v)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	t, err = p.next()
+	if err != nil {
+		return err
+	}
+	if !p.hasInputs {
+		p.fail(tritonerr.InvalidArgf("Unable to parse 'inputs': the request has no 'inputs' array"))
+	}
+	return nil
+}
+
+// requestParams reads the request "parameters" (HTTP ParseJsonTritonParams).
+func (p *parser) requestParams(t jsonlex.Token) error {
+	return p.object(t, "parameters", func(k, v jsonlex.Token) error {
+		key := keyName(k)
+		switch key {
+		case "sequence_id":
+			if u, ok := jsonlex.Uint64(v); ok && v.Kind == jsonlex.Number {
+				// gRPC carries numeric ids as int64_param, read back as uint64.
+				p.setParam(key, &inference.InferParameter{ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: int64(u)}})
+				return nil
+			}
+			if v.Kind == jsonlex.String {
+				p.setParam(key, stringParam(jsonlex.StringValue(v)))
+				return nil
+			}
+			p.fail(tritonerr.InvalidArgf("Unable to parse 'sequence_id'"))
+			return p.skip(v)
+		case "sequence_start", "sequence_end":
+			if v.Kind != jsonlex.True && v.Kind != jsonlex.False {
+				p.fail(tritonerr.InvalidArgf("Unable to parse '%s'", key))
+				return p.skip(v)
+			}
+			p.setParam(key, boolParam(v.Kind == jsonlex.True))
+		case "priority":
+			u, ok := jsonlex.Uint64(v)
+			if !ok || v.Kind != jsonlex.Number {
+				p.fail(tritonerr.InvalidArgf("Unable to parse 'priority'"))
+				return p.skip(v)
+			}
+			p.setParam(key, &inference.InferParameter{ParameterChoice: &inference.InferParameter_Uint64Param{Uint64Param: u}})
+		case "timeout":
+			u, ok := jsonlex.Uint64(v)
+			if !ok || v.Kind != jsonlex.Number || u > math.MaxInt64 {
+				p.fail(tritonerr.InvalidArgf("Unable to parse 'timeout'"))
+				return p.skip(v)
+			}
+			p.setParam(key, int64Param(int64(u)))
+		case paramBinaryDataOutput:
+			b, ok, err := p.boolVal(v, paramBinaryDataOutput)
+			if ok {
+				p.binaryDefault = b
+			}
+			return err
+		default:
+			if strings.HasPrefix(key, "triton_") {
+				p.fail(tritonerr.InvalidArgf("parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."))
+				return p.skip(v)
+			}
+			param, ok := scalarParam(v)
+			if !ok {
+				p.fail(tritonerr.InvalidArgf("parameter '%s' has invalid type. It should be either 'int', 'bool', or 'string'.", key))
+				return p.skip(v)
+			}
+			p.setParam(key, param)
+		}
+		return nil
+	})
+}
+
+func (p *parser) setParam(key string, v *inference.InferParameter) {
+	if p.params == nil {
+		p.params = make(map[string]*inference.InferParameter)
+	}
+	if _, dup := p.params[key]; !dup {
+		p.params[key] = v
+	}
+}
+
+func boolParam(b bool) *inference.InferParameter {
+	return &inference.InferParameter{ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: b}}
+}
+
+func int64Param(v int64) *inference.InferParameter {
+	return &inference.InferParameter{ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: v}}
+}
+
+func uint64Param(v uint64) *inference.InferParameter {
+	return &inference.InferParameter{ParameterChoice: &inference.InferParameter_Uint64Param{Uint64Param: v}}
+}
+
+func stringParam(s string) *inference.InferParameter {
+	return &inference.InferParameter{ParameterChoice: &inference.InferParameter_StringParam{StringParam: s}}
+}
+
+// scalarParam maps a JSON scalar to an InferParameter as Triton does:
+// string, int64 (integers that fit), bool, else double.
+func scalarParam(v jsonlex.Token) (*inference.InferParameter, bool) {
+	switch v.Kind {
+	case jsonlex.String:
+		return stringParam(jsonlex.StringValue(v)), true
+	case jsonlex.True, jsonlex.False:
+		return boolParam(v.Kind == jsonlex.True), true
+	case jsonlex.Number:
+		if i, ok := jsonlex.Int64(v); ok {
+			return int64Param(i), true
+		}
+		if f, ok := jsonlex.Float64(v); ok {
+			return &inference.InferParameter{ParameterChoice: &inference.InferParameter_DoubleParam{DoubleParam: f}}, true
+		}
+	}
+	return nil, false
+}
+
+// shmParam stores a shared_memory_offset/byte_size as the gRPC form expects
+// (int64_param), or uint64_param for values int64 cannot hold, so that the
+// overflow checks of the shared-memory layer see the client's number.
+func shmParam(v uint64) *inference.InferParameter {
+	if v > math.MaxInt64 {
+		return uint64Param(v)
+	}
+	return int64Param(int64(v))
+}
+
+func (p *parser) input(t jsonlex.Token) error {
+	in := inputSpec{}
+	seen := 0
+	err := p.object(t, "inputs", func(k, v jsonlex.Token) error {
+		switch {
+		case keyIs(k, "name") && seen&1 == 0:
+			seen |= 1
+			s, ok, err := p.stringVal(v, "name")
+			in.name, in.hasName = s, ok
+			return err
+		case keyIs(k, "datatype") && seen&2 == 0:
+			seen |= 2
+			s, ok, err := p.stringVal(v, "datatype")
+			in.datatype, in.hasDatatype = s, ok
+			return err
+		case keyIs(k, "shape") && seen&4 == 0:
+			seen |= 4
+			in.hasShape = true
+			in.shape = make([]int64, 0, 4)
+			bad := false
+			return p.array(v, "shape", func(d jsonlex.Token) error {
+				u, ok := jsonlex.Uint64(d)
+				if !ok || d.Kind != jsonlex.Number {
+					if !bad {
+						bad = true
+						if d.Kind == jsonlex.Number && jsonlex.IsInteger(d) && d.Raw[0] != '-' {
+							// Larger than uint64: the element count overflows.
+							in.shapeOverflow = true
+							in.shape = append(in.shape, math.MaxInt64)
+							return nil
+						}
+						// Triton's TritonJson wording (Triton answers 500 here; a
+						// malformed request is a 400 for us).
+						p.fail(tritonerr.InvalidArgf("Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"))
+					}
+					return p.skip(d)
+				}
+				if u > math.MaxInt64 {
+					in.shapeOverflow = true
+					u = math.MaxInt64
+				}
+				in.shape = append(in.shape, int64(u))
+				return nil
+			})
+		case keyIs(k, "data") && seen&8 == 0:
+			seen |= 8
+			in.hasData = true
+			in.dataOffset = v.Offset
+			in.dataDepth = p.lx.Depth()
+			if v.Kind == jsonlex.BeginArray {
+				in.dataDepth-- // Depth already counts the data's own '['
+			}
+			raw, err := p.lx.SkipValue(v)
+			in.data = raw
+			return err
+		case keyIs(k, "parameters") && seen&16 == 0:
+			seen |= 16
+			return p.object(v, "parameters", func(pk, pv jsonlex.Token) error {
+				return p.inputParam(&in, pk, pv)
+			})
+		}
+		return p.skip(v)
+	})
+	p.inputs = append(p.inputs, in)
+	return err
+}
+
+func (p *parser) inputParam(in *inputSpec, k, v jsonlex.Token) error {
+	key := keyName(k)
+	switch key {
+	case paramBinaryDataSize:
+		in.hasBinary = true
+		u, _, err := p.uintVal(v, paramBinaryDataSize)
+		in.binarySize = u
+		return err
+	case paramShmRegion:
+		in.hasShm = true
+		s, _, err := p.stringVal(v, paramShmRegion)
+		in.shmRegion = s
+		return err
+	case paramShmOffset:
+		u, _, err := p.uintVal(v, paramShmOffset)
+		in.shmOffset = u
+		return err
+	case paramShmByteSize:
+		u, _, err := p.uintVal(v, paramShmByteSize)
+		in.shmByteSize = u
+		return err
+	}
+	param, ok := scalarParam(v)
+	if !ok {
+		p.fail(tritonerr.InvalidArgf("parameter '%s' has invalid type. It should be either 'int', 'bool', or 'string'.", key))
+		return p.skip(v)
+	}
+	if in.params == nil {
+		in.params = make(map[string]*inference.InferParameter)
+	}
+	if _, dup := in.params[key]; !dup {
+		in.params[key] = param
+	}
+	return nil
+}
+
+func (p *parser) output(t jsonlex.Token) error {
+	out := outputSpec{}
+	seen := 0
+	err := p.object(t, "outputs", func(k, v jsonlex.Token) error {
+		switch {
+		case keyIs(k, "name") && seen&1 == 0:
+			seen |= 1
+			s, ok, err := p.stringVal(v, "name")
+			out.name, out.hasName = s, ok
+			return err
+		case keyIs(k, "parameters") && seen&2 == 0:
+			seen |= 2
+			return p.object(v, "parameters", func(pk, pv jsonlex.Token) error {
+				switch key := keyName(pk); key {
+				case paramBinaryData:
+					b, ok, err := p.boolVal(pv, paramBinaryData)
+					if ok {
+						out.binary = &b
+					}
+					return err
+				case paramClassification:
+					if u, ok := jsonlex.Uint64(pv); ok && pv.Kind == jsonlex.Number {
+						out.classification = u
+						return nil
+					}
+					p.fail(tritonerr.InvalidArgf("Unable to set 'classification'"))
+					return p.skip(pv)
+				case paramShmRegion:
+					out.hasShm = true
+					s, _, err := p.stringVal(pv, paramShmRegion)
+					out.shm.Region = s
+					return err
+				case paramShmOffset:
+					u, _, err := p.uintVal(pv, paramShmOffset)
+					out.shm.Offset = u
+					return err
+				case paramShmByteSize:
+					u, _, err := p.uintVal(pv, paramShmByteSize)
+					out.shm.ByteSize = u
+					return err
+				default:
+					// Triton's HTTP front end ignores other output parameters;
+					// keep them for the backend, as gRPC would.
+					if param, ok := scalarParam(pv); ok {
+						if out.params == nil {
+							out.params = make(map[string]*inference.InferParameter)
+						}
+						out.params[key] = param
+						return nil
+					}
+					return p.skip(pv)
+				}
+			})
+		}
+		return p.skip(v)
+	})
+	p.outputs = append(p.outputs, out)
+	return err
+}
+
+// buildInputs validates the inputs in request order, as Triton's
+// ParseJsonTritonIO does, and fills req.Inputs and req.RawInputContents.
+func (p *parser) buildInputs(req *inference.ModelInferRequest, bin []byte, headerGiven bool) error {
+	req.Inputs = make([]*inference.ModelInferRequest_InferInputTensor, 0, len(p.inputs))
+	req.RawInputContents = make([][]byte, 0, len(p.inputs))
+	pos := 0
+	for i := range p.inputs {
+		in := &p.inputs[i]
+		if n := btoi(in.hasData) + btoi(in.hasBinary) + btoi(in.hasShm); n != 1 {
+			var sb strings.Builder
+			sb.WriteString("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But")
+			if n == 0 {
+				sb.WriteString(" no field is set")
+			} else {
+				sb.WriteString(" set")
+				if in.hasData {
+					sb.WriteString(" 'data'")
+				}
+				if in.hasBinary {
+					sb.WriteString(" 'binary_data_size'")
+				}
+				if in.hasShm {
+					sb.WriteString(" 'shared_memory_region'")
+				}
+			}
+			return tritonerr.InvalidArgf("%s", sb.String())
+		}
+		if !in.hasName {
+			return tritonerr.InvalidArgf("Unable to parse 'name': input %d has no 'name'", i)
+		}
+		if !in.hasDatatype {
+			return tritonerr.InvalidArgf("Unable to parse 'datatype': input '%s' has no 'datatype'", in.name)
+		}
+		if !in.hasShape {
+			return tritonerr.InvalidArgf("Unable to parse 'shape': input '%s' has no 'shape'", in.name)
+		}
+		if in.shapeOverflow {
+			return tritonerr.InvalidArgf(
+				"invalid shape for input '%s': shape %s causes total element count to exceed maximum size of %d",
+				in.name, tensor.DimsString(in.shape), int64(math.MaxInt64))
+		}
+		count, err := tensor.ElementCount(in.name, in.shape)
+		if err != nil {
+			return err
+		}
+		if dt, ok := tensor.ParseDataType(in.datatype); ok && dt != tensor.Bytes {
+			if _, err := tensor.ByteSize(in.name, dt, in.shape); err != nil {
+				return err
+			}
+		}
+		tin := &inference.ModelInferRequest_InferInputTensor{
+			Name: in.name, Datatype: in.datatype, Shape: in.shape, Parameters: in.params,
+		}
+		var data []byte
+		switch {
+		case in.hasBinary:
+			size := in.binarySize
+			if size > 0 && !headerGiven {
+				return tritonerr.InvalidArgf("must specify valid 'Infer-Header-Content-Length' in request header and 'binary_data_size' when passing inputs in binary data format")
+			}
+			if rest := uint64(len(bin) - pos); size > rest {
+				return tritonerr.InvalidArgf("unexpected size for input '%s', expecting %d additional bytes for model '%s'",
+					in.name, size-rest, p.model)
+			}
+			end := pos + int(size)
+			data = bin[pos:end:end] // aliases the body; capped so appends cannot clobber the next input
+			pos = end
+			setParam(&tin.Parameters, paramBinaryDataSize, int64Param(int64(size)))
+		case in.hasShm:
+			setParam(&tin.Parameters, paramShmRegion, stringParam(in.shmRegion))
+			setParam(&tin.Parameters, paramShmOffset, shmParam(in.shmOffset))
+			setParam(&tin.Parameters, paramShmByteSize, shmParam(in.shmByteSize))
+		default:
+			dt, ok := tensor.ParseDataType(in.datatype)
+			if !ok {
+				return tritonerr.InvalidArgf("invalid datatype for input %s", in.name)
+			}
+			lx := jsonlex.NewAt(in.data, in.dataOffset, in.dataDepth)
+			first, err := lx.Next()
+			if err != nil {
+				return err
+			}
+			data, err = tensor.AppendJSONData(nil, lx, first, in.name, dt, count)
+			if err != nil {
+				return err
+			}
+			if data == nil {
+				data = []byte{}
+			}
+		}
+		req.Inputs = append(req.Inputs, tin)
+		req.RawInputContents = append(req.RawInputContents, data)
+	}
+	if pos != len(bin) {
+		return tritonerr.InvalidArgf("unexpected additional input data for model '%s'", p.model)
+	}
+	return nil
+}
+
+func setParam(m *map[string]*inference.InferParameter, key string, v *inference.InferParameter) {
+	if *m == nil {
+		*m = make(map[string]*inference.InferParameter, 2)
+	}
+	(*m)[key] = v
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// buildOutputs validates the requested outputs and fills req.Outputs.
+func (p *parser) buildOutputs(req *inference.ModelInferRequest) (*OutputOptions, error) {
+	opts := &OutputOptions{BinaryDefault: p.binaryDefault}
+	if len(p.outputs) == 0 {
+		return opts, nil
+	}
+	req.Outputs = make([]*inference.ModelInferRequest_InferRequestedOutputTensor, 0, len(p.outputs))
+	opts.Requested = make([]RequestedOutput, 0, len(p.outputs))
+	for i := range p.outputs {
+		o := &p.outputs[i]
+		if o.hasShm {
+			if o.classification > 0 {
+				return nil, tritonerr.InvalidArgf("Output can't set both 'shared_memory_region' and 'classification'")
+			}
+			if o.binary != nil && *o.binary {
+				return nil, tritonerr.InvalidArgf("Output can't set both 'shared_memory_region' and 'binary_data'")
+			}
+		}
+		if !o.hasName {
+			return nil, tritonerr.InvalidArgf("Unable to parse 'name': output %d has no 'name'", i)
+		}
+		for _, prev := range opts.Requested {
+			if prev.Name == o.name {
+				return nil, tritonerr.InvalidArgf("Duplicate output name '%s' is not allowed in a request", o.name)
+			}
+		}
+		ro := RequestedOutput{Name: o.name, Binary: p.binaryDefault, Classification: o.classification}
+		if o.binary != nil {
+			ro.Binary = *o.binary
+		}
+		params := o.params
+		if o.classification > 0 {
+			setParam(&params, paramClassification, int64Param(int64(min(o.classification, math.MaxInt64))))
+		}
+		if o.hasShm {
+			shm := o.shm
+			ro.SharedMemory = &shm
+			ro.Binary = false
+			setParam(&params, paramShmRegion, stringParam(shm.Region))
+			setParam(&params, paramShmOffset, shmParam(shm.Offset))
+			setParam(&params, paramShmByteSize, shmParam(shm.ByteSize))
+		}
+		req.Outputs = append(req.Outputs, &inference.ModelInferRequest_InferRequestedOutputTensor{Name: o.name, Parameters: params})
+		opts.Requested = append(opts.Requested, ro)
+	}
+	return opts, nil
+}

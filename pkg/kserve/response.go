@@ -1,0 +1,215 @@
+package kserve
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/tensor"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// EncodeInferResponse writes the HTTP body of an infer response in Triton's
+// form:
+//
+//	{"id":..., "model_name":..., "model_version":..., "parameters":{...},
+//	 "outputs":[{"name":..., "datatype":..., "shape":[...], "data":[...]}]}
+//
+// id appears only when set, parameters only when there are any. Outputs
+// the request wants in binary (opts; per-output binary_data overrides the
+// request's binary_data_output) carry parameters.binary_data_size instead of
+// data, and their bytes follow the JSON in output order. jsonLen is then the
+// length of the JSON part, for the Inference-Header-Content-Length header
+// (and Content-Type application/octet-stream); it is -1 when the body is
+// JSON only. Outputs bound for shared memory carry their shared_memory_*
+// parameters and no data.
+//
+// Output data comes from resp.RawOutputContents (one entry per output), or
+// from an output's typed contents when the raw entry is missing.
+func EncodeInferResponse(resp *inference.ModelInferResponse, opts *OutputOptions) (body []byte, jsonLen int, err error) {
+	outputs := resp.GetOutputs()
+	raw := resp.GetRawOutputContents()
+	datas := make([][]byte, len(outputs))
+	binary := make([]bool, len(outputs))
+	size := 128 + len(resp.GetModelName()) + len(resp.GetId())
+	binSize := 0
+	anyBinary := false
+	for i, o := range outputs {
+		var d []byte
+		if i < len(raw) && raw[i] != nil {
+			d = raw[i]
+		} else if o.GetContents() != nil {
+			dt, ok := tensor.ParseDataType(o.GetDatatype())
+			if !ok {
+				return nil, -1, tritonerr.Internalf("output '%s' has invalid datatype '%s'", o.GetName(), o.GetDatatype())
+			}
+			d, err = contentsToBytes(nil, dt, o.GetContents())
+			if err != nil {
+				return nil, -1, tritonerr.Internalf("output '%s': %v", o.GetName(), err)
+			}
+		}
+		datas[i] = d
+		ro := opts.output(o.GetName())
+		if ro != nil && ro.SharedMemory != nil {
+			size += 128
+			continue
+		}
+		binary[i] = opts.Binary(o.GetName())
+		size += 96 + len(o.GetName()) + 24*len(o.GetShape())
+		if binary[i] {
+			anyBinary = true
+			binSize += len(d)
+		} else {
+			// A rough guess at JSON's size: numbers take ~2-3x their bytes.
+			size += 3*len(d) + 16
+		}
+	}
+
+	b := make([]byte, 0, size+binSize)
+	b = append(b, '{')
+	if resp.GetId() != "" {
+		b = append(b, `"id":`...)
+		b = tensor.AppendJSONString(b, resp.GetId())
+		b = append(b, ',')
+	}
+	b = append(b, `"model_name":`...)
+	b = tensor.AppendJSONString(b, resp.GetModelName())
+	b = append(b, `,"model_version":`...)
+	b = tensor.AppendJSONString(b, resp.GetModelVersion())
+	if len(resp.GetParameters()) > 0 {
+		b = append(b, `,"parameters":`...)
+		b = appendParams(b, resp.GetParameters(), -1)
+	}
+	b = append(b, `,"outputs":[`...)
+	for i, o := range outputs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":`...)
+		b = tensor.AppendJSONString(b, o.GetName())
+		b = append(b, `,"datatype":`...)
+		b = tensor.AppendJSONString(b, o.GetDatatype())
+		b = append(b, `,"shape":[`...)
+		for j, d := range o.GetShape() {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, d, 10)
+		}
+		b = append(b, ']')
+		if ro := opts.output(o.GetName()); ro != nil && ro.SharedMemory != nil {
+			// The data went to the client's region (written by the layer
+			// that owns shared memory); report where it is.
+			b = append(b, `,"parameters":`...)
+			b = appendParams(b, shmOutputParams(o.GetParameters(), ro.SharedMemory), -1)
+			b = append(b, '}')
+			continue
+		}
+		if binary[i] {
+			b = append(b, `,"parameters":`...)
+			b = appendParams(b, o.GetParameters(), len(datas[i]))
+		} else {
+			if len(o.GetParameters()) > 0 {
+				b = append(b, `,"parameters":`...)
+				b = appendParams(b, o.GetParameters(), -1)
+			}
+			dt, ok := tensor.ParseDataType(o.GetDatatype())
+			if !ok {
+				return nil, -1, tritonerr.Internalf("output '%s' has invalid datatype '%s'", o.GetName(), o.GetDatatype())
+			}
+			n, err := tensor.ElementCount(o.GetName(), o.GetShape())
+			if err != nil {
+				return nil, -1, tritonerr.Internalf("%s", err.Error())
+			}
+			b = append(b, `,"data":`...)
+			b, err = tensor.AppendJSON(b, o.GetName(), dt, n, datas[i])
+			if err != nil {
+				return nil, -1, err
+			}
+		}
+		b = append(b, '}')
+	}
+	b = append(b, "]}"...)
+	if !anyBinary {
+		return b, -1, nil
+	}
+	jsonLen = len(b)
+	for i, d := range datas {
+		if binary[i] {
+			b = append(b, d...)
+		}
+	}
+	return b, jsonLen, nil
+}
+
+func shmOutputParams(params map[string]*inference.InferParameter, shm *SharedMemoryRef) map[string]*inference.InferParameter {
+	out := make(map[string]*inference.InferParameter, len(params)+3)
+	for k, v := range params {
+		out[k] = v
+	}
+	out[paramShmRegion] = stringParam(shm.Region)
+	out[paramShmByteSize] = uint64Param(shm.ByteSize)
+	if shm.Offset != 0 {
+		out[paramShmOffset] = uint64Param(shm.Offset)
+	}
+	return out
+}
+
+// appendParams writes parameters as a JSON object of scalars, keys sorted so
+// that the output is stable. binarySize >= 0 adds binary_data_size.
+func appendParams(b []byte, params map[string]*inference.InferParameter, binarySize int) []byte {
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		if binarySize >= 0 && k == paramBinaryDataSize {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sortStrings(keys)
+	b = append(b, '{')
+	first := true
+	if binarySize >= 0 {
+		b = append(b, `"binary_data_size":`...)
+		b = strconv.AppendInt(b, int64(binarySize), 10)
+		first = false
+	}
+	for _, k := range keys {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = tensor.AppendJSONString(b, k)
+		b = append(b, ':')
+		b = appendParamValue(b, params[k])
+	}
+	return append(b, '}')
+}
+
+func appendParamValue(b []byte, p *inference.InferParameter) []byte {
+	switch v := p.GetParameterChoice().(type) {
+	case *inference.InferParameter_BoolParam:
+		return strconv.AppendBool(b, v.BoolParam)
+	case *inference.InferParameter_Int64Param:
+		return strconv.AppendInt(b, v.Int64Param, 10)
+	case *inference.InferParameter_Uint64Param:
+		return strconv.AppendUint(b, v.Uint64Param, 10)
+	case *inference.InferParameter_DoubleParam:
+		f := v.DoubleParam
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return append(b, "null"...)
+		}
+		return strconv.AppendFloat(b, f, 'g', -1, 64)
+	case *inference.InferParameter_StringParam:
+		return tensor.AppendJSONString(b, v.StringParam)
+	}
+	return append(b, "null"...)
+}
+
+// sortStrings is an insertion sort: parameter maps hold a handful of keys.
+func sortStrings(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
