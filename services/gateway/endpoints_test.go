@@ -266,5 +266,32 @@ func TestMetadataEndpoints(t *testing.T) {
 			}
 		})
 	}
-	_ = strings.TrimSpace
+}
+
+// TestWithdraw: an executor that shuts down cleanly withdraws, and its
+// models are unavailable at once rather than after the heartbeat expiry.
+func TestWithdraw(t *testing.T) {
+	ns := startNATS(t)
+	g := startGateway(t, ns)
+	ex := newFakeExecutor(t, ns, "ex1",
+		&busv1.ModelVersionState{Name: "simple", Version: "1", State: "READY", Config: simpleConfig("simple")})
+	ex.start()
+	waitModelReady(t, g, "simple")
+	ex.kill()
+	ex.heartbeat(true)
+	start := time.Now()
+	waitFor(t, "withdrawal", 2*time.Second, func() bool {
+		_, err := g.resolveRequest("simple", "")
+		return err != nil
+	})
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("withdrawal took %v", d)
+	}
+	if ids := g.cat.executorIDs(); len(ids) != 0 {
+		t.Errorf("executors after withdrawal: %v", ids)
+	}
+	r := do(t, "GET", "http://"+g.MetricsAddr()+"/nothing", nil, nil)
+	if r.status != 404 {
+		t.Errorf("metrics unknown path: %d", r.status)
+	}
 }

@@ -173,6 +173,56 @@ func TestInferHTTP(t *testing.T) {
 			t.Fatalf("binary OUTPUT0 = %x", r.body[n:])
 		}
 	})
+	t.Run("raw binary request", func(t *testing.T) {
+		// Inference-Header-Content-Length: 0: the body is the only input's
+		// data, batch 1, and every output comes back in binary.
+		in := []byte{0, 0, 0x80, 0x3f, 0, 0, 0, 0x40} // FP32 1, 2
+		r := do(t, "POST", "http://"+g.HTTPAddr()+"/v2/models/identity_fp32/infer", in,
+			map[string]string{"Inference-Header-Content-Length": "0"})
+		if r.status != 200 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		n, err := strconv.Atoi(r.header.Get("Inference-Header-Content-Length"))
+		if err != nil || n+len(in) != len(r.body) {
+			t.Fatalf("header length %q, body %d", r.header.Get("Inference-Header-Content-Length"), len(r.body))
+		}
+		jsonEqual(t, r.body[:n], `{"model_name":"identity_fp32","model_version":"1","outputs":[`+
+			`{"name":"OUTPUT0","datatype":"FP32","shape":[1,2],"parameters":{"binary_data_size":8}}]}`)
+		if !bytes.Equal(r.body[n:], in) {
+			t.Fatalf("raw output %x", r.body[n:])
+		}
+		r = do(t, "POST", url, in, map[string]string{"Inference-Header-Content-Length": "0"})
+		if r.status != 400 || !strings.Contains(string(r.body), "Raw request must only have 1 input") {
+			t.Fatalf("raw request to a two-input model: %d %s", r.status, r.body)
+		}
+		r = do(t, "POST", url, in, map[string]string{"Inference-Header-Content-Length": "100"})
+		jsonEqual(t, r.body, `{"error":"inference header size should be in range (0, 8), got: 100"}`)
+	})
+	t.Run("config", func(t *testing.T) {
+		r := do(t, "GET", "http://"+g.HTTPAddr()+"/v2/models/simple/config", nil, nil)
+		if r.status != 200 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		var cfg struct {
+			Name         string `json:"name"`
+			Backend      string `json:"backend"`
+			MaxBatchSize int    `json:"max_batch_size"`
+			Input        []struct {
+				Name     string  `json:"name"`
+				DataType string  `json:"data_type"`
+				Dims     []int64 `json:"dims"`
+			} `json:"input"`
+		}
+		if err := json.Unmarshal(r.body, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Name != "simple" || cfg.Backend != "addsub" || cfg.MaxBatchSize != 8 || len(cfg.Input) != 2 ||
+			cfg.Input[0].DataType != "TYPE_INT32" || len(cfg.Input[0].Dims) != 1 || cfg.Input[0].Dims[0] != 16 {
+			t.Fatalf("config %s", r.body)
+		}
+		r = do(t, "GET", "http://"+g.HTTPAddr()+"/v2/models/simple/versions/3/config", nil, nil)
+		jsonEqual(t, r.body, `{"error":"Request for unknown model: 'simple' version 3 is not found"}`)
+	})
 	t.Run("compression", func(t *testing.T) {
 		plain := []byte(simpleRequestJSON(""))
 		for _, tc := range []struct {

@@ -65,8 +65,10 @@ func (g *Gateway) statistics(ctx context.Context, name, versionStr string) (*inf
 		}
 	}
 
+	// Without a name Triton reports every ready version and ignores the
+	// version.
 	req := &busv1.StatisticsRequest{Name: name}
-	if version != latestVersion {
+	if name != "" && version != latestVersion {
 		req.Version = versionStr
 	}
 	parts := g.collectStats(ctx, execs, req)
