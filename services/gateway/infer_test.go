@@ -198,6 +198,26 @@ func TestInferHTTP(t *testing.T) {
 		r = do(t, "POST", url, in, map[string]string{"Inference-Header-Content-Length": "100"})
 		jsonEqual(t, r.body, `{"error":"inference header size should be in range (0, 8), got: 100"}`)
 	})
+	t.Run("large tensor", func(t *testing.T) {
+		// 8 MiB each way: more than NATS's 1 MiB max payload, so the bus
+		// carries it in chunks.
+		const n = 2 << 20
+		data := make([]byte, 4*n)
+		for i := range data {
+			data[i] = byte(i * 7)
+		}
+		header := fmt.Sprintf(`{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,%d],"parameters":{"binary_data_size":%d}}],`+
+			`"parameters":{"binary_data_output":true}}`, n, len(data))
+		r := do(t, "POST", "http://"+g.HTTPAddr()+"/v2/models/identity_fp32/infer", append([]byte(header), data...),
+			map[string]string{"Inference-Header-Content-Length": strconv.Itoa(len(header))})
+		if r.status != 200 {
+			t.Fatalf("%d %s", r.status, r.body[:min(len(r.body), 300)])
+		}
+		hl, _ := strconv.Atoi(r.header.Get("Inference-Header-Content-Length"))
+		if hl <= 0 || !bytes.Equal(r.body[hl:], data) {
+			t.Fatalf("large output differs (header %d, body %d)", hl, len(r.body))
+		}
+	})
 	t.Run("config", func(t *testing.T) {
 		r := do(t, "GET", "http://"+g.HTTPAddr()+"/v2/models/simple/config", nil, nil)
 		if r.status != 200 {
