@@ -94,6 +94,7 @@ func TestMetadataEndpoints(t *testing.T) {
 		&busv1.ModelVersionState{Name: "simple", Version: "1", State: "READY", Config: simpleConfig("simple")},
 		&busv1.ModelVersionState{Name: "simple", Version: "2", State: "UNAVAILABLE", Reason: "version 2 failed", Config: simpleConfig("simple")},
 		&busv1.ModelVersionState{Name: "broken", State: "UNAVAILABLE", Reason: "config.pbtxt: bad"},
+		&busv1.ModelVersionState{Name: "decoupled", Version: "1", State: "READY", Config: decoupledConfig()},
 	)
 	ex.start()
 	waitFor(t, "server ready", 5*time.Second, func() bool {
@@ -127,11 +128,13 @@ func TestMetadataEndpoints(t *testing.T) {
 		{"infer wrong method", "GET", "/v2/models/simple/infer", "", 405, `{"error":"Method Not Allowed"}`},
 		{"index", "POST", "/v2/repository/index", "", 200, `[
 			{"name":"broken","state":"UNAVAILABLE","reason":"config.pbtxt: bad"},
+			{"name":"decoupled","version":"1","state":"READY"},
 			{"name":"simple","version":"1","state":"READY"},
 			{"name":"simple","version":"2","state":"UNAVAILABLE","reason":"version 2 failed"}]`},
-		{"index ready", "POST", "/v2/repository/index", `{"ready":true}`, 200, `[{"name":"simple","version":"1","state":"READY"}]`},
+		{"index ready", "POST", "/v2/repository/index", `{"ready":true}`, 200, `[{"name":"decoupled","version":"1","state":"READY"},{"name":"simple","version":"1","state":"READY"}]`},
 		{"index not ready", "POST", "/v2/repository/index", `{"ready":false}`, 200, `[
 			{"name":"broken","state":"UNAVAILABLE","reason":"config.pbtxt: bad"},
+			{"name":"decoupled","version":"1","state":"READY"},
 			{"name":"simple","version":"1","state":"READY"},
 			{"name":"simple","version":"2","state":"UNAVAILABLE","reason":"version 2 failed"}]`},
 		{"index malformed", "POST", "/v2/repository/index", `{"ready":`, 400, ""},
@@ -140,6 +143,7 @@ func TestMetadataEndpoints(t *testing.T) {
 		{"load", "POST", "/v2/repository/models/simple/load", "", 501, `{"error":"model loading is not supported yet"}`},
 		{"shm status", "GET", "/v2/systemsharedmemory/status", "", 501, `{"error":"system shared memory is not supported yet"}`},
 		{"cuda shm register", "POST", "/v2/cudasharedmemory/region/r/register", "{}", 501, `{"error":"CUDA shared memory is not supported yet"}`},
+		{"decoupled infer", "POST", "/v2/models/decoupled/infer", "{}", 501, `{"error":"HTTP end point doesn't support models with decoupled transaction policy"}`},
 		{"stats unknown model", "GET", "/v2/models/nope/stats", "", 400, `{"error":"requested model 'nope' is not available"}`},
 		{"stats unknown version", "GET", "/v2/models/simple/versions/2/stats", "", 400, `{"error":"requested model version is not available for model 'simple'"}`},
 	} {
@@ -200,7 +204,7 @@ func TestMetadataEndpoints(t *testing.T) {
 		}
 	}
 	idx, err := c.RepositoryIndex(ctx, &inference.RepositoryIndexRequest{Ready: true})
-	if err != nil || len(idx.Models) != 1 || idx.Models[0].Name != "simple" || idx.Models[0].State != "READY" {
+	if err != nil || len(idx.Models) != 2 || idx.Models[1].Name != "simple" || idx.Models[1].State != "READY" {
 		t.Fatalf("RepositoryIndex: %v %v", idx, err)
 	}
 	for _, tc := range []struct {
@@ -237,6 +241,10 @@ func TestMetadataEndpoints(t *testing.T) {
 			_, err := c.ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "simple", ModelVersion: "2"})
 			return err
 		}, codes.Unavailable, "Request for unknown model: 'simple' version 2 is not at ready state"},
+		{"ModelInfer decoupled", func() error {
+			_, err := c.ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "decoupled"})
+			return err
+		}, codes.Unimplemented, "ModelInfer RPC doesn't support models with decoupled transaction policy"},
 		{"ModelStatistics unknown", func() error {
 			_, err := c.ModelStatistics(ctx, &inference.ModelStatisticsRequest{Name: "nope"})
 			return err
@@ -265,6 +273,12 @@ func TestMetadataEndpoints(t *testing.T) {
 			}
 		})
 	}
+}
+
+func decoupledConfig() *inference.ModelConfig {
+	cfg := simpleConfig("decoupled")
+	cfg.ModelTransactionPolicy = &inference.ModelTransactionPolicy{Decoupled: true}
+	return cfg
 }
 
 // TestWithdraw: an executor that shuts down cleanly withdraws, and its
