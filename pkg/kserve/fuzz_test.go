@@ -31,7 +31,8 @@ func FuzzDecodeInferRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, headerLen int32) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		req, out, err := DecodeInferRequest(body, int(headerLen), "m", "1", DecodeOptions{})
+		var binary []bool
+		req, out, err := decodeInferRequest(body, int(headerLen), "m", "1", DecodeOptions{}, &binary)
 		runtime.ReadMemStats(&after)
 		// Per byte of JSON the decoder may build protobuf structs, maps and
 		// decoded tensors; a shape alone must never make it allocate.
@@ -49,7 +50,7 @@ func FuzzDecodeInferRequest(f *testing.F) {
 			if _, shm := in.Parameters["shared_memory_region"]; shm {
 				continue
 			}
-			if _, bin := in.Parameters["binary_data_size"]; bin {
+			if binary[i] {
 				continue // checked against the shape by the executor, as in Triton
 			}
 			dt, _ := tensor.ParseDataType(in.Datatype)

@@ -204,8 +204,8 @@ func TestDecodeBinaryRequest(t *testing.T) {
 	if unsafe.SliceData(raw[0]) != &body[len(header)] || cap(raw[0]) != 8 {
 		t.Error("binary input was copied instead of sliced from the body")
 	}
-	if req.Inputs[0].Parameters["binary_data_size"].GetInt64Param() != 8 {
-		t.Error("binary_data_size not kept")
+	if req.Inputs[0].Parameters != nil {
+		t.Errorf("binary_data_size is transport, not a parameter: %v", req.Inputs[0].Parameters)
 	}
 	shm := req.Inputs[4].Parameters
 	if shm["shared_memory_region"].GetStringParam() != "r" || shm["shared_memory_byte_size"].GetInt64Param() != 4 ||

@@ -35,6 +35,12 @@ const (
 // shared_memory_* parameters. The OutputOptions say how each output should
 // come back.
 func DecodeInferRequest(body []byte, headerLen int, model, version string, opts DecodeOptions) (*inference.ModelInferRequest, *OutputOptions, error) {
+	return decodeInferRequest(body, headerLen, model, version, opts, nil)
+}
+
+// decodeInferRequest is DecodeInferRequest; binaryInputs, when not nil,
+// receives which inputs came as binary blocks (for tests).
+func decodeInferRequest(body []byte, headerLen int, model, version string, opts DecodeOptions, binaryInputs *[]bool) (*inference.ModelInferRequest, *OutputOptions, error) {
 	headerGiven := headerLen >= 0
 	if !headerGiven {
 		headerLen = len(body)
@@ -69,6 +75,11 @@ func DecodeInferRequest(body []byte, headerLen int, model, version string, opts 
 	}
 	if err := p.buildInputs(req, body[headerLen:], headerGiven); err != nil {
 		return nil, nil, err
+	}
+	if binaryInputs != nil {
+		for _, in := range p.inputs {
+			*binaryInputs = append(*binaryInputs, in.hasBinary)
+		}
 	}
 	out, err := p.buildOutputs(req)
 	if err != nil {
@@ -444,7 +455,14 @@ func (p *parser) input(t jsonlex.Token) error {
 			if v.Kind == jsonlex.BeginArray {
 				in.dataDepth-- // Depth already counts the data's own '['
 			}
-			raw, err := p.lx.SkipValue(v)
+			var raw []byte
+			var err error
+			if v.Kind == jsonlex.BeginArray {
+				// Checked in full when decoded, once the shape is known.
+				raw, err = p.lx.SkipArrayFast(v)
+			} else {
+				raw, err = p.lx.SkipValue(v)
+			}
 			in.data = raw
 			return err
 		case keyIs(k, "parameters") && seen&16 == 0:
@@ -622,7 +640,6 @@ func (p *parser) buildInputs(req *inference.ModelInferRequest, bin []byte, heade
 			end := pos + int(size)
 			data = bin[pos:end:end] // aliases the body; capped so appends cannot clobber the next input
 			pos = end
-			setParam(&tin.Parameters, paramBinaryDataSize, int64Param(int64(size)))
 		case in.hasShm:
 			setParam(&tin.Parameters, paramShmRegion, stringParam(in.shmRegion))
 			setParam(&tin.Parameters, paramShmOffset, shmParam(in.shmOffset))
@@ -632,12 +649,7 @@ func (p *parser) buildInputs(req *inference.ModelInferRequest, bin []byte, heade
 			if !ok {
 				return tritonerr.InvalidArgf("invalid datatype for input %s", in.name)
 			}
-			lx := jsonlex.NewAt(in.data, in.dataOffset, in.dataDepth)
-			first, err := lx.Next()
-			if err != nil {
-				return err
-			}
-			data, err = tensor.AppendJSONData(nil, lx, first, in.name, dt, count)
+			data, err = tensor.AppendJSONData(nil, in.data, in.dataOffset, in.dataDepth, in.name, dt, count)
 			if err != nil {
 				return err
 			}

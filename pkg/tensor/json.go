@@ -24,21 +24,7 @@ func DecodeJSONData(input string, dt DataType, shape []int64, data []byte) ([]by
 	if err != nil {
 		return nil, err
 	}
-	lx := jsonlex.New(data)
-	t, err := lx.Next()
-	if err != nil {
-		return nil, err
-	}
-	out, err := AppendJSONData(nil, lx, t, input, dt, n)
-	if err != nil {
-		return nil, err
-	}
-	if t, err := lx.Next(); err != nil {
-		return nil, err
-	} else if t.Kind != jsonlex.EOF {
-		return nil, jsonlex.SyntaxError(jsonlex.ErrRootNotSingular, t.Offset)
-	}
-	return out, nil
+	return AppendJSONData(nil, data, 0, 0, input, dt, n)
 }
 
 func shapeMismatch(input string, want, got int64) error {
@@ -47,11 +33,17 @@ func shapeMismatch(input string, want, got int64) error {
 		input, want, got)
 }
 
-// AppendJSONData decodes one `data` value whose first token t the lexer has
-// just returned, appending count elements of dt in binary to dst. It checks
-// that exactly count elements are present (in any nesting). The lexer is
-// left after the value.
-func AppendJSONData(dst []byte, lx *jsonlex.Lexer, t jsonlex.Token, input string, dt DataType, count int64) ([]byte, error) {
+// AppendJSONData decodes the JSON text of one `data` value, appending
+// count elements of dt in binary to dst, and checks that exactly count
+// elements are present (in any nesting). data must hold the value and
+// nothing but whitespace around it; offset and depth place it in the
+// enclosing document (its offset there, and the number of containers
+// around it) so that error offsets and the nesting limit are the
+// document's.
+//
+// The scan is a tight loop over the bytes rather than a walk over lexer
+// tokens: this is the hot path of JSON inference requests.
+func AppendJSONData(dst []byte, data []byte, offset, depth int, input string, dt DataType, count int64) ([]byte, error) {
 	switch dt {
 	case FP16, BF16:
 		return nil, tritonerr.InvalidArgf(
@@ -59,15 +51,28 @@ func AppendJSONData(dst []byte, lx *jsonlex.Lexer, t jsonlex.Token, input string
 	case Invalid:
 		return nil, tritonerr.InvalidArgf("invalid datatype for input %s", input)
 	}
-	if t.Kind != jsonlex.BeginArray {
-		// Triton requires `data` to be an array, even for one element.
-		return nil, tritonerr.InvalidArgf("Unable to parse 'data' for input '%s': expected an array, got %s", input, t.Kind)
+	d := jsonDecoder{input: input, dt: dt, want: count}
+	s := data
+	pos := skipWS(s, 0)
+	if pos >= len(s) {
+		if offset == 0 && depth == 0 {
+			return nil, jsonlex.SyntaxError(jsonlex.ErrDocumentEmpty, pos)
+		}
+		return nil, jsonlex.SyntaxError(jsonlex.ErrValueInvalid, offset+pos)
 	}
-	d := jsonDecoder{lx: lx, input: input, dt: dt, want: count}
+	if s[pos] != '[' {
+		// Triton requires `data` to be an array, even for one element.
+		kind, err := scalarKind(s, pos, offset)
+		if err != nil {
+			return nil, err
+		}
+		return nil, tritonerr.InvalidArgf("Unable to parse 'data' for input '%s': expected an array, got %s", input, kind)
+	}
 	if dt != Bytes {
-		// Pre-size from the shape only when the remaining JSON could hold
-		// that many elements; the decoder then never reallocates.
-		if rest := len(lx.Remaining()); count <= int64(rest)/2+1 {
+		// Pre-size from the shape only when the JSON could hold that many
+		// elements (each takes at least a digit and a separator); the
+		// decoder then never reallocates, and a lying shape costs nothing.
+		if count <= int64(len(s)-pos)/2+1 {
 			need := int(count) * dt.Size()
 			if cap(dst)-len(dst) < need {
 				grown := make([]byte, len(dst), len(dst)+need)
@@ -77,22 +82,96 @@ func AppendJSONData(dst []byte, lx *jsonlex.Lexer, t jsonlex.Token, input string
 		}
 	}
 	d.out = dst
-	depth := 1
-	for depth > 0 {
-		t, err := lx.Next()
-		if err != nil {
-			return nil, err
+
+	const maxDepth = jsonlex.DefaultMaxDepth
+	level := 0
+	afterValue := false
+	for {
+		pos = skipWS(s, pos)
+		c := byte(0)
+		if pos < len(s) {
+			c = s[pos]
 		}
-		switch t.Kind {
-		case jsonlex.BeginArray:
-			depth++
-		case jsonlex.EndArray:
-			depth--
-		default:
+		if afterValue {
+			switch c {
+			case ',':
+				pos++
+				afterValue = false
+				pos = skipWS(s, pos)
+				if pos < len(s) && s[pos] == ']' {
+					return nil, jsonlex.SyntaxError(jsonlex.ErrValueInvalid, offset+pos)
+				}
+				continue
+			case ']':
+				pos++
+				level--
+				if level == 0 {
+					goto done
+				}
+				continue
+			default:
+				return nil, jsonlex.SyntaxError(jsonlex.ErrArrayMissComma, offset+pos)
+			}
+		}
+		switch {
+		case c == '[':
+			level++
+			if depth+level > maxDepth {
+				return nil, jsonlex.DepthError(maxDepth)
+			}
+			pos++
+			// An empty array is a complete value.
+			if q := skipWS(s, pos); q < len(s) && s[q] == ']' {
+				pos = q + 1
+				level--
+				if level == 0 {
+					goto done
+				}
+				afterValue = true
+			}
+			continue
+		case c == '-' || (c >= '0' && c <= '9'):
+			end, err := jsonlex.ScanNumber(s, pos, offset)
+			if err != nil {
+				return nil, err
+			}
+			if err := d.number(s[pos:end], offset+pos); err != nil {
+				return nil, err
+			}
+			pos = end
+		case c == '"':
+			end, escaped, err := jsonlex.ScanString(s, pos, offset)
+			if err != nil {
+				return nil, err
+			}
+			t := jsonlex.Token{Kind: jsonlex.String, Raw: s[pos+1 : end-1], Escaped: escaped, Offset: offset + pos}
 			if err := d.element(t); err != nil {
 				return nil, err
 			}
+			pos = end
+		case c == 't' || c == 'f' || c == 'n':
+			kind, n := literal(s[pos:])
+			if n == 0 {
+				return nil, jsonlex.SyntaxError(jsonlex.ErrValueInvalid, offset+pos)
+			}
+			if err := d.element(jsonlex.Token{Kind: kind, Raw: s[pos : pos+n], Offset: offset + pos}); err != nil {
+				return nil, err
+			}
+			pos += n
+		case c == '{':
+			if err := d.element(jsonlex.Token{Kind: jsonlex.BeginObject, Offset: offset + pos}); err != nil {
+				return nil, err
+			}
+			// element always refuses objects.
+			return nil, tritonerr.InvalidArgf("Unable to parse 'data' for input '%s'", input)
+		default:
+			return nil, jsonlex.SyntaxError(jsonlex.ErrValueInvalid, offset+pos)
 		}
+		afterValue = true
+	}
+done:
+	if pos = skipWS(s, pos); pos < len(s) {
+		return nil, jsonlex.SyntaxError(jsonlex.ErrRootNotSingular, offset+pos)
 	}
 	if d.got != count {
 		return nil, shapeMismatch(input, count, d.got)
@@ -100,13 +179,46 @@ func AppendJSONData(dst []byte, lx *jsonlex.Lexer, t jsonlex.Token, input string
 	return d.out, nil
 }
 
+func skipWS(s []byte, pos int) int {
+	for pos < len(s) && (s[pos] == ' ' || s[pos] == '\n' || s[pos] == '\r' || s[pos] == '\t') {
+		pos++
+	}
+	return pos
+}
+
+func literal(s []byte) (jsonlex.Kind, int) {
+	switch {
+	case len(s) >= 4 && string(s[:4]) == "true":
+		return jsonlex.True, 4
+	case len(s) >= 5 && string(s[:5]) == "false":
+		return jsonlex.False, 5
+	case len(s) >= 4 && string(s[:4]) == "null":
+		return jsonlex.Null, 4
+	}
+	return 0, 0
+}
+
+// scalarKind names the (non-array) value at s[pos], validating it.
+func scalarKind(s []byte, pos, offset int) (jsonlex.Kind, error) {
+	lx := jsonlex.NewAt(s[pos:], offset+pos, 1)
+	t, err := lx.Next()
+	if err != nil {
+		return 0, err
+	}
+	return t.Kind, nil
+}
+
 type jsonDecoder struct {
-	lx    *jsonlex.Lexer
 	input string
 	dt    DataType
 	want  int64
 	got   int64
 	out   []byte
+}
+
+// number handles a number element given its text.
+func (d *jsonDecoder) number(raw []byte, offset int) error {
+	return d.element(jsonlex.Token{Kind: jsonlex.Number, Raw: raw, Offset: offset})
 }
 
 func (d *jsonDecoder) typeErr(t jsonlex.Token, what string) error {

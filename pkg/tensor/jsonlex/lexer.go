@@ -313,46 +313,58 @@ func (l *Lexer) literal(word string, k Kind) (Token, error) {
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-// number scans a JSON number as rapidjson does: a lone '-' or a missing
-// digit after '.' or 'e' are errors; a leading zero ends the integer part.
+// number scans a JSON number token.
 func (l *Lexer) number() (Token, error) {
 	start := l.pos
-	if l.peek() == '-' {
-		l.pos++
+	end, err := ScanNumber(l.buf, l.pos, l.base)
+	if err != nil {
+		return Token{}, err
 	}
-	switch c := l.peek(); {
-	case c == '0':
-		l.pos++
-	case c >= '1' && c <= '9':
-		for l.pos < len(l.buf) && isDigit(l.buf[l.pos]) {
-			l.pos++
-		}
-	default:
-		return Token{}, l.errAt(ErrValueInvalid, l.pos)
-	}
-	if l.peek() == '.' {
-		l.pos++
-		if !isDigit(l.peek()) {
-			return Token{}, l.errAt(ErrNumberMissFrac, l.pos)
-		}
-		for l.pos < len(l.buf) && isDigit(l.buf[l.pos]) {
-			l.pos++
-		}
-	}
-	if c := l.peek(); c == 'e' || c == 'E' {
-		l.pos++
-		if c := l.peek(); c == '+' || c == '-' {
-			l.pos++
-		}
-		if !isDigit(l.peek()) {
-			return Token{}, l.errAt(ErrNumberMissExp, l.pos)
-		}
-		for l.pos < len(l.buf) && isDigit(l.buf[l.pos]) {
-			l.pos++
-		}
-	}
+	l.pos = end
 	l.afterValue()
 	return Token{Kind: Number, Raw: l.buf[start:l.pos], Offset: l.base + start}, nil
+}
+
+// ScanNumber scans the JSON number that starts at buf[pos] as rapidjson
+// does: a lone '-' or a missing digit after '.' or 'e' are errors; a leading
+// zero ends the integer part. It returns the offset just past the number.
+// base is the offset of buf in the document, for error messages.
+func ScanNumber(buf []byte, pos, base int) (int, error) {
+	if pos < len(buf) && buf[pos] == '-' {
+		pos++
+	}
+	switch {
+	case pos < len(buf) && buf[pos] == '0':
+		pos++
+	case pos < len(buf) && buf[pos] >= '1' && buf[pos] <= '9':
+		for pos < len(buf) && isDigit(buf[pos]) {
+			pos++
+		}
+	default:
+		return 0, SyntaxError(ErrValueInvalid, base+pos)
+	}
+	if pos < len(buf) && buf[pos] == '.' {
+		pos++
+		if pos >= len(buf) || !isDigit(buf[pos]) {
+			return 0, SyntaxError(ErrNumberMissFrac, base+pos)
+		}
+		for pos < len(buf) && isDigit(buf[pos]) {
+			pos++
+		}
+	}
+	if pos < len(buf) && (buf[pos] == 'e' || buf[pos] == 'E') {
+		pos++
+		if pos < len(buf) && (buf[pos] == '+' || buf[pos] == '-') {
+			pos++
+		}
+		if pos >= len(buf) || !isDigit(buf[pos]) {
+			return 0, SyntaxError(ErrNumberMissExp, base+pos)
+		}
+		for pos < len(buf) && isDigit(buf[pos]) {
+			pos++
+		}
+	}
+	return pos, nil
 }
 
 func hexVal(c byte) int {
@@ -383,66 +395,130 @@ func hex4(buf []byte, p int) (rune, bool) {
 	return r, true
 }
 
-// str scans a string starting at the opening quote. It validates escapes
-// (so Unquote cannot fail later) but does not validate UTF-8, like rapidjson
-// with Triton's default flags: BYTES elements keep their bytes.
+// str scans a string token starting at the opening quote.
 func (l *Lexer) str() (Token, error) {
 	start := l.pos
-	l.pos++ // opening quote
-	escaped := false
+	end, escaped, err := ScanString(l.buf, l.pos, l.base)
+	if err != nil {
+		return Token{}, err
+	}
+	l.pos = end
+	return Token{Kind: String, Escaped: escaped, Raw: l.buf[start+1 : end-1], Offset: l.base + start}, nil
+}
+
+// ScanString scans the JSON string whose opening quote is buf[pos] and
+// returns the offset just past its closing quote and whether it contains
+// escapes. It validates escapes (so AppendUnquoted cannot fail later) but
+// not UTF-8, like rapidjson with Triton's default flags: BYTES elements
+// keep their bytes. base is the offset of buf in the document.
+func ScanString(buf []byte, pos, base int) (end int, escaped bool, err error) {
+	start := pos
+	pos++ // opening quote
 	for {
-		if l.pos >= len(l.buf) {
-			return Token{}, l.errAt(ErrStringMissQuote, start)
+		// Fast path: plain bytes.
+		for pos < len(buf) && buf[pos] >= 0x20 && buf[pos] != '"' && buf[pos] != '\\' {
+			pos++
 		}
-		c := l.buf[l.pos]
-		switch {
+		if pos >= len(buf) {
+			return 0, false, SyntaxError(ErrStringMissQuote, base+start)
+		}
+		switch c := buf[pos]; {
 		case c == '"':
-			t := Token{Kind: String, Escaped: escaped, Raw: l.buf[start+1 : l.pos], Offset: l.base + start}
-			l.pos++
-			return t, nil
+			return pos + 1, escaped, nil
 		case c == '\\':
 			escaped = true
-			escStart := l.pos
-			l.pos++
-			if l.pos >= len(l.buf) {
-				return Token{}, l.errAt(ErrStringMissQuote, start)
+			escStart := pos
+			pos++
+			if pos >= len(buf) {
+				return 0, false, SyntaxError(ErrStringMissQuote, base+start)
 			}
-			switch l.buf[l.pos] {
+			switch buf[pos] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				l.pos++
+				pos++
 			case 'u':
-				r, ok := hex4(l.buf, l.pos+1)
+				r, ok := hex4(buf, pos+1)
 				if !ok {
-					return Token{}, l.errAt(ErrStringUnicodeHex, escStart)
+					return 0, false, SyntaxError(ErrStringUnicodeHex, base+escStart)
 				}
-				l.pos += 5
+				pos += 5
 				if r >= 0xD800 && r <= 0xDBFF {
-					if l.pos+1 >= len(l.buf) || l.buf[l.pos] != '\\' || l.buf[l.pos+1] != 'u' {
-						return Token{}, l.errAt(ErrStringSurrogate, escStart)
+					if pos+1 >= len(buf) || buf[pos] != '\\' || buf[pos+1] != 'u' {
+						return 0, false, SyntaxError(ErrStringSurrogate, base+escStart)
 					}
-					r2, ok := hex4(l.buf, l.pos+2)
+					r2, ok := hex4(buf, pos+2)
 					if !ok {
-						return Token{}, l.errAt(ErrStringUnicodeHex, l.pos)
+						return 0, false, SyntaxError(ErrStringUnicodeHex, base+pos)
 					}
 					if r2 < 0xDC00 || r2 > 0xDFFF {
-						return Token{}, l.errAt(ErrStringSurrogate, escStart)
+						return 0, false, SyntaxError(ErrStringSurrogate, base+escStart)
 					}
-					l.pos += 6
+					pos += 6
 				} else if r >= 0xDC00 && r <= 0xDFFF {
-					return Token{}, l.errAt(ErrStringSurrogate, escStart)
+					return 0, false, SyntaxError(ErrStringSurrogate, base+escStart)
 				}
 			default:
-				return Token{}, l.errAt(ErrStringEscape, escStart)
+				return 0, false, SyntaxError(ErrStringEscape, base+escStart)
 			}
-		case c < 0x20:
-			if c == 0 {
-				return Token{}, l.errAt(ErrStringMissQuote, l.pos)
-			}
-			return Token{}, l.errAt(ErrStringInvalidEnc, l.pos)
-		default:
-			l.pos++
+		case c == 0:
+			return 0, false, SyntaxError(ErrStringMissQuote, base+pos)
+		default: // other control characters
+			return 0, false, SyntaxError(ErrStringInvalidEnc, base+pos)
 		}
 	}
+}
+
+// SkipArrayFast skips the array whose '[' the lexer has just returned as t,
+// matching brackets (and honouring strings) without checking the grammar in
+// between, and returns the array's text. It is for values that are parsed
+// again in full later (tensor data), so the work is not done twice; the
+// depth limit still applies.
+func (l *Lexer) SkipArrayFast(t Token) ([]byte, error) {
+	start := t.Offset - l.base
+	var arr [64]byte
+	open := append(arr[:0], '[')
+	buf := l.buf
+	pos := start + 1
+	for len(open) > 0 {
+		for pos < len(buf) && buf[pos] != '[' && buf[pos] != ']' && buf[pos] != '"' && buf[pos] != '{' && buf[pos] != '}' {
+			pos++
+		}
+		if pos >= len(buf) {
+			break
+		}
+		switch c := buf[pos]; c {
+		case '[', '{':
+			open = append(open, c)
+			if l.depth0+len(l.stack)-1+len(open) > l.MaxDepth {
+				return nil, DepthError(l.MaxDepth)
+			}
+			pos++
+		case ']', '}':
+			if top := open[len(open)-1]; (top == '[') != (c == ']') {
+				// A mismatched bracket: report it as the full parse would.
+				if top == '[' {
+					return nil, l.errAt(ErrArrayMissComma, pos)
+				}
+				return nil, l.errAt(ErrObjectMissComma, pos)
+			}
+			open = open[:len(open)-1]
+			pos++
+		default:
+			end, _, err := ScanString(buf, pos, l.base)
+			if err != nil {
+				return nil, err
+			}
+			pos = end
+		}
+	}
+	if len(open) > 0 {
+		if open[len(open)-1] == '[' {
+			return nil, l.errAt(ErrArrayMissComma, pos)
+		}
+		return nil, l.errAt(ErrObjectMissComma, pos)
+	}
+	l.pos = pos
+	l.pop()
+	return buf[start:pos], nil
 }
 
 // SkipValue skips the rest of the value that t began and returns the value's
