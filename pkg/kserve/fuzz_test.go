@@ -2,10 +2,12 @@ package kserve
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/nereid-io/nereid/pkg/tensor"
 )
@@ -41,6 +43,13 @@ func FuzzDecodeInferRequest(f *testing.F) {
 		}
 		if err != nil {
 			return
+		}
+		hl := int(headerLen)
+		if hl < 0 {
+			hl = len(body)
+		}
+		if h := body[:hl]; !json.Valid(h) && utf8.Valid(h) {
+			t.Fatalf("accepted invalid JSON header %q", h)
 		}
 		if out == nil || len(req.RawInputContents) != len(req.Inputs) {
 			t.Fatalf("%d raw entries for %d inputs", len(req.RawInputContents), len(req.Inputs))

@@ -2,7 +2,9 @@ package tensor
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecodeJSONData feeds arbitrary JSON `data` for every datatype and
@@ -40,6 +42,9 @@ func FuzzDecodeJSONData(f *testing.F) {
 		out, err := DecodeJSONData("IN", d, shape, data)
 		if err != nil {
 			return
+		}
+		if !json.Valid(data) && utf8.Valid(data) {
+			t.Fatalf("accepted invalid JSON %q", data)
 		}
 		n, _ := ElementCount("IN", shape)
 		if d == Bytes {
