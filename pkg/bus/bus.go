@@ -1,0 +1,301 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// Conn carries protobuf requests, replies and events over one NATS
+// connection. It owns one wildcard reply subscription ("<inbox>.*") through
+// which every reply, chunk acknowledgement and continuation chunk addressed
+// to it arrives, each routed by its last token. A Conn is safe for concurrent
+// use; create one per NATS connection and share it.
+type Conn struct {
+	nc     *nats.Conn
+	opts   options
+	prefix string // "<inbox>." ; a token completes it
+	mux    *nats.Subscription
+	done   chan struct{}
+	close  sync.Once
+
+	mu      sync.Mutex
+	inboxes map[string]*inbox
+	seq     atomic.Uint64
+}
+
+type options struct {
+	maxMessageSize int64
+	pendingMsgs    int
+	pendingBytes   int
+	windowBytes    int
+	chunkSize      int
+	idleTimeout    time.Duration
+	log            *slog.Logger
+}
+
+// Option adjusts a Conn.
+type Option func(*options)
+
+// WithMaxMessageSize bounds the total size of a chunked request or reply
+// this Conn will reassemble (default 2 GiB). The declared size is checked
+// before anything is allocated.
+func WithMaxMessageSize(n int64) Option { return func(o *options) { o.maxMessageSize = n } }
+
+// WithPendingLimits sets the NATS pending limits of every subscription the
+// Conn makes (default: unlimited messages, 1 GiB). NATS's default of 64 MB
+// drops large replies as a slow consumer under concurrency. A negative value
+// means unlimited.
+func WithPendingLimits(msgs, bytes int) Option {
+	return func(o *options) { o.pendingMsgs, o.pendingBytes = msgs, bytes }
+}
+
+// WithWindow sets how many bytes of one chunked transfer may be in flight,
+// sent but not acknowledged (default 8 MiB; at least two chunks).
+func WithWindow(bytes int) Option { return func(o *options) { o.windowBytes = bytes } }
+
+// WithChunkSize caps the chunk size below what the server's max payload
+// allows; tests use it to exercise chunking cheaply.
+func WithChunkSize(n int) Option { return func(o *options) { o.chunkSize = n } }
+
+// WithIdleTimeout sets how long either side of a chunked transfer waits for
+// the next chunk or acknowledgement before giving up (default 15 s), which
+// bounds abandoned transfers that carry no deadline.
+func WithIdleTimeout(d time.Duration) Option { return func(o *options) { o.idleTimeout = d } }
+
+// WithLogger sets where handler panics and dropped transfers are logged
+// (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// New starts the reply subscription on nc. The caller keeps ownership of nc.
+func New(nc *nats.Conn, opts ...Option) (*Conn, error) {
+	if nc == nil {
+		return nil, errors.New("bus: nil NATS connection")
+	}
+	o := options{
+		maxMessageSize: 2 << 30,
+		pendingMsgs:    -1,
+		pendingBytes:   1 << 30,
+		windowBytes:    8 << 20,
+		idleTimeout:    15 * time.Second,
+		log:            slog.Default(),
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	if !nc.HeadersSupported() {
+		return nil, errors.New("bus: the NATS server does not support headers")
+	}
+	c := &Conn{
+		nc:      nc,
+		opts:    o,
+		prefix:  nc.NewInbox() + ".",
+		done:    make(chan struct{}),
+		inboxes: make(map[string]*inbox),
+	}
+	sub, err := nc.Subscribe(c.prefix+"*", c.dispatch)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.setLimits(sub); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	c.mux = sub
+	// Requests in flight must not outlive the subscription their replies
+	// arrive on, whether Close, Drain or a closed NATS connection ended it.
+	onClosed(sub, c.shutdown)
+	return c, nil
+}
+
+// onClosed calls f once when sub closes for any reason.
+func onClosed(sub *nats.Subscription, f func()) {
+	var once sync.Once
+	sub.SetClosedHandler(func(string) { once.Do(f) })
+	if !sub.IsValid() {
+		once.Do(f)
+	}
+}
+
+func (c *Conn) shutdown() { c.close.Do(func() { close(c.done) }) }
+
+func (c *Conn) setLimits(sub *nats.Subscription) error {
+	return sub.SetPendingLimits(c.opts.pendingMsgs, c.opts.pendingBytes)
+}
+
+// NATS returns the underlying connection.
+func (c *Conn) NATS() *nats.Conn { return c.nc }
+
+// Close stops the reply subscription; requests in flight fail with
+// UNAVAILABLE. It neither closes the NATS connection nor stops handlers
+// (Drain their Subscriptions for that).
+func (c *Conn) Close() error {
+	c.shutdown()
+	if err := c.mux.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && !errors.Is(err, nats.ErrConnectionClosed) {
+		return err
+	}
+	return nil
+}
+
+// dispatch routes a message on the reply subscription to its inbox. It only
+// queues, so the subscription never backs up behind a slow consumer of one
+// transfer; flow control bounds what each inbox can hold.
+func (c *Conn) dispatch(m *nats.Msg) {
+	tok := m.Subject[len(c.prefix):]
+	c.mu.Lock()
+	b := c.inboxes[tok]
+	c.mu.Unlock()
+	if b != nil {
+		b.put(m)
+	}
+}
+
+// register opens an inbox reachable at the returned subject.
+func (c *Conn) register() (subject string, b *inbox) {
+	tok := strconv.FormatUint(c.seq.Add(1), 36)
+	b = &inbox{signal: make(chan struct{}, 1), done: c.done}
+	c.mu.Lock()
+	c.inboxes[tok] = b
+	c.mu.Unlock()
+	return c.prefix + tok, b
+}
+
+func (c *Conn) unregister(subject string) {
+	c.mu.Lock()
+	delete(c.inboxes, subject[len(c.prefix):])
+	c.mu.Unlock()
+}
+
+// Publish sends m on subject without waiting for anyone (heartbeats,
+// solicitations). It is not chunked: m must fit in the max payload.
+func (c *Conn) Publish(subject string, m proto.Message) error {
+	body, err := proto.Marshal(m)
+	if err != nil {
+		return tritonerr.Internalf("bus: cannot encode message for %s: %v", subject, err)
+	}
+	if err := c.nc.Publish(subject, body); err != nil {
+		return tritonerr.Unavailablef("bus: cannot publish on %s: %v", subject, err)
+	}
+	return nil
+}
+
+// Subscribe calls fn for each message on subject, one at a time in arrival
+// order (so a withdraw heartbeat is never overtaken by an earlier one). ctx
+// carries the trace context of the message, if any.
+func (c *Conn) Subscribe(subject string, fn func(ctx context.Context, data []byte)) (*Subscription, error) {
+	s := &Subscription{}
+	sub, err := c.nc.Subscribe(subject, func(m *nats.Msg) {
+		ctx := context.Background()
+		if len(m.Header) > 0 {
+			ctx = otel.GetTextMapPropagator().Extract(ctx, HeaderCarrier(m.Header))
+		}
+		fn(ctx, m.Data)
+	})
+	if err != nil {
+		return nil, tritonerr.Unavailablef("bus: cannot subscribe to %s: %v", subject, err)
+	}
+	if err := c.setLimits(sub); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	s.init(sub)
+	return s, nil
+}
+
+// Subscription is a Handle or Subscribe registration.
+type Subscription struct {
+	sub      *nats.Subscription
+	closed   chan struct{}
+	inflight sync.WaitGroup
+}
+
+func (s *Subscription) init(sub *nats.Subscription) {
+	s.sub = sub
+	s.closed = make(chan struct{})
+	onClosed(sub, func() { close(s.closed) })
+}
+
+// Unsubscribe stops delivery at once; handlers already running finish on
+// their own.
+func (s *Subscription) Unsubscribe() error { return s.sub.Unsubscribe() }
+
+// Drain stops taking new messages, lets those already received be handled,
+// and returns once every handler has returned (graceful shutdown).
+func (s *Subscription) Drain() error {
+	if err := s.sub.Drain(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && !errors.Is(err, nats.ErrConnectionClosed) {
+		return err
+	}
+	// Closed once the pending messages are dispatched, or with the
+	// connection; no callback runs after that, so no handler can start.
+	<-s.closed
+	s.inflight.Wait()
+	return nil
+}
+
+// errIdle, errAborted and errPeerGone end a chunked transfer.
+var (
+	errIdle     = errors.New("bus: chunked transfer stalled")
+	errAborted  = errors.New("bus: chunked transfer aborted by the other side")
+	errPeerGone = errors.New("bus: the other side of the transfer went away")
+	errClosed   = errors.New("bus: connection closed")
+)
+
+// inbox queues the messages of one request or transfer. put never blocks;
+// the chunk window bounds the queue.
+type inbox struct {
+	mu     sync.Mutex
+	q      []*nats.Msg
+	signal chan struct{}
+	done   <-chan struct{}
+}
+
+func (b *inbox) put(m *nats.Msg) {
+	b.mu.Lock()
+	b.q = append(b.q, m)
+	b.mu.Unlock()
+	select {
+	case b.signal <- struct{}{}:
+	default:
+	}
+}
+
+// next waits for the next message, for ctx, and for at most idle when idle
+// is positive.
+func (b *inbox) next(ctx context.Context, idle time.Duration) (*nats.Msg, error) {
+	var timeout <-chan time.Time
+	for {
+		b.mu.Lock()
+		if len(b.q) > 0 {
+			m := b.q[0]
+			b.q[0] = nil
+			b.q = b.q[1:]
+			b.mu.Unlock()
+			return m, nil
+		}
+		b.mu.Unlock()
+		if idle > 0 && timeout == nil {
+			t := time.NewTimer(idle)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-b.signal:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-b.done:
+			return nil, errClosed
+		case <-timeout:
+			return nil, errIdle
+		}
+	}
+}

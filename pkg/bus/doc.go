@@ -1,0 +1,83 @@
+// Package bus carries Nereid's protobuf requests, replies and events over
+// NATS: request/reply with deadlines, trace context and Triton-kinded errors
+// that survive the hop, transparent chunking of bodies larger than the
+// server's max payload, and the subject names every service shares.
+//
+// # Using it
+//
+//	c, _ := bus.New(nc)                                     // one per NATS connection
+//	err := c.Request(ctx, bus.InferSubject("simple", "1"), req, resp)
+//	sub, _ := c.Handle(bus.InferSubject("simple", "1"), bus.QueueExecutors, h)
+//	defer sub.Drain()
+//
+// Request returns only *tritonerr.Error: the responder's error with its kind
+// and message, UNAVAILABLE when nothing serves the subject ("no executor is
+// serving model 'simple' version 1"), when the deadline passes ("request to
+// model 'simple' version 1 timed out") or the responder goes away, and
+// CANCELLED when ctx is cancelled.
+//
+// # Wire format
+//
+// Bodies are protobuf. Headers (NATS headers, case-sensitive keys):
+//
+//	Nereid-Deadline    requester's deadline, Unix nanoseconds, decimal; absent = none.
+//	                   A responder refuses (UNAVAILABLE) a request whose deadline has
+//	                   passed and runs the handler under that deadline.
+//	traceparent, ...   OpenTelemetry context, written by the global propagator
+//	                   (otel.GetTextMapPropagator) through HeaderCarrier.
+//	Nereid-Error-Kind  on a reply: the request failed; Triton's kind name
+//	                   (INVALID_ARG, NOT_FOUND, UNAVAILABLE, UNSUPPORTED, INTERNAL,
+//	                   ALREADY_EXISTS, CANCELLED, UNKNOWN). The body is empty.
+//	Nereid-Error       the message, with '%', control characters and a leading or
+//	                   trailing space written as %XX (upper-case hex).
+//
+// A reply without Nereid-Error-Kind is a success; a reply with no headers at
+// all is the whole body. A request is a message to the subject with a reply
+// subject; every message for that request comes back to that reply subject,
+// which is one token under the requester's own wildcard inbox subscription.
+//
+// # Chunks
+//
+// A body that does not fit in one message (body plus headers above the
+// server's max payload) travels in chunks of equal size, the last shorter,
+// numbered from 0 in Nereid-Chunk. The first chunk also carries Nereid-Size,
+// the total body size; the receiver checks it against its limit (default
+// 2 GiB), then allocates the body once and copies each chunk into place.
+// Every chunk message has a reply subject: the sender's acknowledgement
+// inbox. The receiver acknowledges each chunk there with Nereid-Ack: <n>
+// (everything up to and including n has arrived); the sender keeps at most a
+// window of unacknowledged chunks in flight (8 MiB by default, at least two
+// chunks), so no transfer can overrun a subscriber's pending limits however
+// large it is. NATS delivers one publisher's messages in order, so a chunk
+// out of sequence is a protocol error.
+//
+// Chunked request (the subject may be a queue group: the responder that
+// takes chunk 0 gets all the others):
+//
+//	requester -> subject          Nereid-Size: N, Nereid-Chunk: 0, deadline, trace; reply R
+//	responder -> R                Nereid-Continue: C   (C is the responder's private
+//	                              subject; this also acknowledges chunk 0)
+//	requester -> C                Nereid-Chunk: 1..k, reply R
+//	responder -> R                Nereid-Ack: 1..k
+//	responder -> R                the reply (one message, an error, or chunks as below)
+//
+// Chunked reply (to a request of either form):
+//
+//	responder -> R                Nereid-Size: N, Nereid-Chunk: 0, reply A
+//	responder -> R                Nereid-Chunk: 1..k, reply A
+//	requester -> A                Nereid-Ack: 0..k
+//
+// Either side may send Nereid-Abort (any value) to the other's subject (C or
+// A) to give up; a side that hears neither chunk nor acknowledgement for the
+// idle timeout (default 15 s), or whose deadline passes, gives up too. NATS's
+// own "no responders" status (503) on a chunk's reply subject tells the
+// sender that the receiver's connection is gone. Subjects of finished
+// transfers are forgotten; late messages to them are dropped.
+//
+// # Subjects
+//
+// Names that come from users (models, versions, executor ids) are escaped
+// into one subject token by Token: letters, digits, '-' and '_' stay, every
+// other byte is '~' and two upper-case hex digits, and the empty string is
+// "~". See subject.go for the subjects themselves.
+package bus

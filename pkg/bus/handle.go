@@ -1,0 +1,170 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// HandlerFunc serves one request. req is the whole request body (reassembled
+// if it came in chunks); ctx carries the requester's deadline and trace
+// context. A returned error goes back to the requester with its Triton kind
+// and message (tritonerr.From).
+type HandlerFunc func(ctx context.Context, req []byte) (proto.Message, error)
+
+// Handle serves requests on subject, as a member of queue when queue is not
+// empty (each request then reaches one member). Each request runs in its own
+// goroutine; a request whose deadline has passed is refused without running
+// h, and a panic in h becomes an INTERNAL error reply.
+func (c *Conn) Handle(subject, queue string, h HandlerFunc) (*Subscription, error) {
+	s := &Subscription{}
+	cb := func(m *nats.Msg) {
+		s.inflight.Add(1)
+		go c.serve(s, m, h)
+	}
+	var sub *nats.Subscription
+	var err error
+	if queue == "" {
+		sub, err = c.nc.Subscribe(subject, cb)
+	} else {
+		sub, err = c.nc.QueueSubscribe(subject, queue, cb)
+	}
+	if err != nil {
+		return nil, tritonerr.Unavailablef("bus: cannot subscribe to %s: %v", subject, err)
+	}
+	if err := c.setLimits(sub); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	s.init(sub)
+	return s, nil
+}
+
+func (c *Conn) serve(s *Subscription, m *nats.Msg, h HandlerFunc) {
+	defer s.inflight.Done()
+	ctx := context.Background()
+	if len(m.Header) > 0 {
+		ctx = otel.GetTextMapPropagator().Extract(ctx, HeaderCarrier(m.Header))
+	}
+	if d, ok := deadline(m.Header); ok {
+		if !time.Now().Before(d) {
+			c.respondError(m.Reply, tritonerr.Unavailablef("request to %s timed out before it was handled", target(m.Subject)))
+			return
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d)
+		defer cancel()
+	}
+
+	data := m.Data
+	var ackTo string // our private subject for the rest of a transfer
+	var in *inbox
+	if m.Header[HeaderSize] != nil {
+		if m.Reply == "" {
+			return // nobody to continue with
+		}
+		total, err := c.parseSize(m.Header, len(m.Data))
+		if err != nil {
+			c.respondError(m.Reply, tritonerr.InvalidArgf("bus: request to %s: %v", target(m.Subject), err))
+			return
+		}
+		buf := make([]byte, total)
+		n := copy(buf, m.Data)
+		ackTo, in = c.register()
+		defer c.unregister(ackTo)
+		if n < total {
+			if err := c.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{HeaderContinue: []string{ackTo}}}); err != nil {
+				return
+			}
+			if err := c.collect(ctx, in, buf, n, 1); err != nil {
+				switch {
+				case errors.Is(err, errAborted), errors.Is(err, errPeerGone), errors.Is(err, errClosed):
+					// The requester gave up; nobody waits for an answer.
+				case errors.Is(err, errProtocol):
+					c.respondError(m.Reply, tritonerr.InvalidArgf("%v", err))
+				default:
+					c.respondError(m.Reply, transferError(err, m.Subject))
+				}
+				return
+			}
+		}
+		data = buf
+	}
+
+	resp, err := c.invoke(ctx, m.Subject, h, data)
+	if m.Reply == "" {
+		return
+	}
+	if err != nil {
+		var te *tritonerr.Error
+		if !errors.As(err, &te) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			err = transferError(err, m.Subject)
+		}
+		c.respondError(m.Reply, err)
+		return
+	}
+	var body []byte
+	if resp != nil {
+		if body, err = proto.Marshal(resp); err != nil {
+			c.respondError(m.Reply, tritonerr.Internalf("bus: cannot encode reply from %s: %v", target(m.Subject), err))
+			return
+		}
+	}
+	if err := c.respond(ctx, m.Reply, body, ackTo, in); err != nil {
+		c.opts.log.Debug("bus: reply not delivered", "subject", m.Subject, "error", err)
+	}
+}
+
+// invoke runs h, turning a panic into an INTERNAL error so that one bad
+// request cannot take the process down.
+func (c *Conn) invoke(ctx context.Context, subject string, h HandlerFunc, data []byte) (resp proto.Message, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.opts.log.Error("bus: handler panicked", "subject", subject, "panic", r, "stack", string(debug.Stack()))
+			resp, err = nil, tritonerr.Internalf("internal error: the handler for %s panicked: %v", target(subject), r)
+		}
+	}()
+	return h(ctx, data)
+}
+
+// respond sends body to reply, in flow-controlled chunks when it does not fit
+// in one message. in and ackTo are the transfer's inbox if the request came
+// in chunks; otherwise one is opened for the acknowledgements.
+func (c *Conn) respond(ctx context.Context, reply string, body []byte, ackTo string, in *inbox) error {
+	if c.fits(body, nil) {
+		return c.nc.PublishMsg(&nats.Msg{Subject: reply, Data: body})
+	}
+	if in == nil {
+		ackTo, in = c.register()
+		defer c.unregister(ackTo)
+	}
+	hdr := nats.Header{HeaderSize: []string{strconv.Itoa(len(body))}, HeaderChunk: []string{"0"}}
+	size, err := c.chunkSize(hdr)
+	if err != nil {
+		c.respondError(reply, tritonerr.Internalf("%v", err))
+		return err
+	}
+	m, err := c.sendChunks(ctx, in, reply, ackTo, body, size, hdr, 0, 0)
+	if err == nil && m != nil {
+		err = errProtocol
+	}
+	if err != nil && !errors.Is(err, errAborted) && !errors.Is(err, errPeerGone) {
+		c.abort(reply)
+	}
+	return err
+}
+
+func (c *Conn) respondError(reply string, err error) {
+	if reply == "" {
+		return
+	}
+	_ = c.nc.PublishMsg(&nats.Msg{Subject: reply, Header: errorHeader(err)})
+}

@@ -1,0 +1,184 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// Request sends req on subject and decodes the reply into resp (which may be
+// nil when the reply is of no interest). ctx's deadline and trace context go
+// with the request. Every failure is a *tritonerr.Error: the responder's own
+// error with its kind and message; UNAVAILABLE when nothing serves the
+// subject, when the deadline passes or the responder goes away; CANCELLED
+// when ctx is cancelled.
+func (c *Conn) Request(ctx context.Context, subject string, req, resp proto.Message) error {
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return tritonerr.Internalf("bus: cannot encode request to %s: %v", target(subject), err)
+	}
+	out, err := c.RequestBytes(ctx, subject, body)
+	if err != nil {
+		return err
+	}
+	if resp != nil {
+		if err := proto.Unmarshal(out, resp); err != nil {
+			return tritonerr.Internalf("bus: cannot decode reply from %s: %v", target(subject), err)
+		}
+	}
+	return nil
+}
+
+// RequestBytes is Request for callers that encode and decode themselves.
+func (c *Conn) RequestBytes(ctx context.Context, subject string, body []byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, transferError(err, subject)
+	}
+	reply, in := c.register()
+	defer c.unregister(reply)
+
+	hdr := make(nats.Header, 3)
+	if d, ok := ctx.Deadline(); ok {
+		setDeadline(hdr, d)
+	}
+	otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(hdr))
+	if len(hdr) == 0 {
+		hdr = nil // a plain PUB: nothing to say
+	}
+
+	if c.fits(body, hdr) {
+		if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: body}); err != nil {
+			return nil, transferError(err, subject)
+		}
+		return c.awaitReply(ctx, in, subject, nil, false)
+	}
+	final, streamed, err := c.sendRequest(ctx, in, subject, reply, hdr, body)
+	if err != nil {
+		return nil, transferError(err, subject)
+	}
+	return c.awaitReply(ctx, in, subject, final, streamed)
+}
+
+// sendRequest sends body in chunks: the first to subject (any member of a
+// queue group may take it), the rest straight to the private subject the
+// responder that took it names in its HeaderContinue answer.
+func (c *Conn) sendRequest(ctx context.Context, in *inbox, subject, reply string, hdr nats.Header, body []byte) (final *nats.Msg, streamed bool, err error) {
+	if hdr == nil {
+		hdr = make(nats.Header, 2)
+	}
+	hdr[HeaderSize] = []string{strconv.Itoa(len(body))}
+	hdr[HeaderChunk] = []string{"0"}
+	size, err := c.chunkSize(hdr)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: body[:size]}); err != nil {
+		return nil, false, err
+	}
+	m, err := in.next(ctx, c.opts.idleTimeout)
+	if err != nil {
+		return nil, false, err
+	}
+	dest := get(m.Header, HeaderContinue)
+	if dest == "" {
+		return m, false, nil // refused at once (an error, or no responders)
+	}
+	final, err = c.sendChunks(ctx, in, dest, reply, body, size, nil, 1, 1)
+	if err != nil && !errors.Is(err, errAborted) && !errors.Is(err, errPeerGone) {
+		c.abort(dest)
+	}
+	return final, true, err
+}
+
+// awaitReply waits for the final reply, starting with m when the request
+// leg already received it, and reassembles a chunked one.
+func (c *Conn) awaitReply(ctx context.Context, in *inbox, subject string, m *nats.Msg, streamed bool) ([]byte, error) {
+	for {
+		if m == nil {
+			var err error
+			if m, err = in.next(ctx, 0); err != nil {
+				return nil, transferError(err, subject)
+			}
+		}
+		if len(m.Header) == 0 {
+			return m.Data, nil
+		}
+		if isNoResponders(m) {
+			if streamed {
+				return nil, transferError(errPeerGone, subject)
+			}
+			return nil, tritonerr.Unavailablef("%s", noRespondersMessage(subject))
+		}
+		if e := remoteError(m.Header); e != nil {
+			return nil, e
+		}
+		if m.Header[HeaderAbort] != nil {
+			return nil, transferError(errAborted, subject)
+		}
+		if m.Header[HeaderSize] != nil {
+			return c.receiveReply(ctx, in, subject, m)
+		}
+		if m.Header[HeaderAck] != nil || m.Header[HeaderContinue] != nil {
+			m = nil // a late acknowledgement of our own chunks
+			continue
+		}
+		return m.Data, nil
+	}
+}
+
+// receiveReply reassembles a chunked reply whose first chunk is m into one
+// buffer of the declared size.
+func (c *Conn) receiveReply(ctx context.Context, in *inbox, subject string, m *nats.Msg) ([]byte, error) {
+	total, err := c.parseSize(m.Header, len(m.Data))
+	if err == nil && get(m.Header, HeaderChunk) != "0" {
+		err = errProtocol
+	}
+	if err != nil {
+		c.abort(m.Reply)
+		return nil, tritonerr.Internalf("bus: reply from %s: %v", target(subject), err)
+	}
+	buf := make([]byte, total)
+	n := copy(buf, m.Data)
+	if m.Reply != "" {
+		if err := c.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{HeaderAck: []string{"0"}}}); err != nil {
+			return nil, transferError(err, subject)
+		}
+	}
+	if err := c.collect(ctx, in, buf, n, 1); err != nil {
+		if !errors.Is(err, errAborted) && !errors.Is(err, errPeerGone) {
+			c.abort(m.Reply)
+		}
+		return nil, transferError(err, subject)
+	}
+	return buf, nil
+}
+
+// transferError turns what ended a request into the error its caller sees.
+func transferError(err error, subject string) error {
+	var te *tritonerr.Error
+	switch {
+	case errors.As(err, &te):
+		return te
+	case errors.Is(err, context.DeadlineExceeded):
+		return tritonerr.Unavailablef("request to %s timed out", target(subject))
+	case errors.Is(err, context.Canceled):
+		return tritonerr.New(tritonerr.Cancelled, "request to %s was cancelled", target(subject))
+	case errors.Is(err, errIdle):
+		return tritonerr.Unavailablef("request to %s timed out: its chunked transfer stalled", target(subject))
+	case errors.Is(err, errPeerGone):
+		return tritonerr.Unavailablef("%s went away during a chunked transfer", target(subject))
+	case errors.Is(err, errAborted):
+		return tritonerr.Unavailablef("%s aborted a chunked transfer", target(subject))
+	case errors.Is(err, errClosed), errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining):
+		return tritonerr.Unavailablef("request to %s failed: the bus connection is closed", target(subject))
+	case errors.Is(err, errProtocol):
+		return tritonerr.Internalf("bus: request to %s: %v", target(subject), err)
+	}
+	return tritonerr.Unavailablef("request to %s failed: %v", target(subject), err)
+}
