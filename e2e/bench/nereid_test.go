@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/nereid-io/nereid/api/inference"
+)
+
+var nereidOnce struct {
+	sync.Mutex
+	n   *Nereid
+	err error
+}
+
+// nereid starts the standalone server once per run; a server that cannot
+// start fails every Nereid benchmark.
+func nereid(b *testing.B) *Nereid {
+	nereidOnce.Lock()
+	defer nereidOnce.Unlock()
+	if nereidOnce.n == nil && nereidOnce.err == nil {
+		nereidOnce.n, nereidOnce.err = StartNereid()
+		if nereidOnce.n != nil {
+			fx.mu.Lock()
+			fx.onClose = append(fx.onClose, nereidOnce.n.Close)
+			fx.mu.Unlock()
+		}
+	}
+	if nereidOnce.err != nil {
+		b.Fatalf("starting the standalone server: %v", nereidOnce.err)
+	}
+	return nereidOnce.n
+}
+
+// BenchmarkInfer measures the standalone server's infer paths for a
+// 64-byte tensor — client -> gateway -> NATS (in-process) -> executor ->
+// identity backend and back — each right after its chain, the same client
+// and request against the architecture's floor, so that the two sides of
+// each ratio are seconds apart rather than minutes.
+//
+// The chains: gRPC unary and stream go through a GRPCInferenceService proxy
+// that decodes the request, re-encodes it for NATS, and a responder that
+// answers as an identity model (the messages the gateway and executor
+// exchange, with no validation, scheduling or backend). HTTP goes through
+// an HTTP proxy that carries the very request body (JSON or binary) over
+// NATS to an echo responder: measured as one chain, not as the HTTP echo
+// plus the NATS leg, since the sum of two separately measured round trips
+// counts scheduling twice and misses their overlap.
+func BenchmarkInfer(b *testing.B) {
+	payload := FP32Payload(small)
+	binBody, binHeader := HTTPBinaryRequest(payload)
+	jsonBody, jsonHeader := HTTPJSONRequest(payload)
+	req := InferRequest(payload)
+	paths := []struct {
+		key           string
+		chain, nereid func(b *testing.B) Worker
+	}{
+		{"grpc-unary",
+			func(b *testing.B) Worker {
+				return InferUnary(inference.NewGRPCInferenceServiceClient(fx.conn(b, fx.baselines(b).ChainGRPCAddr)), req)
+			},
+			func(b *testing.B) Worker {
+				return InferUnary(inference.NewGRPCInferenceServiceClient(fx.conn(b, nereid(b).GRPCAddr)), req)
+			}},
+		{"grpc-stream",
+			func(b *testing.B) Worker {
+				return InferStream(inference.NewGRPCInferenceServiceClient(fx.conn(b, fx.baselines(b).ChainGRPCAddr)), req)
+			},
+			func(b *testing.B) Worker {
+				return InferStream(inference.NewGRPCInferenceServiceClient(fx.conn(b, nereid(b).GRPCAddr)), req)
+			}},
+		{"http-binary",
+			func(b *testing.B) Worker {
+				return HTTPPost(fx.httpClient(), "http://"+fx.baselines(b).ChainHTTPAddr+InferPath, binHeader, binBody, EchoCheck(binBody))
+			},
+			func(b *testing.B) Worker {
+				return HTTPPost(fx.httpClient(), "http://"+nereid(b).HTTPAddr+InferPath, binHeader, binBody, BinaryInferCheck(payload))
+			}},
+		{"http-json",
+			func(b *testing.B) Worker {
+				return HTTPPost(fx.httpClient(), "http://"+fx.baselines(b).ChainHTTPAddr+InferPath, jsonHeader, jsonBody, EchoCheck(jsonBody))
+			},
+			func(b *testing.B) Worker {
+				return HTTPPost(fx.httpClient(), "http://"+nereid(b).HTTPAddr+InferPath, jsonHeader, jsonBody, JSONInferCheck(payload))
+			}},
+	}
+	for _, p := range paths {
+		for _, c := range concurrencies {
+			b.Run(fmt.Sprintf("%s/c=%d", p.key, c), func(b *testing.B) {
+				measurePair(b, fmt.Sprintf("chain-%s/c%d", p.key, c), fmt.Sprintf("nereid-%s/c%d", p.key, c), c, warmSmall, p.chain(b), p.nereid(b))
+			})
+		}
+	}
+}
+
+// BenchmarkLarge measures large tensors at c=1, each against its baseline
+// in alternation: 1 MiB over HTTP binary against HTTP JSON, then 16 MiB
+// (and 256 MiB with NEREID_BENCH_256MIB=1) over HTTP binary and gRPC
+// against the bare echo of the same payload, and NATS alone for scale.
+func BenchmarkLarge(b *testing.B) {
+	mid := FP32Payload(medium)
+	midJSON, midJSONHeader := HTTPJSONRequest(mid)
+	midBin, midBinHeader := HTTPBinaryRequest(mid)
+	b.Run("1MiB/http-binary-vs-json", func(b *testing.B) {
+		b.SetBytes(medium)
+		url := "http://" + nereid(b).HTTPAddr + InferPath
+		measurePair(b, "nereid-http-json-1MiB", "nereid-http-binary-1MiB", 1, warmLarge,
+			HTTPPost(fx.httpClient(), url, midJSONHeader, midJSON, JSONInferCheck(mid)),
+			HTTPPost(fx.httpClient(), url, midBinHeader, midBin, BinaryInferCheck(mid)))
+	})
+
+	for _, size := range largeSizes() {
+		data := FP32Payload(size)
+		name := sizeName(size)
+		body, header := HTTPBinaryRequest(data)
+		b.Run(name+"/http-binary", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			measurePair(b, "http-echo-"+name, "nereid-http-binary-"+name, 1, warmLarge,
+				HTTPPost(fx.httpClient(), "http://"+fx.baselines(b).HTTPEchoAddr+"/", nil, data, EchoCheck(data)),
+				HTTPPost(fx.httpClient(), "http://"+nereid(b).HTTPAddr+InferPath, header, body, BinaryInferCheck(data)))
+		})
+		b.Run(name+"/grpc-unary", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			measurePair(b, "grpc-echo-"+name, "nereid-grpc-unary-"+name, 1, warmLarge,
+				GRPCEchoUnary(fx.conn(b, fx.baselines(b).GRPCEchoAddr), data),
+				InferUnary(inference.NewGRPCInferenceServiceClient(fx.conn(b, nereid(b).GRPCAddr)), InferRequest(data)))
+		})
+		if size <= 32<<20 { // one message on the baselines' NATS server
+			b.Run(name+"/nats-echo", func(b *testing.B) {
+				b.SetBytes(int64(size))
+				measure(b, "nats-inproc-"+name, 1, warmLarge, NATSRequest(fx.baselines(b).NATSInproc, SubjectEchoInproc, data))
+			})
+		}
+	}
+}
