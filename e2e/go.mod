@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/nereid-io/nereid/api v0.0.0
 	github.com/nereid-io/nereid/pkg v0.0.0
+	github.com/nereid-io/nereid/services/standalone v0.0.0
 )
 
 require (
@@ -30,4 +31,9 @@ require (
 replace (
 	github.com/nereid-io/nereid/api => ../api
 	github.com/nereid-io/nereid/pkg => ../pkg
+	github.com/nereid-io/nereid/services/executor => ../services/executor
+	github.com/nereid-io/nereid/services/gateway => ../services/gateway
+	github.com/nereid-io/nereid/services/sequence-router => ../services/sequence-router
+	github.com/nereid-io/nereid/services/shm-registry => ../services/shm-registry
+	github.com/nereid-io/nereid/services/standalone => ../services/standalone
 )
