@@ -50,7 +50,7 @@ type fixtures struct {
 
 var fx = &fixtures{grpc: map[string]*grpc.ClientConn{}, startErr: map[string]error{}}
 
-func (f *fixtures) baselines(b *testing.B) *Baselines {
+func (f *fixtures) baselines(b testing.TB) *Baselines {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.base == nil && f.startErr["base"] == nil {
@@ -62,7 +62,7 @@ func (f *fixtures) baselines(b *testing.B) *Baselines {
 	return f.base
 }
 
-func (f *fixtures) conn(b *testing.B, addr string) *grpc.ClientConn {
+func (f *fixtures) conn(b testing.TB, addr string) *grpc.ClientConn {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if cc := f.grpc[addr]; cc != nil {
