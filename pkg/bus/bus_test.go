@@ -620,3 +620,54 @@ func TestClose(t *testing.T) {
 	err := client.Request(context.Background(), "test.close", bytesValue(nil), nil)
 	wantErr(t, err, tritonerr.Unavailable, "request to subject 'test.close' failed: the bus connection is closed")
 }
+
+// TestHuge moves 256 MiB each way at the default 1 MiB max payload: flow
+// control must keep every subscription far from NATS's slow-consumer limits
+// (any async NATS error fails the test, see connect).
+func TestHuge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("256 MiB each way")
+	}
+	s := startServer(t, 0)
+	client, srv := connect(t, s), connect(t, s)
+	const size = 256 << 20
+	body := pattern(size, 3)
+	mustHandle(t, srv, "test.huge", QueueExecutors, func(ctx context.Context, req []byte) (proto.Message, error) {
+		if !bytes.Equal(req, body) {
+			return nil, tritonerr.InvalidArgf("request arrived damaged")
+		}
+		return bytesValue(req[:size-16]), nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	out, err := client.RequestBytes(ctx, "test.huge", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp wrapperspb.BytesValue
+	if err := proto.Unmarshal(out, &resp); err != nil || !bytes.Equal(resp.Value, body[:size-16]) {
+		t.Fatalf("reply damaged (%v)", err)
+	}
+	t.Logf("256 MiB each way in %v", time.Since(start))
+	idle(t, client, srv)
+}
+
+// TestResponderGone: the responder that took the first chunk names a
+// continuation subject nobody listens on (as if its connection had dropped);
+// NATS's no-responders notice on the next chunk ends the request.
+func TestResponderGone(t *testing.T) {
+	s := startServer(t, 64<<10)
+	client := connect(t, s)
+	sub, err := client.NATS().Subscribe("test.gone", func(m *nats.Msg) {
+		m.RespondMsg(&nats.Msg{Header: nats.Header{HeaderContinue: []string{"_INBOX.nobody.1"}}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	client.NATS().Flush()
+	err = client.Request(context.Background(), "test.gone", bytesValue(make([]byte, 1<<20)), nil)
+	wantErr(t, err, tritonerr.Unavailable, "request to subject 'test.gone' failed: the responder went away during a chunked transfer")
+	idle(t, client)
+}

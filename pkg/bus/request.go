@@ -172,9 +172,9 @@ func transferError(err error, subject string) error {
 	case errors.Is(err, errIdle):
 		return tritonerr.Unavailablef("request to %s timed out: its chunked transfer stalled", target(subject))
 	case errors.Is(err, errPeerGone):
-		return tritonerr.Unavailablef("%s went away during a chunked transfer", target(subject))
+		return tritonerr.Unavailablef("request to %s failed: the responder went away during a chunked transfer", target(subject))
 	case errors.Is(err, errAborted):
-		return tritonerr.Unavailablef("%s aborted a chunked transfer", target(subject))
+		return tritonerr.Unavailablef("request to %s failed: the responder aborted a chunked transfer", target(subject))
 	case errors.Is(err, errClosed), errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining):
 		return tritonerr.Unavailablef("request to %s failed: the bus connection is closed", target(subject))
 	case errors.Is(err, errProtocol):
