@@ -55,6 +55,13 @@ func ExecutorStatsSubject(id string) string {
 	return execPrefix + Token(id) + ".stats"
 }
 
+// PingSubject is where the named service ("shm-registry",
+// "sequence-router") answers liveness pings with its name:
+// "nereid.v1.svc.<Token(service)>.ping".
+func PingSubject(service string) string {
+	return Prefix + ".svc." + Token(service) + ".ping"
+}
+
 // escape starts an escaped byte in a token. It is not a special character for
 // NATS, shells or URLs (monitoring endpoints take subjects in query strings).
 const escape = '~'

@@ -123,3 +123,9 @@ func FuzzUntoken(f *testing.F) {
 		}
 	})
 }
+
+func TestPingSubject(t *testing.T) {
+	if got := PingSubject("shm-registry"); got != "nereid.v1.svc.shm-registry.ping" {
+		t.Fatalf("PingSubject = %q", got)
+	}
+}

@@ -40,8 +40,11 @@ func TestStartsAndAnswersPing(t *testing.T) {
 		t.Fatal("not ready")
 	}
 	msg, err := nc.Request(bus.PingSubject(Name), nil, 2*time.Second)
-	if err != nil || string(msg.Data) != Name {
-		t.Fatalf("ping: %v %q", err, msg)
+	if err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	if string(msg.Data) != Name {
+		t.Fatalf("ping answered %q, want %q", msg.Data, Name)
 	}
 	cancel()
 	if err := <-done; err != nil {

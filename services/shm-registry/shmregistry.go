@@ -70,7 +70,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("%s: subscribe: %w", Name, err)
 	}
 	defer sub.Unsubscribe()
-	if err := s.cfg.Conn.FlushWithContext(ctx); err != nil {
+	if err := s.cfg.Conn.Flush(); err != nil {
 		return fmt.Errorf("%s: flush: %w", Name, err)
 	}
 	close(s.ready)
