@@ -43,6 +43,14 @@ func InferSubject(model, version string) string {
 	return inferPrefix + Token(model) + "." + Token(version)
 }
 
+// InferNodeSubject is the subject executors on node serving version of model
+// also listen on (queue QueueExecutors), for requests that must run on that
+// node: their tensors sit in the node's shared memory, or were handed off
+// there. "nereid.v1.infer.<Token(model)>.<Token(version)>.node.<Token(node)>".
+func InferNodeSubject(model, version, node string) string {
+	return InferSubject(model, version) + ".node." + Token(node)
+}
+
 // ExecutorCatalogSubject is where executor id answers CatalogRequest with its
 // ExecutorCatalog: "nereid.v1.exec.<Token(id)>.catalog".
 func ExecutorCatalogSubject(id string) string {

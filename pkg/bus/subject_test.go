@@ -129,3 +129,9 @@ func TestPingSubject(t *testing.T) {
 		t.Fatalf("PingSubject = %q", got)
 	}
 }
+
+func TestInferNodeSubject(t *testing.T) {
+	if got := InferNodeSubject("a.b", "1", "node-1"); got != "nereid.v1.infer.a~2Eb.1.node.node-1" {
+		t.Fatalf("InferNodeSubject = %q", got)
+	}
+}

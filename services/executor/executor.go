@@ -161,6 +161,11 @@ func (e *Executor) Run(ctx context.Context) error {
 			return fmt.Errorf("executor: serve %s version %s: %w", mv.name, mv.vstr, err)
 		}
 		mv.sub = s
+		// Requests whose tensors live on this node (shared memory, hand-off)
+		// are addressed to the node's executors only.
+		if mv.nodeSub, err = bc.Handle(bus.InferNodeSubject(mv.name, mv.vstr, e.cfg.Node), bus.QueueExecutors, mv.handleInfer); err != nil {
+			return fmt.Errorf("executor: serve %s version %s on node %s: %w", mv.name, mv.vstr, e.cfg.Node, err)
+		}
 	}
 	catSub, err := bc.Handle(bus.ExecutorCatalogSubject(e.cfg.ID), "", e.handleCatalog)
 	if err != nil {
@@ -207,6 +212,9 @@ func (e *Executor) Run(ctx context.Context) error {
 		defer close(drained)
 		var wg sync.WaitGroup
 		for _, mv := range e.models {
+			if mv.nodeSub != nil {
+				wg.Go(func() { _ = mv.nodeSub.Drain() })
+			}
 			if mv.sub != nil {
 				wg.Go(func() { _ = mv.sub.Drain() })
 			}

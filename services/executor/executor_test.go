@@ -641,3 +641,28 @@ func TestSubsetAndUnknownModel(t *testing.T) {
 		t.Errorf("catalog %v, want %v", names, want)
 	}
 }
+
+// TestNodeSubject checks that an executor also serves its models on its
+// node's subject, and only there: requests pinned to another node find no
+// responder.
+func TestNodeSubject(t *testing.T) {
+	h := start(t, exampleRepo, "simple")
+	req := request("n1", []tin{
+		{"INPUT0", "INT32", []int64{1, 16}, int32s(func(i int) int32 { return int32(i) })},
+		{"INPUT1", "INT32", []int64{1, 16}, int32s(func(int) int32 { return 1 })},
+	})
+	req.ModelName, req.ModelVersion = "simple", "1"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp := &inference.ModelInferResponse{}
+	if err := h.client.Request(ctx, bus.InferNodeSubject("simple", "1", "node-a"), req, resp); err != nil {
+		t.Fatalf("infer on node-a: %v", err)
+	}
+	if resp.GetId() != "n1" || len(resp.GetRawOutputContents()) != 2 {
+		t.Fatalf("response = %v", resp)
+	}
+	err := h.client.Request(ctx, bus.InferNodeSubject("simple", "1", "node-b"), req, resp)
+	if tritonerr.KindOf(err) != tritonerr.Unavailable {
+		t.Fatalf("infer on node-b = %v, want UNAVAILABLE (no responders)", err)
+	}
+}

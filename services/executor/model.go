@@ -31,6 +31,7 @@ type modelVersion struct {
 	sched     *scheduler
 	stats     *stats
 	sub       *bus.Subscription
+	nodeSub   *bus.Subscription
 }
 
 // load runs ModelInitialize and InstanceInitialize for every instance and
