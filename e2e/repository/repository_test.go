@@ -76,6 +76,10 @@ func TestRepositoryIndexAndVersionPolicies(t *testing.T) {
 		t.Errorf("latest_two version 1 is outside the policy latest{2} but is listed")
 	}
 
+	if bytes.Contains(body, []byte(`\u003e`)) {
+		t.Errorf("index escapes '>' as \\u003e: %s", body)
+	}
+
 	// {"ready": true} lists only what serves.
 	_, body = call(t, http.MethodPost, base+"/v2/repository/index", `{"ready": true}`)
 	if bytes.Contains(body, []byte("bad_dims")) || !bytes.Contains(body, []byte("latest_two")) {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -53,12 +54,16 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
+	// Triton writes '<', '>' and '&' as they are; encoding/json's default
+	// \u003c escaping would make reasons such as "must be >= 1" unreadable.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		writeError(w, tritonerr.Internalf("encoding response: %v", err))
 		return
 	}
-	writeRawJSON(w, body)
+	writeRawJSON(w, bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 }
 
 func writeRawJSON(w http.ResponseWriter, body []byte) {
