@@ -39,12 +39,18 @@ func (p *pending) complete(_ *backend.Request, resp *backend.Response) {
 	p.mu.Unlock()
 }
 
-// scheduler feeds a model version's instances. One goroutine forms
-// batches, only when an instance is idle, so requests accumulate while all
-// instances are busy (Triton's dynamic batcher); each instance has its own
-// goroutine, so an instance never runs two executions at once.
+// scheduler feeds a model version's instances. Batches are formed only when
+// an instance is free, so requests accumulate while all instances are busy
+// (Triton's dynamic batcher); an instance never runs two executions at once.
+//
+// When nothing is queued and an instance is free, the batch the batcher would
+// form now is the new request alone: enqueue then runs it on the caller's
+// goroutine. That spares two hand-offs between goroutines (request to
+// batcher, batcher to instance), which dominate the latency of small
+// requests; under load requests queue and the batcher takes over.
 type scheduler struct {
 	mv        *modelVersion
+	ctx       context.Context
 	dynamic   bool
 	maxBatch  int
 	preferred map[int]bool
@@ -52,9 +58,9 @@ type scheduler struct {
 
 	mu      sync.Mutex
 	queue   []*pending
+	free    []*instance // instances neither executing nor handed a batch
 	closed  bool
-	notify  chan struct{} // a request was queued (capacity 1)
-	idle    chan *instance
+	notify  chan struct{} // the queue or the free list changed (capacity 1)
 	quit    chan struct{}
 	stopped sync.WaitGroup
 }
@@ -62,8 +68,8 @@ type scheduler struct {
 func newScheduler(ctx context.Context, mv *modelVersion) *scheduler {
 	s := &scheduler{
 		mv:     mv,
+		ctx:    ctx,
 		notify: make(chan struct{}, 1),
-		idle:   make(chan *instance, len(mv.instances)),
 		quit:   make(chan struct{}),
 	}
 	// Dynamic batching needs a batch dimension; without one every request
@@ -79,14 +85,16 @@ func newScheduler(ctx context.Context, mv *modelVersion) *scheduler {
 	}
 	for _, in := range mv.instances {
 		in.work = make(chan []*pending)
-		s.idle <- in
-		s.stopped.Go(func() { in.run(ctx, s) })
+		s.free = append(s.free, in)
+		s.stopped.Go(func() { in.run(s) })
 	}
 	s.stopped.Go(s.batcher)
 	return s
 }
 
-// enqueue queues a request; after stop it is refused.
+// enqueue queues a request, or runs it at once on the caller's goroutine
+// when that is what the batcher would do; after stop it is refused. The
+// request is answered when p.done is closed.
 func (s *scheduler) enqueue(p *pending) error {
 	p.queued = time.Now()
 	s.mu.Lock()
@@ -95,12 +103,41 @@ func (s *scheduler) enqueue(p *pending) error {
 		return tritonerr.Unavailablef("model '%s' version %s is unloading", s.mv.name, s.mv.vstr)
 	}
 	s.queue = append(s.queue, p)
+	if len(s.queue) == 1 && len(s.free) > 0 {
+		if n, _ := s.cut(); n == 1 {
+			in := s.takeFree()
+			s.queue = s.queue[:0]
+			s.mu.Unlock()
+			in.execute(s.ctx, []*pending{p})
+			s.release(in)
+			return nil
+		}
+	}
 	s.mu.Unlock()
+	s.wake()
+	return nil
+}
+
+func (s *scheduler) wake() {
 	select {
 	case s.notify <- struct{}{}:
 	default:
 	}
-	return nil
+}
+
+// takeFree pops a free instance; s.mu must be held and s.free non-empty.
+func (s *scheduler) takeFree() *instance {
+	in := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	return in
+}
+
+// release returns an instance to the free list after an execution.
+func (s *scheduler) release(in *instance) {
+	s.mu.Lock()
+	s.free = append(s.free, in)
+	s.mu.Unlock()
+	s.wake()
 }
 
 // stop ends the batcher and the instances once their current execution is
@@ -120,6 +157,7 @@ func (s *scheduler) stop() {
 	}
 }
 
+// batcher hands batches to free instances until the scheduler stops.
 func (s *scheduler) batcher() {
 	defer func() {
 		for _, in := range s.mv.instances {
@@ -127,13 +165,7 @@ func (s *scheduler) batcher() {
 		}
 	}()
 	for {
-		var in *instance
-		select {
-		case in = <-s.idle:
-		case <-s.quit:
-			return
-		}
-		batch := s.next()
+		in, batch := s.next()
 		if batch == nil {
 			return
 		}
@@ -141,10 +173,10 @@ func (s *scheduler) batcher() {
 	}
 }
 
-// next waits for the next batch: one request, or with dynamic batching as
-// many as Triton's dynamic batcher would put together. It returns nil when
-// the scheduler stops.
-func (s *scheduler) next() []*pending {
+// next waits for a free instance and the next batch for it: one request,
+// or with dynamic batching as many as Triton's dynamic batcher would put
+// together. It returns a nil batch when the scheduler stops.
+func (s *scheduler) next() (*instance, []*pending) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -157,16 +189,21 @@ func (s *scheduler) next() []*pending {
 		s.queue = slices.DeleteFunc(s.queue, func(p *pending) bool {
 			if p.cancelled.Load() {
 				s.mv.stats.failed(p.received)
+				close(p.done)
 				return true
 			}
 			return false
 		})
-		n, wait := s.cut()
-		if n > 0 {
-			batch := slices.Clone(s.queue[:n])
-			s.queue = slices.Delete(s.queue, 0, n)
-			s.mu.Unlock()
-			return batch
+		var wait time.Duration
+		if len(s.free) > 0 {
+			var n int
+			if n, wait = s.cut(); n > 0 {
+				batch := slices.Clone(s.queue[:n])
+				s.queue = slices.Delete(s.queue, 0, n)
+				in := s.takeFree()
+				s.mu.Unlock()
+				return in, batch
+			}
 		}
 		s.mu.Unlock()
 
@@ -183,7 +220,7 @@ func (s *scheduler) next() []*pending {
 		case <-s.notify:
 		case <-expire:
 		case <-s.quit:
-			return nil
+			return nil, nil
 		}
 	}
 }
@@ -239,12 +276,10 @@ type instance struct {
 	batchReported bool
 }
 
-func (in *instance) run(ctx context.Context, s *scheduler) {
+func (in *instance) run(s *scheduler) {
 	for batch := range in.work {
-		in.execute(ctx, batch)
-		// The batcher stops taking idle instances once it quits; the
-		// channel holds one slot per instance, so this never blocks.
-		s.idle <- in
+		in.execute(s.ctx, batch)
+		s.release(in)
 	}
 }
 
