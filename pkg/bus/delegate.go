@@ -1,0 +1,157 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"runtime/debug"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// Delegated replies: a handler may pass a request on to another process and
+// let that process answer the requester directly, saving the hop back
+// through itself. The sequence router does this: the gateway's request goes
+// to the router, the router hands it to an executor with the request's
+// reply subject, and the executor answers the gateway.
+//
+// A reply subject is all a responder needs: Reply and ReplyError send a
+// whole reply (chunked when large, acknowledged on the sender's own inbox)
+// from any Conn, so the requester cannot tell who answered.
+
+// DelegateFunc serves one request whose answer it may leave to someone
+// else. reply is the requester's reply subject ("" when the requester wants
+// no answer); data is the whole request body (reassembled if chunked); ctx
+// carries the requester's deadline and trace context and ends when the
+// function returns, so a function that keeps the request must copy what it
+// needs (Deadline). The function answers, now or later, with Conn.Reply or
+// Conn.ReplyError on any Conn, exactly once.
+type DelegateFunc func(ctx context.Context, reply string, data []byte)
+
+// HandleDelegated serves requests on subject like Handle (queue group,
+// deadlines, trace context, chunked requests), but leaves the answer to fn.
+// fn runs on its own goroutine per request; a panic in fn is answered with
+// an INTERNAL error.
+func (c *Conn) HandleDelegated(subject, queue string, fn DelegateFunc) (*Subscription, error) {
+	s := &Subscription{}
+	cb := func(m *nats.Msg) {
+		s.inflight.Add(1)
+		go c.serveDelegated(s, m, fn)
+	}
+	var sub *nats.Subscription
+	var err error
+	if queue == "" {
+		sub, err = c.nc.Subscribe(subject, cb)
+	} else {
+		sub, err = c.nc.QueueSubscribe(subject, queue, cb)
+	}
+	if err != nil {
+		return nil, tritonerr.Unavailablef("bus: cannot subscribe to %s: %v", subject, err)
+	}
+	if err := c.setLimits(sub); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	s.init(sub)
+	return s, nil
+}
+
+func (c *Conn) serveDelegated(s *Subscription, m *nats.Msg, fn DelegateFunc) {
+	defer s.inflight.Done()
+	ctx := context.Background()
+	if len(m.Header) > 0 {
+		ctx = otel.GetTextMapPropagator().Extract(ctx, HeaderCarrier(m.Header))
+	}
+	if d, ok := deadline(m.Header); ok {
+		if !time.Now().Before(d) {
+			c.respondError(m.Reply, tritonerr.Unavailablef("request to %s timed out before it was handled", target(m.Subject)))
+			return
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d)
+		defer cancel()
+	}
+	data := m.Data
+	if m.Header[HeaderSize] != nil {
+		if m.Reply == "" {
+			return
+		}
+		total, err := c.parseSize(m.Header, len(m.Data))
+		if err != nil {
+			c.respondError(m.Reply, tritonerr.InvalidArgf("bus: request to %s: %v", target(m.Subject), err))
+			return
+		}
+		buf := make([]byte, total)
+		n := copy(buf, m.Data)
+		ackTo, in := c.register()
+		defer c.unregister(ackTo)
+		if n < total {
+			if err := c.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{HeaderContinue: []string{ackTo}}}); err != nil {
+				return
+			}
+			if err := c.collect(ctx, in, buf, n, 1); err != nil {
+				switch {
+				case errors.Is(err, errAborted), errors.Is(err, errPeerGone), errors.Is(err, errClosed):
+				case errors.Is(err, errProtocol):
+					c.respondError(m.Reply, tritonerr.InvalidArgf("%v", err))
+				default:
+					c.respondError(m.Reply, transferError(err, m.Subject))
+				}
+				return
+			}
+		}
+		data = buf
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.opts.log.Error("bus: handler panicked", "subject", m.Subject, "panic", r, "stack", string(debug.Stack()))
+			c.respondError(m.Reply, tritonerr.Internalf("internal error: the handler for %s panicked: %v", target(m.Subject), r))
+		}
+	}()
+	fn(ctx, m.Reply, data)
+}
+
+// Reply answers the request whose reply subject is reply with m, in chunks
+// when it does not fit in one message. Any Conn may answer any request.
+// ctx bounds a chunked transfer.
+func (c *Conn) Reply(ctx context.Context, reply string, m proto.Message) error {
+	if reply == "" {
+		return nil
+	}
+	var body []byte
+	if m != nil {
+		var err error
+		if body, err = proto.Marshal(m); err != nil {
+			c.respondError(reply, tritonerr.Internalf("bus: cannot encode reply: %v", err))
+			return tritonerr.Internalf("bus: cannot encode reply: %v", err)
+		}
+	}
+	return c.respond(ctx, reply, body, "", nil)
+}
+
+// ReplyError answers the request whose reply subject is reply with err,
+// its Triton kind and message kept (tritonerr.From).
+func (c *Conn) ReplyError(reply string, err error) {
+	c.respondError(reply, err)
+}
+
+// IsNoResponders reports whether err is the UNAVAILABLE error Request
+// returns when nothing listens on the subject: the request reached nobody,
+// so sending it again cannot run it twice.
+func IsNoResponders(err error) bool {
+	var te *tritonerr.Error
+	if !errors.As(err, &te) || te.Kind != tritonerr.Unavailable {
+		return false
+	}
+	return len(te.Msg) >= len(noRespondersPrefix) && te.Msg[:len(noRespondersPrefix)] == noRespondersPrefix ||
+		len(te.Msg) >= len(noExecutorPrefix) && te.Msg[:len(noExecutorPrefix)] == noExecutorPrefix
+}
+
+const (
+	noRespondersPrefix = "no responders on "
+	noExecutorPrefix   = "no executor is serving "
+)
