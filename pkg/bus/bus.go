@@ -32,6 +32,8 @@ type Conn struct {
 	mu      sync.Mutex
 	inboxes map[string]*inbox
 	seq     atomic.Uint64
+
+	cancels cancels // handlers in flight, for requesters' cancellations
 }
 
 type options struct {
@@ -141,6 +143,7 @@ func (c *Conn) NATS() *nats.Conn { return c.nc }
 // (Drain their Subscriptions for that).
 func (c *Conn) Close() error {
 	c.shutdown()
+	c.stopCancels()
 	if err := c.mux.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && !errors.Is(err, nats.ErrConnectionClosed) {
 		return err
 	}

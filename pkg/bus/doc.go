@@ -74,6 +74,19 @@
 // sender that the receiver's connection is gone. Subjects of finished
 // transfers are forgotten; late messages to them are dropped.
 //
+// # Cancellation
+//
+// A requester whose ctx is cancelled (not one whose deadline passed: the
+// responder holds the deadline already) publishes the request's reply
+// subject R, as the body, on CancelSubject ("nereid.v1.cancel"). Every Conn
+// that handles requests subscribes there and cancels the ctx of the handler
+// serving R (cause: the requester cancelled), so a handler can drop work
+// that has not started, such as a request still waiting in a batcher's
+// queue. The cancellation may overtake its request (two subscriptions are
+// dispatched independently); it is then remembered for a few seconds and
+// applied when the request arrives. Nothing is sent for requests that end
+// normally.
+//
 // # Subjects
 //
 // Names that come from users (models, versions, executor ids) are escaped

@@ -25,6 +25,9 @@ type HandlerFunc func(ctx context.Context, req []byte) (proto.Message, error)
 // goroutine; a request whose deadline has passed is refused without running
 // h, and a panic in h becomes an INTERNAL error reply.
 func (c *Conn) Handle(subject, queue string, h HandlerFunc) (*Subscription, error) {
+	if err := c.listenCancels(); err != nil {
+		return nil, tritonerr.Unavailablef("bus: cannot subscribe to %s: %v", CancelSubject, err)
+	}
 	s := &Subscription{}
 	cb := func(m *nats.Msg) {
 		s.inflight.Add(1)
@@ -63,6 +66,8 @@ func (c *Conn) serve(s *Subscription, m *nats.Msg, h HandlerFunc) {
 		ctx, cancel = context.WithDeadline(ctx, d)
 		defer cancel()
 	}
+	ctx, untrack := c.trackHandler(ctx, m.Reply)
+	defer untrack()
 
 	data := m.Data
 	var ackTo string // our private subject for the rest of a transfer

@@ -56,13 +56,15 @@ func (c *Conn) RequestBytes(ctx context.Context, subject string, body []byte) ([
 		if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: body}); err != nil {
 			return nil, transferError(err, subject)
 		}
-		return c.awaitReply(ctx, in, subject, nil, false)
+		out, err := c.awaitReply(ctx, in, subject, nil, false)
+		return out, c.sendCancel(ctx, reply, err)
 	}
 	final, streamed, err := c.sendRequest(ctx, in, subject, reply, hdr, body)
 	if err != nil {
-		return nil, transferError(err, subject)
+		return nil, c.sendCancel(ctx, reply, transferError(err, subject))
 	}
-	return c.awaitReply(ctx, in, subject, final, streamed)
+	out, err := c.awaitReply(ctx, in, subject, final, streamed)
+	return out, c.sendCancel(ctx, reply, err)
 }
 
 // sendRequest sends body in chunks: the first to subject (any member of a

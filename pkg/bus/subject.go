@@ -26,6 +26,11 @@ const (
 	// starts; executors answer by publishing a heartbeat at once.
 	SolicitSubject = Prefix + ".catalog.solicit"
 
+	// CancelSubject carries the reply subject (the body, as text) of a
+	// request its requester cancelled; every Conn that handles requests
+	// listens and cancels the ctx of the handler serving it.
+	CancelSubject = Prefix + ".cancel"
+
 	// HeartbeatInterval is how often executors publish a heartbeat.
 	HeartbeatInterval = time.Second
 	// HeartbeatExpiry is how long a gateway keeps an executor it has not heard from.

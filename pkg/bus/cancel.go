@@ -1,0 +1,129 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Cancellation: a requester whose ctx is cancelled (not merely past its
+// deadline, which the responder knows already) publishes the reply subject
+// of the abandoned request on CancelSubject. Every Conn that handles
+// requests listens there and cancels the ctx of the handler serving that
+// reply subject, so that work which has not started (a request waiting in a
+// batcher's queue) is dropped instead of run for nobody. Reply subjects are
+// unique per request, so the broadcast names exactly one request.
+//
+// The cancellation and the request arrive on different subscriptions, which
+// nats.go dispatches independently: a cancellation may overtake its own
+// request. It is then kept for cancelTombstoneTTL and applied when the
+// request arrives.
+
+// errRequesterCancelled is the cause of a handler ctx cancelled by its
+// requester.
+var errRequesterCancelled = errors.New("bus: the requester cancelled the request")
+
+// cancelTombstoneTTL is how long a cancellation that arrived before its
+// request is remembered.
+const cancelTombstoneTTL = 10 * time.Second
+
+// cancels tracks the handlers in flight by reply subject.
+type cancels struct {
+	once sync.Once
+	err  error
+	sub  *nats.Subscription
+
+	mu       sync.Mutex
+	inflight map[string]context.CancelCauseFunc
+	early    map[string]time.Time // cancellations that overtook their request
+}
+
+// listenCancels subscribes to CancelSubject the first time the Conn handles
+// requests.
+func (c *Conn) listenCancels() error {
+	c.cancels.once.Do(func() {
+		c.cancels.inflight = map[string]context.CancelCauseFunc{}
+		c.cancels.early = map[string]time.Time{}
+		sub, err := c.nc.Subscribe(CancelSubject, func(m *nats.Msg) {
+			c.cancelHandler(string(m.Data))
+		})
+		if err == nil {
+			err = c.setLimits(sub)
+		}
+		c.cancels.mu.Lock()
+		c.cancels.sub, c.cancels.err = sub, err
+		c.cancels.mu.Unlock()
+	})
+	return c.cancels.err
+}
+
+// trackHandler registers the handler serving reply; the returned func
+// unregisters it. ctx is cancelled if the requester cancels.
+func (c *Conn) trackHandler(ctx context.Context, reply string) (context.Context, func()) {
+	if reply == "" || c.cancels.inflight == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	cs := &c.cancels
+	cs.mu.Lock()
+	if _, ok := cs.early[reply]; ok {
+		delete(cs.early, reply)
+		cancel(errRequesterCancelled)
+	}
+	cs.inflight[reply] = cancel
+	cs.mu.Unlock()
+	return ctx, func() {
+		cs.mu.Lock()
+		delete(cs.inflight, reply)
+		cs.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// cancelHandler cancels the handler serving reply, or remembers the
+// cancellation for a request still to arrive.
+func (c *Conn) cancelHandler(reply string) {
+	if reply == "" {
+		return
+	}
+	cs := &c.cancels
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cancel, ok := cs.inflight[reply]; ok {
+		cancel(errRequesterCancelled)
+		return
+	}
+	now := time.Now()
+	if len(cs.early) >= 256 {
+		for k, t := range cs.early {
+			if now.Sub(t) > cancelTombstoneTTL {
+				delete(cs.early, k)
+			}
+		}
+	}
+	if len(cs.early) < 1<<16 { // a flood of bogus cancellations cannot grow it without end
+		cs.early[reply] = now
+	}
+}
+
+// sendCancel tells the responders that the request waiting on reply was
+// cancelled, when err ended it because ctx was cancelled.
+func (c *Conn) sendCancel(ctx context.Context, reply string, err error) error {
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		_ = c.nc.Publish(CancelSubject, []byte(reply))
+	}
+	return err
+}
+
+// stopCancels ends the cancellation subscription (Close).
+func (c *Conn) stopCancels() {
+	c.cancels.mu.Lock()
+	sub := c.cancels.sub
+	c.cancels.mu.Unlock()
+	if sub != nil {
+		_ = sub.Unsubscribe()
+	}
+}
