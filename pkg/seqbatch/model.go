@@ -1,0 +1,552 @@
+package seqbatch
+
+import (
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// InstanceKey names one model instance of one executor process.
+// Generation changes when the executor restarts (its state is gone).
+type InstanceKey struct {
+	Executor   string
+	Generation uint64
+	Index      int
+}
+
+// SlotRef is where a sequence is bound.
+type SlotRef struct {
+	Instance InstanceKey
+	Slot     int
+}
+
+// Request is one request of a sequence as the batcher sees it.
+type Request struct {
+	ID         ID
+	Start, End bool
+	// Timeout is the request's timeout parameter; 0 means none. It
+	// expires a sequence waiting in the backlog.
+	Timeout time.Duration
+	Arrived time.Time
+	// Data is the caller's: how to run and answer the request.
+	Data any
+}
+
+// Entry is one place of a batch: a request with its control values, or
+// padding (Req nil) for an idle direct slot: READY false, CORRID 0.
+type Entry struct {
+	Req               *Request
+	Slot              int
+	ID                ID
+	Start, End, Ready bool
+}
+
+// Batch is what one instance executes next.
+type Batch struct {
+	Instance InstanceKey
+	Entries  []Entry
+}
+
+// Real counts the entries that are requests (not padding).
+func (b *Batch) Real() int {
+	n := 0
+	for _, e := range b.Entries {
+		if e.Req != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Failure is a request the batcher gave up on, with the error to answer.
+type Failure struct {
+	Req *Request
+	Err error
+}
+
+// Store persists bindings so that another router can take over (Restore).
+// Bind and Backlog are called before the change is made and their error
+// fails the START that needed them; errors of the others are only logged:
+// the state in memory stays authoritative and a stale entry is cleaned up
+// by the idle timeout after a takeover.
+type Store interface {
+	// Bind records id in slot, and removes it from the backlog.
+	Bind(id ID, at SlotRef) error
+	// Backlog appends id to the backlog order.
+	Backlog(id ID) error
+	// Unbind forgets id, bound or backlogged.
+	Unbind(id ID) error
+}
+
+type slot struct {
+	owner *ID // the sequence bound here; nil once it ended or went idle
+	queue []*Request
+}
+
+func (s *slot) free() bool { return s.owner == nil && len(s.queue) == 0 }
+
+type instance struct {
+	key   InstanceKey
+	slots []slot
+}
+
+type backlogQueue struct {
+	id     ID
+	ended  bool // END arrived: the id no longer maps here
+	reqs   []*Request
+	expire time.Time // earliest arrival+timeout, zero for none
+}
+
+// seq is where an active id lives: a slot, or a backlog queue.
+type seq struct {
+	at          *SlotRef
+	backlog     *backlogQueue
+	lastArrival time.Time
+}
+
+// Model is the sequence batcher of one model version. It is not safe for
+// concurrent use: the caller serializes calls.
+type Model struct {
+	cfg       Config
+	store     Store
+	log       *slog.Logger
+	instances []*instance
+	seqs      map[ID]*seq
+	backlog   []*backlogQueue
+	holding   bool
+}
+
+// NewModel makes an empty batcher. store may be nil (nothing persisted).
+func NewModel(cfg Config, store Store, log *slog.Logger) *Model {
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.SlotsPerInstance < 1 {
+		cfg.SlotsPerInstance = 1
+	}
+	if cfg.MaxBatch < 1 {
+		cfg.MaxBatch = 1
+	}
+	return &Model{cfg: cfg, store: store, log: log, seqs: map[ID]*seq{}, holding: cfg.HoldSlots > 0 || cfg.HoldBacklog > 0}
+}
+
+// Config returns the batcher's configuration.
+func (m *Model) Config() Config { return m.cfg }
+
+func (m *Model) instance(k InstanceKey) *instance {
+	for _, in := range m.instances {
+		if in.key == k {
+			return in
+		}
+	}
+	return nil
+}
+
+// HasInstance reports whether k is known.
+func (m *Model) HasInstance(k InstanceKey) bool { return m.instance(k) != nil }
+
+// AddInstance adds an instance's slots; waiting backlog sequences take them.
+func (m *Model) AddInstance(now time.Time, k InstanceKey) {
+	if m.instance(k) != nil {
+		return
+	}
+	in := &instance{key: k, slots: make([]slot, m.cfg.SlotsPerInstance)}
+	m.instances = append(m.instances, in)
+	for i := range in.slots {
+		m.fill(now, in, i)
+	}
+}
+
+// RemoveExecutor withdraws every instance of executor (all generations but
+// keep, when keep > 0): its sequences are forgotten, so their next request
+// fails with the START error, and requests queued in its slots fail.
+func (m *Model) RemoveExecutor(executor string, keep uint64) []Failure {
+	var out []Failure
+	m.instances = slices.DeleteFunc(m.instances, func(in *instance) bool {
+		if in.key.Executor != executor || (keep != 0 && in.key.Generation == keep) {
+			return false
+		}
+		for i := range in.slots {
+			s := &in.slots[i]
+			if s.owner != nil {
+				m.forget(*s.owner)
+			}
+			for _, r := range s.queue {
+				out = append(out, Failure{r, tritonerr.Unavailablef(
+					"executor '%s' running sequence %s of model '%s' was lost; the sequence's state is gone", executor, r.ID.text(), m.cfg.Model)})
+			}
+			*s = slot{}
+		}
+		return true
+	})
+	return out
+}
+
+func (m *Model) forget(id ID) {
+	delete(m.seqs, id)
+	if m.store != nil {
+		if err := m.store.Unbind(id); err != nil {
+			m.log.Warn("sequence store: unbind failed", "model", m.cfg.Model, "sequence", id.Key(), "err", err)
+		}
+	}
+}
+
+// ErrNoStart is Triton's error for a request that continues an unknown
+// sequence.
+func (m *Model) errNoStart(id ID) error {
+	return tritonerr.InvalidArgf("inference request for sequence %s to model '%s' must specify the START flag on the first request of the sequence", id.text(), m.cfg.Model)
+}
+
+// Enqueue accepts a request, in Triton's order of checks (after the batch
+// size and correlation id checks, which the gateway makes): a request
+// without START for an unknown id fails; START on an active id continues in
+// the same slot or backlog queue (Triton's "conflict", logged); the idle
+// clock restarts; then the request joins its slot, its backlog queue, the
+// lowest free slot, or a new backlog queue.
+func (m *Model) Enqueue(now time.Time, r *Request) error {
+	r.Arrived = now
+	s := m.seqs[r.ID]
+	if s == nil && !r.Start {
+		return m.errNoStart(r.ID)
+	}
+	if s != nil && r.Start {
+		m.log.Warn("sequence " + r.ID.text() + " for model '" + m.cfg.Model + "' has a conflict. The previous sequence did not end before this sequence start. Previous sequence will be terminated early.")
+	}
+	if s == nil {
+		ref, ok := m.lowestFree()
+		if ok {
+			if m.store != nil {
+				if err := m.store.Bind(r.ID, ref); err != nil {
+					return tritonerr.Unavailablef("cannot start sequence %s of model '%s': the sequence store failed: %v", r.ID.text(), m.cfg.Model, err)
+				}
+			}
+			id := r.ID
+			m.instance(ref.Instance).slots[ref.Slot].owner = &id
+			s = &seq{at: &ref}
+		} else {
+			if m.cfg.MaxBacklog > 0 && m.backlogSequences() >= m.cfg.MaxBacklog {
+				return tritonerr.Unavailablef("the sequence backlog of model '%s' is full: %d sequences wait for a slot; sequence %s was not started", m.cfg.Model, m.cfg.MaxBacklog, r.ID.text())
+			}
+			if m.store != nil {
+				if err := m.store.Backlog(r.ID); err != nil {
+					return tritonerr.Unavailablef("cannot start sequence %s of model '%s': the sequence store failed: %v", r.ID.text(), m.cfg.Model, err)
+				}
+			}
+			q := &backlogQueue{id: r.ID}
+			m.backlog = append(m.backlog, q)
+			s = &seq{backlog: q}
+		}
+		m.seqs[r.ID] = s
+	}
+	s.lastArrival = now
+	if s.at != nil {
+		sl := &m.instance(s.at.Instance).slots[s.at.Slot]
+		sl.queue = append(sl.queue, r)
+		if r.End {
+			// Triton drops the id's slot mapping at enqueue time; the slot
+			// is released once the END request leaves the queue.
+			sl.owner = nil
+			m.forget(r.ID)
+		}
+		return nil
+	}
+	q := s.backlog
+	q.reqs = append(q.reqs, r)
+	if r.Timeout > 0 {
+		if e := now.Add(r.Timeout); q.expire.IsZero() || e.Before(q.expire) {
+			q.expire = e
+		}
+	}
+	if r.End {
+		q.ended = true
+		m.forget(r.ID)
+	}
+	return nil
+}
+
+func (m *Model) backlogSequences() int { return len(m.backlog) }
+
+// lowestFree is the free slot with the lowest number, then the lowest
+// instance (Triton's ready-slot priority queue orders by slot).
+func (m *Model) lowestFree() (SlotRef, bool) {
+	for i := 0; i < m.cfg.SlotsPerInstance; i++ {
+		for _, in := range m.instances {
+			if in.slots[i].free() {
+				return SlotRef{in.key, i}, true
+			}
+		}
+	}
+	return SlotRef{}, false
+}
+
+// fill gives a free slot to the oldest backlog queue, with all its
+// requests. Expired queues were removed by Tick already.
+func (m *Model) fill(now time.Time, in *instance, i int) {
+	sl := &in.slots[i]
+	if !sl.free() || len(m.backlog) == 0 {
+		return
+	}
+	q := m.backlog[0]
+	m.backlog = m.backlog[1:]
+	sl.queue = q.reqs
+	ref := SlotRef{in.key, i}
+	if !q.ended {
+		id := q.id
+		sl.owner = &id
+		if s := m.seqs[id]; s != nil {
+			// The idle clock starts when the sequence gets its slot: a
+			// sequence does not go idle waiting in the backlog.
+			s.backlog, s.at, s.lastArrival = nil, &ref, now
+		}
+		if m.store != nil {
+			if err := m.store.Bind(id, ref); err != nil {
+				m.log.Warn("sequence store: bind failed", "model", m.cfg.Model, "sequence", id.Key(), "err", err)
+			}
+		}
+	}
+	if sl.free() {
+		// An empty, ended queue: nothing to run, the slot stays free.
+		m.fill(now, in, i)
+	}
+}
+
+// queued counts the requests waiting in slots and in the backlog.
+func (m *Model) queued() (slots, backlog int) {
+	for _, in := range m.instances {
+		for i := range in.slots {
+			slots += len(in.slots[i].queue)
+		}
+	}
+	for _, q := range m.backlog {
+		backlog += len(q.reqs)
+	}
+	return
+}
+
+// Holding reports whether the delay-scheduler test hook still holds
+// batches back.
+func (m *Model) Holding() bool {
+	if !m.holding {
+		return false
+	}
+	s, b := m.queued()
+	if s >= m.cfg.HoldSlots && b >= m.cfg.HoldBacklog {
+		m.holding = false
+	}
+	return m.holding
+}
+
+// Next forms the next batch for an idle instance, or returns nil with how
+// long to wait before asking again (0: until something changes).
+func (m *Model) Next(now time.Time, k InstanceKey) (*Batch, time.Duration) {
+	in := m.instance(k)
+	if in == nil || m.Holding() {
+		return nil, 0
+	}
+	var b *Batch
+	var wait time.Duration
+	if m.cfg.Strategy == Direct {
+		b = m.nextDirect(in)
+	} else {
+		b, wait = m.nextOldest(now, in)
+	}
+	if b == nil {
+		return nil, wait
+	}
+	for i := range in.slots {
+		m.fill(now, in, i)
+	}
+	return b, 0
+}
+
+// nextDirect takes one request per slot, from slot 0 to the highest active
+// slot, padding the slots with nothing to run.
+func (m *Model) nextDirect(in *instance) *Batch {
+	top, queued := -1, false
+	for i := range in.slots {
+		s := &in.slots[i]
+		if s.owner != nil || len(s.queue) > 0 {
+			top = i
+		}
+		if len(s.queue) > 0 {
+			queued = true
+		}
+	}
+	if !queued {
+		return nil
+	}
+	b := &Batch{Instance: in.key, Entries: make([]Entry, 0, top+1)}
+	for i := 0; i <= top; i++ {
+		s := &in.slots[i]
+		if len(s.queue) == 0 {
+			b.Entries = append(b.Entries, Entry{Slot: i})
+			continue
+		}
+		r := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		b.Entries = append(b.Entries, Entry{Req: r, Slot: i, ID: r.ID, Start: r.Start, End: r.End, Ready: true})
+	}
+	return b
+}
+
+// nextOldest is Triton's dynamic batcher over the candidate sequences'
+// oldest requests, at most one per sequence: send when max_batch_size is
+// reached, else the largest preferred batch size reached, else wait until
+// the oldest has waited max_queue_delay_microseconds.
+func (m *Model) nextOldest(now time.Time, in *instance) (*Batch, time.Duration) {
+	var ready []int
+	for i := range in.slots {
+		if len(in.slots[i].queue) > 0 {
+			ready = append(ready, i)
+		}
+	}
+	if len(ready) == 0 {
+		return nil, 0
+	}
+	slices.SortStableFunc(ready, func(a, b int) int {
+		return in.slots[a].queue[0].Arrived.Compare(in.slots[b].queue[0].Arrived)
+	})
+	n := min(len(ready), m.cfg.MaxBatch)
+	best := 0
+	for _, p := range m.cfg.Preferred {
+		if p <= n && p > best {
+			best = p
+		}
+	}
+	switch {
+	case n >= m.cfg.MaxBatch:
+	case best > 0:
+		n = best
+	default:
+		oldest := in.slots[ready[0]].queue[0].Arrived
+		if left := oldest.Add(m.cfg.MaxQueueDelay).Sub(now); left > 0 {
+			return nil, left
+		}
+	}
+	b := &Batch{Instance: in.key, Entries: make([]Entry, 0, n)}
+	for _, i := range ready[:n] {
+		s := &in.slots[i]
+		r := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		b.Entries = append(b.Entries, Entry{Req: r, Slot: i, ID: r.ID, Start: r.Start, End: r.End, Ready: true})
+	}
+	return b, 0
+}
+
+// Tick releases the slots of sequences idle for Config.Idle since their
+// last request arrived, and fails backlog sequences whose request timeout
+// passed (every queued request, UNAVAILABLE, Triton's message).
+func (m *Model) Tick(now time.Time) []Failure {
+	var out []Failure
+	m.backlog = slices.DeleteFunc(m.backlog, func(q *backlogQueue) bool {
+		if q.expire.IsZero() || now.Before(q.expire) {
+			return false
+		}
+		for _, r := range q.reqs {
+			out = append(out, Failure{r, tritonerr.Unavailablef("timeout of the corresponding sequence has been expired")})
+		}
+		if !q.ended {
+			m.forget(q.id)
+		}
+		return true
+	})
+	for id, s := range m.seqs {
+		if s.at == nil || now.Sub(s.lastArrival) < m.cfg.Idle {
+			continue
+		}
+		m.log.Info("sequence idle: releasing its slot", "model", m.cfg.Model, "sequence", id.text())
+		in := m.instance(s.at.Instance)
+		m.forget(id)
+		if in == nil {
+			continue
+		}
+		in.slots[s.at.Slot].owner = nil
+		m.fill(now, in, s.at.Slot)
+	}
+	return out
+}
+
+// Wake is the next time Tick has something to do (zero: nothing pending).
+func (m *Model) Wake() time.Time {
+	var t time.Time
+	early := func(c time.Time) {
+		if !c.IsZero() && (t.IsZero() || c.Before(t)) {
+			t = c
+		}
+	}
+	for _, q := range m.backlog {
+		early(q.expire)
+	}
+	for _, s := range m.seqs {
+		if s.at != nil {
+			early(s.lastArrival.Add(m.cfg.Idle))
+		}
+	}
+	return t
+}
+
+// Restore rebuilds bindings and the backlog order read from a store after a
+// takeover. Every restored sequence's idle clock starts at now; backlog
+// sequences have no queued requests (those died with the old router) and
+// take slots as they free up.
+func (m *Model) Restore(now time.Time, bound map[ID]SlotRef, backlog []ID) {
+	for id, ref := range bound {
+		if ref.Slot < 0 || ref.Slot >= m.cfg.SlotsPerInstance || m.seqs[id] != nil {
+			continue
+		}
+		in := m.instance(ref.Instance)
+		if in == nil {
+			in = &instance{key: ref.Instance, slots: make([]slot, m.cfg.SlotsPerInstance)}
+			m.instances = append(m.instances, in)
+		}
+		if in.slots[ref.Slot].owner != nil {
+			continue
+		}
+		id := id
+		in.slots[ref.Slot].owner = &id
+		r := ref
+		m.seqs[id] = &seq{at: &r, lastArrival: now}
+	}
+	for _, id := range backlog {
+		if m.seqs[id] != nil {
+			continue
+		}
+		q := &backlogQueue{id: id}
+		m.backlog = append(m.backlog, q)
+		m.seqs[id] = &seq{backlog: q, lastArrival: now}
+	}
+	for _, in := range m.instances {
+		for i := range in.slots {
+			m.fill(now, in, i)
+		}
+	}
+}
+
+// Stats is a snapshot for tests and logs.
+type Stats struct {
+	Instances, Active, Backlog, Queued int
+}
+
+// Snapshot counts what the batcher holds.
+func (m *Model) Snapshot() Stats {
+	s, b := m.queued()
+	act := 0
+	for _, sq := range m.seqs {
+		if sq.at != nil {
+			act++
+		}
+	}
+	return Stats{Instances: len(m.instances), Active: act, Backlog: len(m.backlog), Queued: s + b}
+}
+
+// Where reports where id is bound, for tests.
+func (m *Model) Where(id ID) (SlotRef, bool) {
+	if s := m.seqs[id]; s != nil && s.at != nil {
+		return *s.at, true
+	}
+	return SlotRef{}, false
+}

@@ -1,0 +1,312 @@
+package seqbatch
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+var t0 = time.Unix(1000, 0)
+
+type memStore struct {
+	ops   []string
+	fail  bool
+	bound map[ID]SlotRef
+}
+
+func (s *memStore) Bind(id ID, at SlotRef) error {
+	if s.fail {
+		return fmt.Errorf("down")
+	}
+	s.ops = append(s.ops, fmt.Sprintf("bind %s %s/%d", id.Key(), at.Instance.Executor, at.Slot))
+	if s.bound == nil {
+		s.bound = map[ID]SlotRef{}
+	}
+	s.bound[id] = at
+	return nil
+}
+func (s *memStore) Backlog(id ID) error {
+	if s.fail {
+		return fmt.Errorf("down")
+	}
+	s.ops = append(s.ops, "backlog "+id.Key())
+	return nil
+}
+func (s *memStore) Unbind(id ID) error {
+	s.ops = append(s.ops, "unbind "+id.Key())
+	delete(s.bound, id)
+	return nil
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func req(id uint64, start, end bool) *Request {
+	return &Request{ID: UintID(id), Start: start, End: end, Data: id}
+}
+
+// batchString prints a batch as "1S 2 _ 3E": id, S for START, E for END,
+// _ for padding.
+func batchString(b *Batch) string {
+	if b == nil {
+		return "<nil>"
+	}
+	var parts []string
+	for _, e := range b.Entries {
+		if e.Req == nil {
+			if e.Ready {
+				parts = append(parts, "?")
+			} else {
+				parts = append(parts, "_")
+			}
+			continue
+		}
+		s := e.ID.text()
+		if e.Start {
+			s += "S"
+		}
+		if e.End {
+			s += "E"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, " ")
+}
+
+func direct(slots int) (*Model, *memStore, InstanceKey) {
+	st := &memStore{}
+	m := NewModel(Config{Model: "m", SlotsPerInstance: slots, MaxBatch: slots, Idle: time.Second}, st, quiet)
+	k := InstanceKey{Executor: "e1", Index: 0}
+	m.AddInstance(t0, k)
+	return m, st, k
+}
+
+func mustEnqueue(t *testing.T, m *Model, now time.Time, rs ...*Request) {
+	t.Helper()
+	for _, r := range rs {
+		if err := m.Enqueue(now, r); err != nil {
+			t.Fatalf("enqueue %v: %v", r.ID, err)
+		}
+	}
+}
+
+func wantBatch(t *testing.T, m *Model, now time.Time, k InstanceKey, want string) {
+	t.Helper()
+	b, _ := m.Next(now, k)
+	if got := batchString(b); got != want {
+		t.Fatalf("batch = %q, want %q", got, want)
+	}
+}
+
+func TestNoStart(t *testing.T) {
+	m, _, _ := direct(2)
+	err := m.Enqueue(t0, req(7, false, false))
+	want := "inference request for sequence 7 to model 'm' must specify the START flag on the first request of the sequence"
+	if tritonerr.KindOf(err) != tritonerr.InvalidArg || err.Error() != want {
+		t.Fatalf("got %v", err)
+	}
+	// Typed ids: "42" does not continue 42.
+	mustEnqueue(t, m, t0, req(42, true, false))
+	if err := m.Enqueue(t0, &Request{ID: StringID("42")}); err == nil || !strings.Contains(err.Error(), "sequence 42 ") {
+		t.Fatalf("string id continued a numeric sequence: %v", err)
+	}
+}
+
+func TestDirectBatchesAndPadding(t *testing.T) {
+	m, st, k := direct(3)
+	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false), req(1, false, false))
+	wantBatch(t, m, t0, k, "1S 2S")
+	wantBatch(t, m, t0, k, "1 _") // slot 1 is active with nothing queued: padding
+	wantBatch(t, m, t0, k, "<nil>")
+	mustEnqueue(t, m, t0, req(1, false, true), req(2, false, false))
+	wantBatch(t, m, t0, k, "1E 2")
+	// Slot 0 is free now; sequence 2 in slot 1 pads slot 0.
+	mustEnqueue(t, m, t0, req(2, false, true))
+	wantBatch(t, m, t0, k, "_ 2E")
+	wantBatch(t, m, t0, k, "<nil>")
+	if s := m.Snapshot(); s.Active != 0 || s.Queued != 0 {
+		t.Fatalf("left %+v", s)
+	}
+	want := "bind u:1 e1/0,bind u:2 e1/1,unbind u:1,unbind u:2"
+	if got := strings.Join(st.ops, ","); got != want {
+		t.Fatalf("store ops %s, want %s", got, want)
+	}
+}
+
+func TestLengthOneAndRestartSameID(t *testing.T) {
+	m, _, k := direct(1)
+	mustEnqueue(t, m, t0, req(5, true, true))
+	// END dropped the mapping: the same id starts again, into the backlog
+	// since the slot is busy until the END leaves.
+	mustEnqueue(t, m, t0, req(5, true, false))
+	if s := m.Snapshot(); s.Backlog != 1 {
+		t.Fatalf("want the restart in the backlog: %+v", s)
+	}
+	wantBatch(t, m, t0, k, "5SE")
+	wantBatch(t, m, t0, k, "5S")
+}
+
+func TestBacklog(t *testing.T) {
+	m, _, k := direct(1)
+	// 1 in the slot; 2 and 3 fully queued in the backlog, in order.
+	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false), req(2, false, true), req(3, true, false), req(3, false, false))
+	if s := m.Snapshot(); s.Backlog != 2 || s.Active != 1 {
+		t.Fatalf("%+v", s)
+	}
+	wantBatch(t, m, t0, k, "1S")
+	mustEnqueue(t, m, t0, req(1, false, true))
+	wantBatch(t, m, t0, k, "1E")
+	// 2 took the slot with its whole sequence.
+	wantBatch(t, m, t0, k, "2S")
+	wantBatch(t, m, t0, k, "2E")
+	wantBatch(t, m, t0, k, "3S")
+	wantBatch(t, m, t0, k, "3")
+	if _, ok := m.Where(UintID(3)); !ok {
+		t.Fatal("3 should hold the slot")
+	}
+	// Same id in the backlog twice: START while backlogged continues the
+	// same queue (Triton's conflict).
+	m2, _, k2 := direct(1)
+	mustEnqueue(t, m2, t0, req(1, true, false), req(9, true, false), req(9, true, true))
+	mustEnqueue(t, m2, t0, req(1, false, true))
+	wantBatch(t, m2, t0, k2, "1S")
+	wantBatch(t, m2, t0, k2, "1E")
+	wantBatch(t, m2, t0, k2, "9S")
+	wantBatch(t, m2, t0, k2, "9SE")
+}
+
+func TestIdleReleasesSlotToBacklog(t *testing.T) {
+	m, st, k := direct(1)
+	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false))
+	wantBatch(t, m, t0, k, "1S")
+	if w := m.Wake(); !w.Equal(t0.Add(time.Second)) {
+		t.Fatalf("wake %v", w)
+	}
+	t1 := t0.Add(999 * time.Millisecond)
+	mustEnqueue(t, m, t1, req(1, false, false)) // the idle clock restarts
+	wantBatch(t, m, t1, k, "1")
+	m.Tick(t0.Add(1500 * time.Millisecond))
+	if _, ok := m.Where(UintID(1)); !ok {
+		t.Fatal("released too early: the clock runs from the last arrival")
+	}
+	t2 := t1.Add(time.Second)
+	m.Tick(t2)
+	if _, ok := m.Where(UintID(2)); !ok {
+		t.Fatal("the backlog sequence did not get the idle slot")
+	}
+	wantBatch(t, m, t2, k, "2S")
+	if err := m.Enqueue(t2, req(1, false, false)); err == nil {
+		t.Fatal("an idle-released sequence continued")
+	}
+	if !strings.Contains(strings.Join(st.ops, ","), "unbind u:1,bind u:2 e1/0") {
+		t.Fatalf("ops %v", st.ops)
+	}
+}
+
+func TestBacklogTimeoutAndBound(t *testing.T) {
+	m, _, _ := direct(1)
+	mustEnqueue(t, m, t0, req(1, true, false))
+	r2 := req(2, true, false)
+	r2.Timeout = 100 * time.Millisecond
+	r2b := req(2, false, false)
+	mustEnqueue(t, m, t0, r2, r2b)
+	if f := m.Tick(t0.Add(99 * time.Millisecond)); len(f) != 0 {
+		t.Fatalf("expired early: %v", f)
+	}
+	f := m.Tick(t0.Add(100 * time.Millisecond))
+	if len(f) != 2 || f[0].Err.Error() != "timeout of the corresponding sequence has been expired" || tritonerr.KindOf(f[0].Err) != tritonerr.Unavailable {
+		t.Fatalf("failures %v", f)
+	}
+	if err := m.Enqueue(t0, req(2, false, false)); err == nil {
+		t.Fatal("expired sequence continued")
+	}
+
+	b := NewModel(Config{Model: "m", SlotsPerInstance: 1, MaxBacklog: 1, Idle: time.Hour}, nil, quiet)
+	b.AddInstance(t0, InstanceKey{Executor: "e"})
+	mustEnqueue(t, b, t0, req(1, true, false), req(2, true, false))
+	err := b.Enqueue(t0, req(3, true, false))
+	if tritonerr.KindOf(err) != tritonerr.Unavailable || !strings.Contains(err.Error(), "backlog of model 'm' is full") {
+		t.Fatalf("got %v", err)
+	}
+	// A continuing request is never refused by the bound.
+	mustEnqueue(t, b, t0, req(2, false, false))
+}
+
+func TestStoreFailureFailsStart(t *testing.T) {
+	m, st, _ := direct(1)
+	st.fail = true
+	if err := m.Enqueue(t0, req(1, true, false)); tritonerr.KindOf(err) != tritonerr.Unavailable {
+		t.Fatalf("got %v", err)
+	}
+	st.fail = false
+	mustEnqueue(t, m, t0, req(1, true, false))
+}
+
+func TestHold(t *testing.T) {
+	m := NewModel(Config{Model: "m", SlotsPerInstance: 2, HoldSlots: 3, Idle: time.Second}, nil, quiet)
+	k := InstanceKey{Executor: "e"}
+	m.AddInstance(t0, k)
+	mustEnqueue(t, m, t0, req(1, true, false), req(1, false, false))
+	wantBatch(t, m, t0, k, "<nil>")
+	mustEnqueue(t, m, t0, req(2, true, false))
+	wantBatch(t, m, t0, k, "1S 2S")
+	wantBatch(t, m, t0, k, "1 _")
+}
+
+func TestTwoInstancesSpreadBySlot(t *testing.T) {
+	m := NewModel(Config{Model: "m", SlotsPerInstance: 2, Idle: time.Second}, nil, quiet)
+	a, b := InstanceKey{Executor: "e", Index: 0}, InstanceKey{Executor: "e", Index: 1}
+	m.AddInstance(t0, a)
+	m.AddInstance(t0, b)
+	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false), req(3, true, false))
+	wantBatch(t, m, t0, a, "1S 3S")
+	wantBatch(t, m, t0, b, "2S")
+}
+
+func TestOldest(t *testing.T) {
+	m := NewModel(Config{Model: "m", Strategy: Oldest, SlotsPerInstance: 4, MaxBatch: 2, Preferred: []int{2},
+		MaxQueueDelay: 10 * time.Millisecond, Idle: time.Second}, nil, quiet)
+	k := InstanceKey{Executor: "e"}
+	m.AddInstance(t0, k)
+	mustEnqueue(t, m, t0, req(1, true, false), req(1, false, false))
+	// One ready request, preferred 2 not reached: wait out the queue delay.
+	if b, wait := m.Next(t0, k); b != nil || wait != 10*time.Millisecond {
+		t.Fatalf("got %s, wait %v", batchString(b), wait)
+	}
+	wantBatch(t, m, t0.Add(10*time.Millisecond), k, "1S")
+	// Never two requests of one sequence in a batch; oldest first.
+	t1 := t0.Add(20 * time.Millisecond)
+	mustEnqueue(t, m, t1, req(2, true, false))
+	mustEnqueue(t, m, t1.Add(time.Millisecond), req(3, true, false))
+	wantBatch(t, m, t1.Add(time.Millisecond), k, "1 2S")
+	wantBatch(t, m, t1.Add(20*time.Millisecond), k, "3S")
+}
+
+func TestRemoveExecutorAndRestore(t *testing.T) {
+	m, st, k := direct(2)
+	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false))
+	wantBatch(t, m, t0, k, "1S 2S")
+	mustEnqueue(t, m, t0, req(1, false, false))
+	f := m.RemoveExecutor("e1", 0)
+	if len(f) != 1 || !strings.Contains(f[0].Err.Error(), "was lost") {
+		t.Fatalf("failures %v", f)
+	}
+	if err := m.Enqueue(t0, req(2, false, false)); err == nil || !strings.Contains(err.Error(), "START flag") {
+		t.Fatalf("got %v", err)
+	}
+	if len(st.bound) != 0 {
+		t.Fatalf("bindings left: %v", st.bound)
+	}
+
+	// A new router rebuilds from the store.
+	n := NewModel(Config{Model: "m", SlotsPerInstance: 2, Idle: time.Second}, nil, quiet)
+	n.Restore(t0, map[ID]SlotRef{UintID(8): {k, 1}}, []ID{StringID("x")})
+	mustEnqueue(t, n, t0, req(8, false, false), &Request{ID: StringID("x")})
+	wantBatch(t, n, t0, k, "x 8")
+	n.AddInstance(t0, k) // a pull from the known instance changes nothing
+	wantBatch(t, n, t0, k, "<nil>")
+}
