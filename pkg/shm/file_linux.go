@@ -1,0 +1,185 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"syscall"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// open opens the object a key names for reading and writing, as shm_open
+// does (O_NOFOLLOW, O_CLOEXEC), and returns it with its size. Only regular
+// files count: a FIFO or device someone put in /dev/shm is "invalid".
+func open(key string) (fd int, size int64, err error) {
+	p, ok := path(key)
+	if !ok {
+		return -1, 0, tritonerr.Internalf("Unable to open shared memory region: '%s'", key)
+	}
+	fd, err = syscall.Open(p, syscall.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return -1, 0, tritonerr.Internalf("Unable to open shared memory region: '%s'", key)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Size < 0 {
+		_ = syscall.Close(fd)
+		return -1, 0, tritonerr.Internalf("Invalid shared memory region: '%s'", key)
+	}
+	return fd, st.Size, nil
+}
+
+// strerror renders an errno as C's strerror does (Go's texts are the same
+// words, starting lower case).
+func strerror(err error) string {
+	s := err.Error()
+	r, n := utf8.DecodeRuneInString(s)
+	return string(unicode.ToUpper(r)) + s[n:]
+}
+
+// Inspect is the check Triton makes when region name is registered with
+// key, offset and byteSize (RegisterSystemSharedMemory after the key and
+// duplicate checks): the object opens (INTERNAL "Unable to open shared
+// memory region"), its size is known (INTERNAL "Invalid shared memory
+// region"), offset+byteSize fits in it (INVALID_ARG "invalid args"), and it
+// can be mapped there (INVALID_ARG "unable to process address space...",
+// which is how a non page-aligned offset or a zero size fails). The test
+// mapping is undone at once.
+func Inspect(name, key string, offset, byteSize uint64) error {
+	fd, size, err := open(key)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	if offset > uint64(size) || byteSize > uint64(size)-offset {
+		return tritonerr.InvalidArgf("failed to register shared memory region '%s': invalid args", name)
+	}
+	b, err := mmap(fd, offset, byteSize, 0)
+	if err != nil {
+		return tritonerr.InvalidArgf("failed to register shared memory region '%s': unable to process address space%s", name, strerror(err))
+	}
+	_ = syscall.Munmap(b)
+	return nil
+}
+
+func mmap(fd int, offset, byteSize uint64, extra int) ([]byte, error) {
+	if byteSize == 0 || byteSize > uint64(maxInt) || offset > uint64(maxInt64) {
+		return nil, syscall.EINVAL
+	}
+	return syscall.Mmap(fd, int64(offset), int(byteSize), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|extra)
+}
+
+const (
+	maxInt   = int(^uint(0) >> 1)
+	maxInt64 = 1<<63 - 1
+)
+
+// Mapping is a region mapped into this process (MAP_SHARED: writes reach
+// the client at once). Data is the region; it stays valid until Close.
+type Mapping struct {
+	Data   []byte
+	key    string
+	fd     int
+	offset uint64
+}
+
+// Map maps byteSize bytes of the object key names, from offset (which must
+// be page-aligned, as Inspect ensured at register). The pages are faulted
+// in now (MAP_POPULATE): first-touch faults run near 1 GB/s, several times
+// slower than the copies that follow, so they are paid once, here. The
+// object stays open so that Check can tell when a client has shrunk it.
+func Map(key string, offset, byteSize uint64) (*Mapping, error) {
+	fd, size, err := open(key)
+	if err != nil {
+		return nil, err
+	}
+	m := &Mapping{key: key, fd: fd, offset: offset}
+	if offset > uint64(size) || byteSize > uint64(size)-offset {
+		_ = syscall.Close(fd)
+		return nil, tritonerr.Internalf("Invalid shared memory region: '%s'", key)
+	}
+	if byteSize == 0 {
+		m.Data = []byte{}
+		return m, nil
+	}
+	if m.Data, err = mmap(fd, offset, byteSize, syscall.MAP_POPULATE); err != nil {
+		_ = syscall.Close(fd)
+		return nil, tritonerr.Internalf("unable to map shared memory region '%s': %s", key, strerror(err))
+	}
+	return m, nil
+}
+
+// Check reports an error when the object no longer covers the mapping (a
+// client truncated it): touching the missing pages would raise SIGBUS.
+func (m *Mapping) Check() error {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(m.fd, &st); err != nil || st.Size < 0 || uint64(st.Size) < m.offset+uint64(len(m.Data)) {
+		return tritonerr.Internalf("Invalid shared memory region: '%s'", m.key)
+	}
+	return nil
+}
+
+// Close unmaps the region and closes the object.
+func (m *Mapping) Close() error {
+	var err error
+	if len(m.Data) > 0 {
+		err = syscall.Munmap(m.Data)
+		m.Data = nil
+	}
+	if m.fd >= 0 {
+		err = errors.Join(err, syscall.Close(m.fd))
+		m.fd = -1
+	}
+	return err
+}
+
+// Copy copies src to dst (either may be a mapping) and turns a fault on a
+// mapped page (the object was shrunk under us) into an error instead of a
+// crash.
+func Copy(dst, src []byte) (n int, err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			err = tritonerr.Internalf("shared memory fault while copying: %v", r)
+		}
+	}()
+	return copy(dst, src), nil
+}
+
+// Create makes a new shared-memory object of size bytes under key and maps
+// all of it, as a client's create_shared_memory_region does. It fails when
+// the key exists. Remove the object with Unlink.
+func Create(key string, size int) (*Mapping, error) {
+	p, ok := path(key)
+	if !ok {
+		return nil, fmt.Errorf("shm: invalid key %q", key)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(size)); err != nil {
+		_ = os.Remove(p)
+		return nil, err
+	}
+	m, err := Map(key, 0, uint64(size))
+	if err != nil {
+		_ = os.Remove(p)
+		return nil, err
+	}
+	return m, nil
+}
+
+// Unlink removes the object key names (shm_unlink); mappings stay valid.
+func Unlink(key string) error {
+	p, ok := path(key)
+	if !ok {
+		return fmt.Errorf("shm: invalid key %q", key)
+	}
+	return os.Remove(p)
+}
