@@ -29,6 +29,7 @@ type modelVersion struct {
 	model     backend.Model
 	instances []*instance
 	sched     *scheduler
+	seq       *seqRunner // sequence models: fed by the sequence router
 	stats     *stats
 	sub       *bus.Subscription
 	nodeSub   *bus.Subscription
@@ -66,6 +67,10 @@ func (mv *modelVersion) load(ctx context.Context) (err error) {
 		in.inst = bi
 		mv.instances = append(mv.instances, in)
 	}
+	if mv.cfg.GetSequenceBatching() != nil {
+		mv.seq, err = startSequence(ctx, mv)
+		return err
+	}
 	mv.sched = newScheduler(ctx, mv)
 	return nil
 }
@@ -76,6 +81,10 @@ func (mv *modelVersion) unload() {
 	if mv.sched != nil {
 		mv.sched.stop()
 		mv.sched = nil
+	}
+	if mv.seq != nil {
+		mv.seq.stop()
+		mv.seq = nil
 	}
 	log := mv.e.log
 	for _, in := range mv.instances {
@@ -100,6 +109,10 @@ func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Mes
 	if err := proto.Unmarshal(data, req); err != nil {
 		mv.stats.failed(received)
 		return nil, tritonerr.InvalidArgf("malformed inference request for model '%s': %v", mv.name, err)
+	}
+	if mv.seq != nil {
+		mv.stats.failed(received)
+		return nil, mv.seq.errNotDirect()
 	}
 	p := &pending{received: received, done: make(chan struct{})}
 	r := backend.NewRequest(ctx, p.complete)

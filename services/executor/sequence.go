@@ -1,0 +1,286 @@
+package executor
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/backend"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/infer"
+	"github.com/nereid-io/nereid/pkg/seqbatch"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// Sequence models (sequence_batching in the config) are not fed by the
+// executor's scheduler: the sequence router owns their batching. Each
+// instance runs a puller that asks the router for its next batch when it is
+// idle (busv1.SequencePull on bus.SequencePullSubject), executes it with the
+// control tensors the batch calls for, and answers every request straight
+// to the gateway that sent it (the reply subject travels in the batch). The
+// next pull tells the router the batch is done.
+
+const (
+	// pullTimeout bounds one pull; the router answers within its hold
+	// time (a second), so this only fires when the router is gone.
+	pullTimeout = 5 * time.Second
+	// pullRetry is the pause after a failed pull (no router yet, or a
+	// takeover in progress).
+	pullRetry = 50 * time.Millisecond
+)
+
+type seqRunner struct {
+	mv       *modelVersion
+	controls *seqbatch.Controls
+	cancel   context.CancelFunc
+	done     sync.WaitGroup
+}
+
+// startSequence starts one puller per instance. ctx is the executions'
+// context; the pullers stop with stop().
+func startSequence(ctx context.Context, mv *modelVersion) (*seqRunner, error) {
+	c, err := seqbatch.NewControls(mv.cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &seqRunner{mv: mv, controls: c, cancel: cancel}
+	for idx, in := range mv.instances {
+		s.done.Go(func() { s.pull(ctx, idx, in) })
+	}
+	return s, nil
+}
+
+func (s *seqRunner) stop() {
+	s.cancel()
+	s.done.Wait()
+}
+
+// errNotDirect refuses requests sent to a sequence model's plain infer
+// subject: without the router there are no slots or control tensors.
+func (s *seqRunner) errNotDirect() error {
+	return tritonerr.Unavailablef("model '%s' has a sequence batcher: its requests go through the sequence router", s.mv.name)
+}
+
+func (s *seqRunner) pull(ctx context.Context, idx int, in *instance) {
+	mv := s.mv
+	e := mv.e
+	subject := bus.SequencePullSubject(mv.name, mv.vstr)
+	sendConfig := true
+	var done uint64
+	for ctx.Err() == nil {
+		req := &busv1.SequencePull{
+			ExecutorId: e.cfg.ID, Generation: e.generation,
+			Instance: uint32(idx), Instances: uint32(len(mv.instances)), DoneBatch: done,
+		}
+		if sendConfig {
+			req.Config = mv.cfg
+		}
+		batch := &busv1.SequenceBatch{}
+		pctx, cancel := context.WithTimeout(ctx, pullTimeout)
+		err := e.bus.Request(pctx, subject, req, batch)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !bus.IsNoResponders(err) {
+				e.log.Debug("sequence pull failed", "model", mv.name, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pullRetry):
+			}
+			continue
+		}
+		done = 0
+		if batch.GetNeedConfig() {
+			sendConfig = true
+			continue
+		}
+		sendConfig = false
+		if len(batch.GetWork()) == 0 {
+			continue
+		}
+		s.execute(ctx, in, batch)
+		done = batch.GetBatchId()
+	}
+}
+
+// seqItem is one entry of a batch: a real request (p, reply) or padding.
+type seqItem struct {
+	w     *busv1.SequenceWork
+	req   *inference.ModelInferRequest
+	p     *pending
+	cctx  context.CancelFunc
+	reply string
+}
+
+func (s *seqRunner) execute(ctx context.Context, in *instance, batch *busv1.SequenceBatch) {
+	mv := s.mv
+	now := time.Now()
+	items := make([]*seqItem, 0, len(batch.GetWork()))
+	var template *busv1.SequenceWork // padding copies a real request's inputs
+	for _, w := range batch.GetWork() {
+		if !w.GetPadding() && template == nil {
+			template = w
+		}
+	}
+	reqs := make([]*backend.Request, 0, len(batch.GetWork()))
+	current := map[*backend.Request]*pending{}
+	real := 0
+	for _, w := range batch.GetWork() {
+		it := &seqItem{w: w, reply: w.GetReply()}
+		src := w
+		if w.GetPadding() {
+			if template == nil {
+				continue
+			}
+			src = template
+		}
+		received := now
+		if n := src.GetReceivedUnixNano(); n > 0 {
+			received = time.Unix(0, n)
+		}
+		rctx := ctx
+		if d := w.GetDeadlineUnixNano(); d > 0 && !w.GetPadding() {
+			rctx, it.cctx = context.WithDeadline(ctx, time.Unix(0, d))
+		}
+		p := &pending{received: received, queued: received, done: make(chan struct{})}
+		r := backend.NewRequest(rctx, p.complete)
+		it.req = &inference.ModelInferRequest{}
+		err := proto.Unmarshal(src.GetRequest(), it.req)
+		if err == nil {
+			err = infer.Normalize(mv.cfg, it.req, r)
+		}
+		if err != nil {
+			if !w.GetPadding() {
+				mv.stats.failed(received)
+				mv.e.bus.ReplyError(it.reply, err)
+			}
+			if it.cctx != nil {
+				it.cctx()
+			}
+			continue
+		}
+		entry := seqbatch.Entry{Slot: int(w.GetSlot()), ID: seqbatch.FromProto(w.GetId()),
+			Start: w.GetStart(), End: w.GetEnd(), Ready: !w.GetPadding()}
+		if !w.GetPadding() {
+			entry.Req = &seqbatch.Request{}
+			r.CorrelationID = correlation(entry.ID)
+			r.Flags = 0
+			if entry.Start {
+				r.Flags |= backend.SequenceStart
+			}
+			if entry.End {
+				r.Flags |= backend.SequenceEnd
+			}
+			real++
+			it.p = p
+			current[r] = p
+		} else {
+			r.ID = ""
+		}
+		r.Inputs = append(r.Inputs, s.controls.Inputs(entry)...)
+		p.req = r
+		p.size = 1
+		items = append(items, it)
+		reqs = append(reqs, r)
+	}
+	if real == 0 {
+		return
+	}
+
+	in.mu.Lock()
+	in.current, in.batchReported = current, false
+	in.mu.Unlock()
+	start := time.Now()
+	err := s.call(ctx, in, reqs)
+	end := time.Now()
+	in.mu.Lock()
+	in.current = nil
+	batchReported := in.batchReported
+	in.mu.Unlock()
+
+	ts := backend.Timestamps{ExecStart: start, ComputeStart: start, ComputeEnd: end, ExecEnd: end}
+	for _, it := range items {
+		if it.p == nil {
+			continue
+		}
+		p := it.p
+		p.mu.Lock()
+		if p.resp == nil {
+			e := tritonerr.From(err)
+			if e == nil {
+				e = tritonerr.Internalf("backend of model '%s' did not respond to the request", mv.name)
+			}
+			p.resp = &backend.Response{Err: e}
+		}
+		resp, reported := p.resp, p.reported
+		p.mu.Unlock()
+		if !reported {
+			mv.stats.request(p, resp.Err == nil, ts)
+		}
+	}
+	if !batchReported {
+		// Padding counts in the batch size, not in inference_count, as
+		// Triton reports a direct sequence batch with null requests.
+		mv.stats.sequenceBatch(real, len(reqs), ts)
+	}
+	for _, it := range items {
+		if it.cctx != nil {
+			defer it.cctx()
+		}
+		if it.p == nil {
+			continue
+		}
+		if it.p.resp.Err != nil {
+			mv.e.bus.ReplyError(it.reply, it.p.resp.Err)
+			continue
+		}
+		out := mv.response(it.req, it.p.req, it.p.resp)
+		if err := mv.e.bus.Reply(ctx, it.reply, out); err != nil {
+			mv.e.log.Debug("sequence reply not delivered", "model", mv.name, "err", err)
+		}
+	}
+}
+
+// call runs Execute, turning a panic into an error for the batch.
+func (s *seqRunner) call(ctx context.Context, in *instance, reqs []*backend.Request) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = tritonerr.Internalf("backend of model '%s' failed: %v", s.mv.name, v)
+		}
+	}()
+	return in.inst.Execute(ctx, reqs)
+}
+
+func correlation(id seqbatch.ID) backend.CorrelationID {
+	if id.IsString {
+		return backend.CorrelationString(id.Str)
+	}
+	return backend.CorrelationUint(id.Uint)
+}
+
+// sequenceBatch records one sequence-batch execution: size entries, of which
+// real are requests and the rest padding.
+func (s *stats) sequenceBatch(real, size int, t backend.Timestamps) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.executionCount++
+	s.inferenceCount += uint64(real)
+	b := s.batches[uint64(size)]
+	if b == nil {
+		b = &batchStats{}
+		s.batches[uint64(size)] = b
+	}
+	b.input.add(t.ComputeStart.Sub(t.ExecStart))
+	b.infer.add(t.ComputeEnd.Sub(t.ComputeStart))
+	b.output.add(t.ExecEnd.Sub(t.ComputeEnd))
+	s.touch(time.Now())
+}
