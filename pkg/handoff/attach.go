@@ -1,0 +1,105 @@
+package handoff
+
+import (
+	"runtime"
+	"sync"
+	"weak"
+
+	"github.com/nereid-io/nereid/api/inference"
+)
+
+// Attachments let hand-off state ride along with a protobuf message through
+// code that only passes the message around: the gRPC codec decodes a
+// request's large inputs into a Region that the gateway's forwarding finds
+// again, and a response whose outputs live in mapped memory carries the
+// Outgoing to release once the response is written. Keys are weak, and a
+// message garbage-collected with its attachment still in place releases
+// it, so paths that drop a message early leak nothing.
+
+type attachment struct {
+	value   any
+	release func()
+	cleanup runtime.Cleanup
+}
+
+var attached = struct {
+	sync.Mutex
+	m map[any]*attachment
+}{m: map[any]*attachment{}}
+
+func attach[T any](msg *T, value any, release func()) {
+	key := weak.Make(msg)
+	a := &attachment{value: value, release: release}
+	attached.Lock()
+	old := attached.m[key]
+	attached.m[key] = a
+	// Registered under the lock, so that a detach cannot see a without its
+	// cleanup.
+	a.cleanup = runtime.AddCleanup(msg, func(k weak.Pointer[T]) {
+		attached.Lock()
+		a := attached.m[k]
+		delete(attached.m, k)
+		attached.Unlock()
+		if a != nil {
+			a.release()
+		}
+	}, key)
+	attached.Unlock()
+	if old != nil {
+		old.cleanup.Stop()
+		old.release()
+	}
+}
+
+func detach[T any](msg *T) any {
+	key := weak.Make(msg)
+	attached.Lock()
+	a := attached.m[key]
+	delete(attached.m, key)
+	attached.Unlock()
+	if a == nil {
+		return nil
+	}
+	a.cleanup.Stop()
+	return a.value
+}
+
+// attachedCount is the number of live attachments (tests check for leaks).
+func attachedCount() int {
+	attached.Lock()
+	defer attached.Unlock()
+	return len(attached.m)
+}
+
+// AttachRegion hands a reference on r, the memory req's inputs lie in, to
+// whoever calls TakeRegion(req). If nobody does, the reference is released
+// when req is garbage-collected.
+func AttachRegion(req *inference.ModelInferRequest, r *Region) {
+	if r == nil {
+		return
+	}
+	attach(req, r, r.Release)
+}
+
+// TakeRegion returns the Region attached to req, or nil; the caller owns
+// its reference.
+func TakeRegion(req *inference.ModelInferRequest) *Region {
+	r, _ := detach(req).(*Region)
+	return r
+}
+
+// AttachResponse ties o, whose memory resp's outputs may lie in, to resp
+// until TakeResponse(resp) (or resp's collection) releases it.
+func AttachResponse(resp *inference.ModelInferResponse, o *Outgoing) {
+	if o == nil {
+		return
+	}
+	attach(resp, o, o.Release)
+}
+
+// TakeResponse returns the Outgoing attached to resp, or nil; the caller
+// must Release it once resp's outputs are no longer read.
+func TakeResponse(resp *inference.ModelInferResponse) *Outgoing {
+	o, _ := detach(resp).(*Outgoing)
+	return o
+}

@@ -1,0 +1,228 @@
+package handoff
+
+import (
+	"sync"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// DefaultThreshold is the size from which a tensor is handed off rather
+// than carried by the bus.
+const DefaultThreshold = 1 << 20
+
+// Threshold is the size from which an executor hands off an output, when
+// the request says its gateway can take one. A variable for tests.
+var Threshold = DefaultThreshold
+
+// Route is how a gateway reaches the executor of a request.
+type Route int
+
+const (
+	// RouteBus: no executor on this node; the bus carries every byte
+	// (chunked beyond its max payload).
+	RouteBus Route = iota
+	// RouteNode: an executor in another process on this node; large
+	// tensors travel through files in Dir.
+	RouteNode
+	// RouteProcess: an executor in this process; large tensors are handed
+	// over as slices, with no copy.
+	RouteProcess
+)
+
+func (r Route) String() string {
+	switch r {
+	case RouteNode:
+		return "node"
+	case RouteProcess:
+		return "process"
+	}
+	return "bus"
+}
+
+// Outgoing is the sending side of one request's hand-off, in the gateway:
+// Prepare moves the large inputs out of the request, Finish puts the large
+// outputs into the response, Release frees what is left once the response
+// is written. Methods are nil-safe: a nil Outgoing hands off nothing.
+type Outgoing struct {
+	mode Mode
+	req  *Region // the request's file (ModeFile) or memory; one reference
+	resp *Region // the response's file, once mapped; one reference
+
+	key string // ModeProcess
+	ex  *exchange
+
+	once sync.Once
+}
+
+// Prepare hands off every raw input of req of at least threshold bytes
+// along route, and records in req's parameters (Param) that the gateway
+// can take handed-off outputs. body, when not nil, is memory the inputs may
+// already lie in (an HTTP body read into a Region); Prepare takes its own
+// reference. For RouteBus it returns nil and leaves req alone.
+//
+// A parameter named Param from the client is refused: the descriptor would
+// make the executor read files or tensors that are not the client's.
+func Prepare(req *inference.ModelInferRequest, route Route, body *Region, threshold int) (*Outgoing, error) {
+	if _, ok := req.GetParameters()[Param]; ok {
+		return nil, tritonerr.InvalidArgf("parameter '%s' is reserved for Nereid's internal use and should not be specified.", Param)
+	}
+	if route == RouteBus {
+		return nil, nil
+	}
+	raw := req.GetRawInputContents()
+	if len(raw) != len(req.GetInputs()) {
+		return nil, nil // not all-raw (shared-memory inputs): leave it to the bus
+	}
+	if threshold <= 0 {
+		threshold = DefaultThreshold
+	}
+	var d Descriptor
+	o := &Outgoing{}
+	switch route {
+	case RouteProcess:
+		o.mode = ModeProcess
+		ex := &exchange{inputs: make([][]byte, len(raw))}
+		for i, b := range raw {
+			if len(b) >= threshold {
+				ex.inputs[i] = b
+				raw[i] = []byte{}
+			}
+		}
+		if body != nil {
+			// One reference for the executor, which may still read the
+			// inputs after the gateway is done; one for the gateway, whose
+			// response may alias them (an identity model).
+			ex.region = body.Retain()
+			o.req = body.Retain()
+		}
+		o.ex, o.key = ex, openExchange(ex)
+		d = Descriptor{Mode: ModeProcess, Name: o.key}
+	case RouteNode:
+		o.mode = ModeFile
+		d = Descriptor{Mode: ModeFile}
+		inBody, total := true, 0
+		for _, b := range raw {
+			if len(b) >= threshold {
+				total += len(b)
+				if _, ok := body.Offset(b); !ok || !body.Shared() {
+					inBody = false
+				}
+			}
+		}
+		switch {
+		case total == 0:
+		case inBody:
+			o.req = body.Retain()
+			for i, b := range raw {
+				if len(b) >= threshold {
+					off, _ := body.Offset(b)
+					d.Spans = append(d.Spans, Span{Index: i, Source: SourceFile, Offset: int64(off), Len: int64(len(b))})
+				}
+			}
+		default:
+			r, err := Create(total, true)
+			if err != nil {
+				return nil, nil // no room in Dir: the bus carries it
+			}
+			o.req = r
+			off := 0
+			for i, b := range raw {
+				if len(b) >= threshold {
+					copy(r.data[off:], b)
+					d.Spans = append(d.Spans, Span{Index: i, Source: SourceFile, Offset: int64(off), Len: int64(len(b))})
+					off += len(b)
+				}
+			}
+		}
+		if o.req != nil {
+			d.Name, d.Size = o.req.name, int64(len(o.req.data))
+		}
+		for _, s := range d.Spans {
+			raw[s.Index] = []byte{}
+		}
+	}
+	if req.Parameters == nil {
+		req.Parameters = map[string]*inference.InferParameter{}
+	}
+	req.Parameters[Param] = &inference.InferParameter{ParameterChoice: &inference.InferParameter_StringParam{StringParam: d.String()}}
+	return o, nil
+}
+
+// Finish moves the outputs the executor handed off into
+// resp.RawOutputContents and removes Param from resp. The outputs may lie
+// in mapped memory: Release o only once they have been written out.
+func (o *Outgoing) Finish(resp *inference.ModelInferResponse) error {
+	if o == nil {
+		return nil
+	}
+	p, hasParam := resp.GetParameters()[Param]
+	delete(resp.Parameters, Param)
+	if o.req != nil {
+		o.req.Unlink() // the executor has mapped it by now, or never will
+	}
+	n := len(resp.GetOutputs())
+	switch o.mode {
+	case ModeProcess:
+		ex := o.ex
+		closeExchange(o.key, ex)
+		ex.mu.Lock()
+		outs := ex.outputs
+		ex.mu.Unlock()
+		for i, b := range outs {
+			if b != nil {
+				if i >= n || i >= len(resp.RawOutputContents) {
+					return tritonerr.Internalf("handoff: output %d handed off for a response of %d outputs", i, n)
+				}
+				resp.RawOutputContents[i] = b
+			}
+		}
+	case ModeFile:
+		if !hasParam {
+			return nil
+		}
+		reqSize := int64(-1)
+		if o.req != nil {
+			reqSize = int64(len(o.req.data))
+		}
+		d, err := ParseDescriptor(p.GetStringParam(), n, reqSize)
+		if err != nil || d.Mode != ModeFile {
+			return tritonerr.Internalf("%v", err)
+		}
+		if len(resp.RawOutputContents) != n {
+			return tritonerr.Internalf("handoff: response has %d raw outputs for %d outputs", len(resp.RawOutputContents), n)
+		}
+		if d.Name != "" {
+			r, err := Open(d.Name, d.Size)
+			if err != nil {
+				return tritonerr.Internalf("%v", err)
+			}
+			r.Unlink() // both sides have mapped it now
+			o.resp = r
+		}
+		for _, s := range d.Spans {
+			src := o.req
+			if s.Source == SourceFile {
+				src = o.resp
+			}
+			resp.RawOutputContents[s.Index] = src.data[s.Offset : s.Offset+s.Len : s.Offset+s.Len]
+		}
+	}
+	return nil
+}
+
+// Release frees the hand-off: the request's file and exchange, and the
+// response's file (whose memory resp's outputs may lie in: call it only
+// after they are written out). Safe to call more than once.
+func (o *Outgoing) Release() {
+	if o == nil {
+		return
+	}
+	o.once.Do(func() {
+		if o.ex != nil {
+			closeExchange(o.key, o.ex)
+		}
+		o.req.Release()
+		o.resp.Release()
+	})
+}
