@@ -14,6 +14,9 @@ func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *infere
 	ctx, cancel := g.inferContext(ctx)
 	defer cancel()
 	req.ModelVersion = vv.versionString()
+	if resp, ok, err := g.routeSequence(ctx, vv, req); ok { // sequence models: the sequence router
+		return resp, err
+	}
 	var resp inference.ModelInferResponse
 	if err := g.bus.Request(ctx, bus.InferSubject(req.GetModelName(), req.ModelVersion), req, &resp); err != nil {
 		return nil, err

@@ -320,6 +320,8 @@ func extensions() []string {
 		"model_configuration",
 		"model_repository",
 		"statistics",
+		"sequence",
+		"sequence(string_id)",
 	}
 }
 

@@ -117,6 +117,7 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 		err  error
 	}
 	queue := make(chan *pending, streamWindow)
+	var order streamOrder // requests of one sequence go out one after the other
 	var recvErr error
 	go func() {
 		defer close(queue)
@@ -135,8 +136,16 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 			case <-ctx.Done():
 				return
 			}
+			wait, done := order.enter(req)
 			go func() {
+				if wait != nil {
+					select {
+					case <-wait:
+					case <-ctx.Done():
+					}
+				}
 				p.resp, p.err = s.g.inferGRPC(ctx, req, "ModelStreamInfer RPC")
+				done()
 				close(p.done)
 			}()
 		}
