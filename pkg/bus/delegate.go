@@ -24,13 +24,13 @@ import (
 // from any Conn, so the requester cannot tell who answered.
 
 // DelegateFunc serves one request whose answer it may leave to someone
-// else. reply is the requester's reply subject ("" when the requester wants
+// else. subject is the subject it arrived on (useful with wildcards); reply is the requester's reply subject ("" when the requester wants
 // no answer); data is the whole request body (reassembled if chunked); ctx
 // carries the requester's deadline and trace context and ends when the
 // function returns, so a function that keeps the request must copy what it
 // needs (Deadline). The function answers, now or later, with Conn.Reply or
 // Conn.ReplyError on any Conn, exactly once.
-type DelegateFunc func(ctx context.Context, reply string, data []byte)
+type DelegateFunc func(ctx context.Context, subject, reply string, data []byte)
 
 // HandleDelegated serves requests on subject like Handle (queue group,
 // deadlines, trace context, chunked requests), but leaves the answer to fn.
@@ -112,7 +112,7 @@ func (c *Conn) serveDelegated(s *Subscription, m *nats.Msg, fn DelegateFunc) {
 			c.respondError(m.Reply, tritonerr.Internalf("internal error: the handler for %s panicked: %v", target(m.Subject), r))
 		}
 	}()
-	fn(ctx, m.Reply, data)
+	fn(ctx, m.Subject, m.Reply, data)
 }
 
 // Reply answers the request whose reply subject is reply with m, in chunks

@@ -24,7 +24,7 @@ func TestDelegatedReply(t *testing.T) {
 		deadline time.Time
 	}
 	jobs := make(chan job, 8)
-	sub, err := middle.HandleDelegated("mid", "q", func(ctx context.Context, reply string, data []byte) {
+	sub, err := middle.HandleDelegated("mid", "q", func(ctx context.Context, _, reply string, data []byte) {
 		d, _ := ctx.Deadline()
 		jobs <- job{reply, data, d}
 	})

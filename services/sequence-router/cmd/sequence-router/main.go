@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/nereid-io/nereid/pkg/natsconn"
@@ -20,24 +21,32 @@ func main() {
 	natsURL := fs.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
 	redisURL := fs.String("redis-url", "", "Redis URL (redis://host:port/db); empty keeps state in memory")
 	probeAddr := fs.String("probe-addr", "", "address for /livez and /readyz (empty disables)")
+	maxBacklog := fs.Int("max-sequence-backlog", 0, "sequences that may wait for a slot per model (0: unbounded, as Triton)")
+	leaseTTL := fs.Duration("lease-ttl", seqrouter.DefaultLeaseTTL, "how long the active router's lease outlives it (takeover time)")
+	id := fs.String("id", "", "router id in the lease (default random)")
 	_ = fs.Parse(os.Args[1:])
+	cfg := seqrouter.Config{RedisURL: *redisURL, MaxBacklog: *maxBacklog, LeaseTTL: *leaseTTL, ID: *id}
+	// Triton's test hooks: hold batches until that many requests wait.
+	cfg.DelaySlots, _ = strconv.Atoi(os.Getenv("TRITONSERVER_DELAY_SCHEDULER"))
+	cfg.DelayBacklog, _ = strconv.Atoi(os.Getenv("TRITONSERVER_BACKLOG_DELAY_SCHEDULER"))
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, log, *natsURL, *redisURL, *probeAddr); err != nil {
+	if err := run(ctx, log, *natsURL, *probeAddr, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "nereid-sequence-router:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, natsURL, redisURL, probeAddr string) error {
+func run(ctx context.Context, log *slog.Logger, natsURL, probeAddr string, cfg seqrouter.Config) error {
 	nc, err := natsconn.Connect(ctx, natsURL, "nereid-sequence-router", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	svc, err := seqrouter.New(seqrouter.Config{Conn: nc, RedisURL: redisURL, Logger: log})
+	cfg.Conn, cfg.Logger = nc, log
+	svc, err := seqrouter.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,325 @@
+package seqrouter
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/seqbatch"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// item is one request the router holds: what the executor needs to run it
+// and where the answer goes.
+type item struct {
+	reply      string
+	deadline   time.Time
+	body       []byte
+	received   time.Time
+	id         seqbatch.ID
+	start, end bool
+	timeout    time.Duration
+}
+
+type pull struct {
+	reply string
+	at    time.Time
+}
+
+type flight struct {
+	executor   string
+	generation uint64
+	items      []*item
+}
+
+// model is the router's state for one model version. Its mutex serializes
+// the batcher; replies are sent after it is released.
+type model struct {
+	s                  *Service
+	name, version, key string
+	cfg                *inference.ModelConfig
+
+	mu        sync.Mutex
+	core      *seqbatch.Model // nil until an executor sent the config
+	pre       []*item         // requests that arrived before the config
+	pulls     map[seqbatch.InstanceKey]*pull
+	inflight  map[uint64]*flight
+	nextBatch uint64
+	timer     *time.Timer
+	wakeAt    time.Time
+	dead      bool
+}
+
+// send is a reply to deliver once the model's lock is released.
+type send struct {
+	reply string
+	batch *busv1.SequenceBatch
+	err   error
+}
+
+func (m *model) deliver(out []send) {
+	for _, o := range out {
+		if o.err != nil {
+			m.s.bus.ReplyError(o.reply, o.err)
+			continue
+		}
+		if err := m.s.bus.Reply(context.Background(), o.reply, o.batch); err != nil {
+			m.s.log.Debug("batch not delivered", "model", m.name, "err", err)
+		}
+	}
+}
+
+func (m *model) lock()   { m.mu.Lock() }
+func (m *model) unlock() { m.mu.Unlock() }
+
+func (m *model) infer(now time.Time, it *item) {
+	m.lock()
+	if m.dead {
+		m.unlock()
+		m.s.bus.ReplyError(it.reply, tritonerr.Unavailablef("the sequence router for model '%s' is not serving", m.name))
+		return
+	}
+	if m.core == nil {
+		// No executor has introduced the model yet (a takeover, or a
+		// start): keep the request, in order, until one does.
+		m.pre = append(m.pre, it)
+		m.unlock()
+		return
+	}
+	var out []send
+	if err := m.enqueue(now, it); err != nil {
+		out = append(out, send{reply: it.reply, err: err})
+	}
+	out = append(out, m.dispatch(now)...)
+	m.unlock()
+	m.deliver(out)
+}
+
+func (m *model) enqueue(now time.Time, it *item) error {
+	return m.core.Enqueue(now, &seqbatch.Request{ID: it.id, Start: it.start, End: it.end, Timeout: it.timeout, Data: it})
+}
+
+// init builds the batcher from the config an executor sent, restores the
+// bindings a previous router left, and replays the requests that waited.
+func (m *model) init(now time.Time, cfg *inference.ModelConfig) []send {
+	c := seqbatch.ConfigFrom(cfg)
+	if c.MaxBacklog == 0 {
+		c.MaxBacklog = m.s.cfg.MaxBacklog
+	}
+	c.HoldSlots, c.HoldBacklog = m.s.cfg.DelaySlots, m.s.cfg.DelayBacklog
+	m.cfg = cfg
+	m.core = seqbatch.NewModel(c, m.s.st.model(m.key), m.s.log)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	bound, backlog, err := m.s.st.load(ctx, m.key)
+	cancel()
+	if err != nil {
+		m.s.log.Error("cannot read the sequence state of the model; starting empty", "model", m.name, "err", err)
+	} else if len(bound)+len(backlog) > 0 {
+		m.core.Restore(now, bound, backlog)
+		m.s.log.Info("restored sequences", "model", m.name, "bound", len(bound), "backlog", len(backlog))
+		// Executors named by the bindings must prove they are alive.
+		for _, ref := range bound {
+			m.s.seen(ref.Instance.Executor, ref.Instance.Generation, now)
+		}
+	}
+	var out []send
+	for _, it := range m.pre {
+		if err := m.enqueue(now, it); err != nil {
+			out = append(out, send{reply: it.reply, err: err})
+		}
+	}
+	m.pre = nil
+	return out
+}
+
+func (m *model) pull(now time.Time, reply string, p *busv1.SequencePull) {
+	m.lock()
+	if m.dead {
+		m.unlock()
+		m.s.bus.ReplyError(reply, tritonerr.Unavailablef("the sequence router for model '%s' is not serving", m.name))
+		return
+	}
+	delete(m.inflight, p.GetDoneBatch())
+	var out []send
+	if m.core == nil {
+		if p.GetConfig() == nil {
+			m.unlock()
+			_ = m.s.bus.Reply(context.Background(), reply, &busv1.SequenceBatch{NeedConfig: true})
+			return
+		}
+		out = m.init(now, p.GetConfig())
+	}
+	key := seqbatch.InstanceKey{Executor: p.GetExecutorId(), Generation: p.GetGeneration(), Index: int(p.GetInstance())}
+	if !m.core.HasInstance(key) {
+		m.core.AddInstance(now, key)
+	}
+	if old := m.pulls[key]; old != nil {
+		out = append(out, send{reply: old.reply, batch: &busv1.SequenceBatch{}})
+	}
+	m.pulls[key] = &pull{reply: reply, at: now}
+	out = append(out, m.dispatch(now)...)
+	m.unlock()
+	m.deliver(out)
+}
+
+// dispatch hands a batch to every waiting instance that has one, answers
+// pulls held too long, and sets the timer for the next thing to do.
+func (m *model) dispatch(now time.Time) []send {
+	var out []send
+	var wake time.Time
+	early := func(t time.Time) {
+		if !t.IsZero() && (wake.IsZero() || t.Before(wake)) {
+			wake = t
+		}
+	}
+	for key, pl := range m.pulls {
+		b, wait := m.core.Next(now, key)
+		if b != nil {
+			delete(m.pulls, key)
+			out = append(out, send{reply: pl.reply, batch: m.encode(b)})
+			continue
+		}
+		if wait > 0 {
+			early(now.Add(wait))
+		}
+		if exp := pl.at.Add(m.s.cfg.PullHold); !now.Before(exp) {
+			delete(m.pulls, key)
+			out = append(out, send{reply: pl.reply, batch: &busv1.SequenceBatch{}})
+		} else {
+			early(exp)
+		}
+	}
+	early(m.core.Wake())
+	m.arm(now, wake)
+	return out
+}
+
+func (m *model) arm(now, wake time.Time) {
+	if wake.IsZero() {
+		return
+	}
+	if m.timer != nil && !m.wakeAt.IsZero() && !wake.Before(m.wakeAt) && m.wakeAt.After(now) {
+		return // an earlier wake-up is already set
+	}
+	m.wakeAt = wake
+	d := max(wake.Sub(now), 0)
+	if m.timer == nil {
+		m.timer = time.AfterFunc(d, m.fire)
+	} else {
+		m.timer.Reset(d)
+	}
+}
+
+func (m *model) fire() {
+	m.lock()
+	if m.dead || m.core == nil {
+		m.unlock()
+		return
+	}
+	now := time.Now()
+	m.wakeAt = time.Time{}
+	var out []send
+	for _, f := range m.core.Tick(now) {
+		out = append(out, send{reply: f.Req.Data.(*item).reply, err: f.Err})
+	}
+	out = append(out, m.dispatch(now)...)
+	m.unlock()
+	m.deliver(out)
+}
+
+// encode turns a batch into its bus form, remembering it as in flight.
+func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
+	m.nextBatch++
+	msg := &busv1.SequenceBatch{BatchId: m.nextBatch, Work: make([]*busv1.SequenceWork, 0, len(b.Entries))}
+	f := &flight{executor: b.Instance.Executor, generation: b.Instance.Generation}
+	for _, e := range b.Entries {
+		if e.Req == nil {
+			msg.Work = append(msg.Work, &busv1.SequenceWork{Padding: true, Slot: uint32(e.Slot)})
+			continue
+		}
+		it := e.Req.Data.(*item)
+		w := &busv1.SequenceWork{Slot: uint32(e.Slot), Id: e.ID.Proto(), Start: e.Start, End: e.End,
+			Reply: it.reply, Request: it.body, ReceivedUnixNano: it.received.UnixNano()}
+		if !it.deadline.IsZero() {
+			w.DeadlineUnixNano = it.deadline.UnixNano()
+		}
+		msg.Work = append(msg.Work, w)
+		f.items = append(f.items, it)
+	}
+	m.inflight[msg.BatchId] = f
+	return msg
+}
+
+// lose withdraws an executor's instances (all generations but keep).
+func (m *model) lose(executor string, keep uint64, why string) {
+	m.lock()
+	var out []send
+	if m.core != nil {
+		for _, f := range m.core.RemoveExecutor(executor, keep) {
+			out = append(out, send{reply: f.Req.Data.(*item).reply, err: f.Err})
+		}
+	}
+	for id, f := range m.inflight {
+		if f.executor == executor && (keep == 0 || f.generation != keep) {
+			for _, it := range f.items {
+				out = append(out, send{reply: it.reply, err: tritonerr.Unavailablef(
+					"executor '%s' running sequence %s of model '%s' %s before answering", executor, it.id.String(), m.name, why)})
+			}
+			delete(m.inflight, id)
+		}
+	}
+	for key := range m.pulls {
+		if key.Executor == executor && (keep == 0 || key.Generation != keep) {
+			delete(m.pulls, key)
+		}
+	}
+	if m.core != nil {
+		out = append(out, m.dispatch(time.Now())...)
+	}
+	m.unlock()
+	m.deliver(out)
+}
+
+// expirePending fails requests that waited for a config past their
+// deadline (no executor serves the model).
+func (m *model) expirePending(now time.Time) {
+	m.lock()
+	var out []send
+	keep := m.pre[:0]
+	for _, it := range m.pre {
+		limit := it.received.Add(10 * time.Second)
+		if !it.deadline.IsZero() && it.deadline.Before(limit) {
+			limit = it.deadline
+		}
+		if now.After(limit) {
+			out = append(out, send{reply: it.reply, err: tritonerr.Unavailablef("no executor is serving model '%s' version %s", m.name, m.version)})
+			continue
+		}
+		keep = append(keep, it)
+	}
+	m.pre = keep
+	m.unlock()
+	m.deliver(out)
+}
+
+// shutdown fails everything the model holds.
+func (m *model) shutdown(err error) {
+	m.lock()
+	m.dead = true
+	if m.timer != nil {
+		m.timer.Stop()
+	}
+	var out []send
+	for _, it := range m.pre {
+		out = append(out, send{reply: it.reply, err: err})
+	}
+	m.pre = nil
+	for _, pl := range m.pulls {
+		out = append(out, send{reply: pl.reply, batch: &busv1.SequenceBatch{}})
+	}
+	m.pulls = nil
+	m.unlock()
+	m.deliver(out)
+}
