@@ -51,5 +51,29 @@ lint:
 deps:
 	@bash scripts/deps.sh
 
+# docker-compose.yml through compose-go (docker compose's own loader and schema),
+# the Dockerfile's context against .dockerignore, and every flag the compose
+# file passes against the services' mains. No Docker engine needed; also part of `make test`.
+compose-config:
+	$(GO) test -count=1 ./deploy/validate
+
+# The Helm chart: helm lint and helm template with default and GPU values, then
+# the rendered manifests' flags, probes and /dev/shm checked by deploy/validate.
+# helm is built from its Go module once (about 4 minutes from a cold cache).
+HELM_VERSION := v3.22.0
+HELM         := $(BIN)/helm-$(HELM_VERSION)/helm
+CHART        := charts/nereid
+
+$(HELM):
+	GOBIN=$(dir $(HELM)) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+helm-lint: $(HELM)
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/gpu-values.yaml
+	@mkdir -p $(BIN)/helm-out
+	$(HELM) template nereid $(CHART) > $(BIN)/helm-out/default.yaml
+	$(HELM) template nereid $(CHART) -f $(CHART)/ci/gpu-values.yaml > $(BIN)/helm-out/gpu.yaml
+	NEREID_HELM_MANIFESTS=$(BIN)/helm-out/default.yaml,$(BIN)/helm-out/gpu.yaml $(GO) test -count=1 -run TestChart -v ./deploy/validate
+
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,98 @@
+{{/* Names: <release>-nereid unless the release is already called nereid. */}}
+{{- define "nereid.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's resource name, e.g. "nereid-gateway". Call with (list $ "gateway"). */}}
+{{- define "nereid.name" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s-%s" (include "nereid.fullname" $root) (index . 1) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels of a component. Call with (list $ "gateway"). */}}
+{{- define "nereid.selectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ $root.Chart.Name }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* All labels of a component. Call with (list $ "gateway"). */}}
+{{- define "nereid.labels" -}}
+{{- $root := index . 0 -}}
+{{ include "nereid.selectorLabels" . }}
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* A Nereid image: <repository>-<service>:<tag>. Call with (list $ "gateway"). */}}
+{{- define "nereid.image" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s-%s:%s" $root.Values.image.repository (index . 1) (default $root.Chart.AppVersion $root.Values.image.tag) -}}
+{{- end -}}
+
+{{- define "nereid.natsURL" -}}
+{{- default (printf "nats://%s:4222" (include "nereid.name" (list . "nats"))) .Values.nats.url -}}
+{{- end -}}
+
+{{- define "nereid.redisURL" -}}
+{{- default (printf "redis://%s:6379/0" (include "nereid.name" (list . "redis"))) .Values.redis.url -}}
+{{- end -}}
+
+{{/* Pod-level settings every Nereid pod shares. */}}
+{{- define "nereid.podSpec" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}
+
+{{/* A container's security context: nothing to escalate, nothing to write but volumes. */}}
+{{- define "nereid.containerSecurityContext" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: [ALL]
+{{- end -}}
+
+{{/* /dev/shm for gateway and executors (see values.yaml, sharedMemory). */}}
+{{- define "nereid.shmVolume" -}}
+{{- if not .Values.sharedMemory.hostIPC }}
+- name: dshm
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ .Values.sharedMemory.sizeLimit }}
+{{- end }}
+{{- end -}}
+
+{{- define "nereid.shmMount" -}}
+{{- if not .Values.sharedMemory.hostIPC }}
+- name: dshm
+  mountPath: /dev/shm
+{{- end }}
+{{- end -}}
+
+{{/* Liveness and readiness for services serving --probe-addr. */}}
+{{- define "nereid.probes" -}}
+ports:
+  - name: probe
+    containerPort: {{ .Values.probePort }}
+livenessProbe:
+  httpGet:
+    path: /livez
+    port: probe
+  periodSeconds: 10
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: probe
+  periodSeconds: 5
+{{- end -}}

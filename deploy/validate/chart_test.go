@@ -1,0 +1,250 @@
+package validate
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v4"
+)
+
+// The subset of Kubernetes objects the chart checks look at.
+type (
+	manifest struct {
+		Kind     string `yaml:"kind"`
+		Metadata struct {
+			Name string `yaml:"name"`
+		} `yaml:"metadata"`
+		Spec struct {
+			Replicas *int `yaml:"replicas"`
+			Template struct {
+				Spec podSpec `yaml:"spec"`
+			} `yaml:"template"`
+			Ports []struct {
+				Name string `yaml:"name"`
+				Port int    `yaml:"port"`
+			} `yaml:"ports"` // a Service's
+		} `yaml:"spec"`
+	}
+	podSpec struct {
+		HostIPC      bool              `yaml:"hostIPC"`
+		NodeSelector map[string]string `yaml:"nodeSelector"`
+		Containers   []container       `yaml:"containers"`
+		Volumes      []struct {
+			Name     string `yaml:"name"`
+			EmptyDir *struct {
+				Medium    string `yaml:"medium"`
+				SizeLimit string `yaml:"sizeLimit"`
+			} `yaml:"emptyDir"`
+		} `yaml:"volumes"`
+	}
+	container struct {
+		Name  string   `yaml:"name"`
+		Image string   `yaml:"image"`
+		Args  []string `yaml:"args"`
+		Env   []struct {
+			Name string `yaml:"name"`
+		} `yaml:"env"`
+		Ports []struct {
+			Name          string `yaml:"name"`
+			ContainerPort int    `yaml:"containerPort"`
+		} `yaml:"ports"`
+		LivenessProbe  *probe `yaml:"livenessProbe"`
+		ReadinessProbe *probe `yaml:"readinessProbe"`
+		Resources      struct {
+			Limits map[string]any `yaml:"limits"`
+		} `yaml:"resources"`
+		VolumeMounts []struct {
+			Name      string `yaml:"name"`
+			MountPath string `yaml:"mountPath"`
+			ReadOnly  bool   `yaml:"readOnly"`
+		} `yaml:"volumeMounts"`
+	}
+	probe struct {
+		HTTPGet *struct {
+			Path string `yaml:"path"`
+			Port any    `yaml:"port"`
+		} `yaml:"httpGet"`
+	}
+)
+
+// TestChartManifests checks manifests rendered by `helm template` (make
+// helm-lint passes their paths in NEREID_HELM_MANIFESTS, comma-separated):
+// every flag the chart passes exists in the service's main, probes ask the
+// endpoints the services serve, /dev/shm is sized or shared, GPU executors
+// ask for GPUs. Without helm it skips: `make test` does not build helm.
+func TestChartManifests(t *testing.T) {
+	env := os.Getenv("NEREID_HELM_MANIFESTS")
+	if env == "" {
+		t.Skip("NEREID_HELM_MANIFESTS not set; run make helm-lint")
+	}
+	for _, file := range strings.Split(env, ",") {
+		t.Run(path.Base(file), func(t *testing.T) { checkChart(t, file) })
+	}
+}
+
+func checkChart(t *testing.T, file string) {
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var docs []manifest
+	dec := yaml.NewDecoder(f)
+	for {
+		var m manifest
+		err := dec.Decode(&m)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if m.Kind != "" {
+			docs = append(docs, m)
+		}
+	}
+
+	seen := map[string]bool{}
+	for _, m := range docs {
+		if m.Kind == "Service" && strings.HasSuffix(m.Metadata.Name, "-gateway") {
+			ports := map[string]int{}
+			for _, p := range m.Spec.Ports {
+				ports[p.Name] = p.Port
+			}
+			if ports["http"] != 8000 || ports["grpc"] != 8001 || ports["metrics"] != 8002 {
+				t.Errorf("gateway Service ports %v, want http 8000, grpc 8001, metrics 8002", ports)
+			}
+		}
+		if m.Kind != "Deployment" && m.Kind != "DaemonSet" {
+			continue
+		}
+		pod := m.Spec.Template.Spec
+		for _, c := range pod.Containers {
+			svc, ok := nereidService(c.Image)
+			if !ok {
+				continue
+			}
+			seen[svc] = true
+			what := file + " " + m.Kind + "/" + m.Metadata.Name
+			checkArgs(t, what, svc, expandEnv(t, what, c))
+			switch svc {
+			case "gateway":
+				wantProbe(t, what, c.LivenessProbe, "/v2/health/live")
+				wantProbe(t, what, c.ReadinessProbe, "/v2/health/ready")
+				wantDevShm(t, what, pod, c)
+			case "executor":
+				wantDevShm(t, what, pod, c)
+				repo, _ := argValue(c.Args, "model-repository")
+				for _, vm := range c.VolumeMounts {
+					if vm.Name == "models" && (vm.MountPath != repo || !vm.ReadOnly) {
+						t.Errorf("%s: models mounted at %s (read-only %v), --model-repository %s", what, vm.MountPath, vm.ReadOnly, repo)
+					}
+				}
+				if m.Kind == "DaemonSet" {
+					if _, ok := c.Resources.Limits["nvidia.com/gpu"]; !ok || len(pod.NodeSelector) == 0 {
+						t.Errorf("%s: a GPU executor without nvidia.com/gpu limits or a nodeSelector", what)
+					}
+				}
+			case "shm-registry", "sequence-router":
+				addr, ok := argValue(c.Args, "probe-addr")
+				if !ok {
+					t.Errorf("%s: no --probe-addr", what)
+					break
+				}
+				var port int
+				for _, p := range c.Ports {
+					if p.Name == "probe" {
+						port = p.ContainerPort
+					}
+				}
+				if !strings.HasSuffix(addr, ":"+strconv.Itoa(port)) {
+					t.Errorf("%s: --probe-addr %s but the probe port is %d", what, addr, port)
+				}
+				wantProbe(t, what, c.LivenessProbe, "/livez")
+				wantProbe(t, what, c.ReadinessProbe, "/readyz")
+				if svc == "sequence-router" && (m.Spec.Replicas == nil || *m.Spec.Replicas < 2) {
+					t.Errorf("%s: one sequence-router: no failover", what)
+				}
+			}
+		}
+	}
+	for _, svc := range []string{"gateway", "executor", "shm-registry", "sequence-router"} {
+		if !seen[svc] {
+			t.Errorf("%s: no %s workload", file, svc)
+		}
+	}
+}
+
+// nereidService reads the SERVICE of an image named <repo>-<service>:<tag>.
+func nereidService(image string) (string, bool) {
+	name := path.Base(image)
+	name, _, _ = strings.Cut(name, ":")
+	for _, svc := range []string{"gateway", "executor", "shm-registry", "sequence-router"} {
+		if strings.HasSuffix(name, "-"+svc) {
+			return svc, true
+		}
+	}
+	return "", false
+}
+
+// expandEnv replaces $(VAR) in args as the kubelet does, after checking the
+// container defines VAR.
+func expandEnv(t *testing.T, what string, c container) []string {
+	defined := map[string]bool{}
+	for _, e := range c.Env {
+		defined[e.Name] = true
+	}
+	out := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		for {
+			start := strings.Index(a, "$(")
+			if start < 0 {
+				break
+			}
+			end := strings.Index(a[start:], ")")
+			if end < 0 {
+				break
+			}
+			name := a[start+2 : start+end]
+			if !defined[name] {
+				t.Errorf("%s: arg %q uses $(%s), which the container does not define", what, c.Args[i], name)
+			}
+			a = a[:start] + "value" + a[start+end+1:]
+		}
+		out[i] = a
+	}
+	return out
+}
+
+func wantProbe(t *testing.T, what string, p *probe, path string) {
+	t.Helper()
+	if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path {
+		t.Errorf("%s: want an HTTP probe of %s", what, path)
+	}
+}
+
+// wantDevShm: gateway and executor pods either share the node's IPC
+// namespace (and /dev/shm) or get an in-memory /dev/shm with a size limit.
+func wantDevShm(t *testing.T, what string, pod podSpec, c container) {
+	t.Helper()
+	if pod.HostIPC {
+		return
+	}
+	var vol string
+	for _, vm := range c.VolumeMounts {
+		if vm.MountPath == "/dev/shm" {
+			vol = vm.Name
+		}
+	}
+	for _, v := range pod.Volumes {
+		if v.Name == vol && v.EmptyDir != nil && v.EmptyDir.Medium == "Memory" && v.EmptyDir.SizeLimit != "" {
+			return
+		}
+	}
+	t.Errorf("%s: no hostIPC and no in-memory, size-limited /dev/shm", what)
+}
