@@ -189,6 +189,17 @@ func TestComposeSharedMemoryAndModels(t *testing.T) {
 			t.Errorf("%s: ipc %q, want host (shared /dev/shm with clients and each other)", name, ipc)
 		}
 	}
+	// ... and name the same node: the gateway routes a request whose tensors
+	// are in /dev/shm to the executors of its own node.
+	node := func(name string) string {
+		if v, ok := argValue(p.Services[name].Command, "node"); ok {
+			return v
+		}
+		return p.Services[name].Hostname
+	}
+	if g, e := node("gateway"), node("executor"); g == "" || g != e {
+		t.Errorf("gateway node %q, executor node %q: they share /dev/shm, so they must name one node", g, e)
+	}
 	ex := p.Services["executor"]
 	repo, ok := argValue(ex.Command, "model-repository")
 	if !ok {
