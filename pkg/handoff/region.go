@@ -150,7 +150,7 @@ func ValidName(name string) bool {
 func (r *Region) Name() string { return r.name }
 
 // Shared reports whether the region is a file another process can map.
-func (r *Region) Shared() bool { return r.name != "" }
+func (r *Region) Shared() bool { return r != nil && r.name != "" }
 
 // Bytes is the mapped memory. It is valid while a reference is held.
 func (r *Region) Bytes() []byte { return r.data }

@@ -27,6 +27,29 @@ import (
 // Output data comes from resp.RawOutputContents (one entry per output), or
 // from an output's typed contents when the raw entry is missing.
 func EncodeInferResponse(resp *inference.ModelInferResponse, opts *OutputOptions) (body []byte, jsonLen int, err error) {
+	b, blobs, err := encodeInferResponse(resp, opts, true)
+	if err != nil || blobs == nil {
+		return b, -1, err
+	}
+	jsonLen = len(b)
+	for _, d := range blobs {
+		b = append(b, d...)
+	}
+	return b, jsonLen, nil
+}
+
+// EncodeInferResponseParts is EncodeInferResponse without the copy of the
+// binary outputs: it returns the JSON header and the binary outputs to
+// write after it, in order (blobs is nil when the response is JSON only;
+// the Inference-Header-Content-Length is then len(header)). The blobs alias
+// resp's raw outputs, which may be hundreds of MiB.
+func EncodeInferResponseParts(resp *inference.ModelInferResponse, opts *OutputOptions) (header []byte, blobs [][]byte, err error) {
+	return encodeInferResponse(resp, opts, false)
+}
+
+// encodeInferResponse writes the JSON part and lists the binary outputs;
+// reserve leaves room for them after the JSON.
+func encodeInferResponse(resp *inference.ModelInferResponse, opts *OutputOptions, reserve bool) (b []byte, blobs [][]byte, err error) {
 	outputs := resp.GetOutputs()
 	raw := resp.GetRawOutputContents()
 	datas := make([][]byte, len(outputs))
@@ -41,11 +64,11 @@ func EncodeInferResponse(resp *inference.ModelInferResponse, opts *OutputOptions
 		} else if o.GetContents() != nil {
 			dt, ok := tensor.ParseDataType(o.GetDatatype())
 			if !ok {
-				return nil, -1, tritonerr.Internalf("output '%s' has invalid datatype '%s'", o.GetName(), o.GetDatatype())
+				return nil, nil, tritonerr.Internalf("output '%s' has invalid datatype '%s'", o.GetName(), o.GetDatatype())
 			}
 			d, err = contentsToBytes(nil, dt, o.GetContents())
 			if err != nil {
-				return nil, -1, tritonerr.Internalf("output '%s': %v", o.GetName(), err)
+				return nil, nil, tritonerr.Internalf("output '%s': %v", o.GetName(), err)
 			}
 		}
 		datas[i] = d
@@ -65,7 +88,10 @@ func EncodeInferResponse(resp *inference.ModelInferResponse, opts *OutputOptions
 		}
 	}
 
-	b := make([]byte, 0, size+binSize)
+	if !reserve {
+		binSize = 0
+	}
+	b = make([]byte, 0, size+binSize)
 	b = append(b, '{')
 	if resp.GetId() != "" {
 		b = append(b, `"id":`...)
@@ -115,31 +141,30 @@ func EncodeInferResponse(resp *inference.ModelInferResponse, opts *OutputOptions
 			}
 			dt, ok := tensor.ParseDataType(o.GetDatatype())
 			if !ok {
-				return nil, -1, tritonerr.Internalf("output '%s' has invalid datatype '%s'", o.GetName(), o.GetDatatype())
+				return nil, nil, tritonerr.Internalf("output '%s' has invalid datatype '%s'", o.GetName(), o.GetDatatype())
 			}
 			n, err := tensor.ElementCount(o.GetName(), o.GetShape())
 			if err != nil {
-				return nil, -1, tritonerr.Internalf("%s", err.Error())
+				return nil, nil, tritonerr.Internalf("%s", err.Error())
 			}
 			b = append(b, `,"data":`...)
 			b, err = tensor.AppendJSON(b, o.GetName(), dt, n, datas[i])
 			if err != nil {
-				return nil, -1, err
+				return nil, nil, err
 			}
 		}
 		b = append(b, '}')
 	}
 	b = append(b, "]}"...)
 	if !anyBinary {
-		return b, -1, nil
+		return b, nil, nil
 	}
-	jsonLen = len(b)
 	for i, d := range datas {
 		if binary[i] {
-			b = append(b, d...)
+			blobs = append(blobs, d)
 		}
 	}
-	return b, jsonLen, nil
+	return b, blobs, nil
 }
 
 func shmOutputParams(params map[string]*inference.InferParameter, shm *SharedMemoryRef) map[string]*inference.InferParameter {

@@ -45,6 +45,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/backend"
 	_ "github.com/nereid-io/nereid/pkg/backends" // the built-in backends
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/repository"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -145,6 +146,8 @@ func (e *Executor) Run(ctx context.Context) error {
 		return err
 	}
 	defer e.unload()
+	handoff.Sweep()                            // files of crashed processes
+	defer handoff.RegisterExecutor(e.cfg.ID)() // gateways of this process hand over slices
 
 	var subs []*bus.Subscription
 	defer func() {

@@ -10,6 +10,7 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infer"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -115,6 +116,12 @@ func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Mes
 		return nil, mv.seq.errNotDirect()
 	}
 	p := &pending{received: received, done: make(chan struct{})}
+	hand, err := handoff.Accept(req) // large inputs from a gateway of this node
+	if err != nil {
+		mv.stats.failed(received)
+		return nil, err
+	}
+	defer releaseHandoff(hand, p)
 	r := backend.NewRequest(ctx, p.complete)
 	if err := infer.Normalize(mv.cfg, req, r); err != nil {
 		mv.stats.failed(received)
@@ -137,7 +144,9 @@ func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Mes
 	if p.resp.Err != nil {
 		return nil, p.resp.Err
 	}
-	return mv.response(req, r, p.resp), nil
+	out := mv.response(req, r, p.resp)
+	hand.Reply(ctx, out)
+	return out, nil
 }
 
 // response builds Triton's reply: only the requested outputs, in the order

@@ -204,6 +204,10 @@ func (c *catalog) publishLocked() {
 			}
 			if m.GetState() == stateReady {
 				vv.executors = append(vv.executors, e.id)
+				if vv.execNodes == nil {
+					vv.execNodes = map[string]string{}
+				}
+				vv.execNodes[e.id] = e.node
 				if c.seen[m.GetName()] == nil {
 					c.seen[m.GetName()] = map[int64]bool{}
 				}
@@ -211,6 +215,7 @@ func (c *catalog) publishLocked() {
 			}
 			merged := mergeState(vv, &versionView{version: n, state: m.GetState(), reason: m.GetReason(), config: m.GetConfig()})
 			merged.executors = vv.executors
+			merged.execNodes = vv.execNodes
 			mv.versions[n] = merged
 		}
 	}
@@ -287,6 +292,9 @@ type versionView struct {
 	config    *inference.ModelConfig
 	executors []string // executors serving this version READY
 	gone      bool     // served before, no live executor serves it now
+
+	// execNodes are the nodes of the executors, by id (node-local hand-off).
+	execNodes map[string]string
 }
 
 func (vv *versionView) ready() bool { return vv.state == stateReady }

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/nereid-io/nereid/api/inference"
-	"github.com/nereid-io/nereid/pkg/bus"
 )
 
 // forwardInfer sends a request, its tensors all in raw_input_contents, to
@@ -17,8 +16,12 @@ func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *infere
 	if resp, ok, err := g.routeSequence(ctx, vv, req); ok { // sequence models: the sequence router
 		return resp, err
 	}
+	subject, hs, err := g.prepareHandoff(vv, req) // large tensors to an executor of this node: pkg/handoff
+	if err != nil {
+		return nil, err
+	}
 	var resp inference.ModelInferResponse
-	if err := g.bus.Request(ctx, bus.InferSubject(req.GetModelName(), req.ModelVersion), req, &resp); err != nil {
+	if err := hs.finish(&resp, g.bus.Request(ctx, subject, req, &resp)); err != nil {
 		return nil, err
 	}
 	return &resp, nil

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -54,6 +55,14 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Logger receives the gateway's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Node is the machine the gateway runs on; default the host name, as
+	// the executor's. Tensors of HandoffThreshold bytes or more bound for
+	// an executor of the same node are handed off through shared memory
+	// (pkg/handoff) instead of riding the bus.
+	Node string
+	// HandoffThreshold is that size; 0 means handoff.DefaultThreshold (1
+	// MiB), negative turns hand-off off.
+	HandoffThreshold int
 }
 
 // busConn is the part of *bus.Conn the gateway uses.
@@ -99,6 +108,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.Node == "" {
+		cfg.Node, _ = os.Hostname()
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -154,6 +166,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.grpcSrv = grpc.NewServer(
 			grpc.MaxRecvMsgSize(cfg.GRPCMaxMessageSize),
 			grpc.MaxSendMsgSize(cfg.GRPCMaxMessageSize),
+			grpc.ForceServerCodecV2(newCodec(g.handoffThreshold())), // large tensors without extra copies
 		)
 		inference.RegisterGRPCInferenceServiceServer(g.grpcSrv, &grpcService{g: g})
 		health.RegisterHealthServer(g.grpcSrv, &healthService{g: g})

@@ -3,9 +3,9 @@ package gateway
 import (
 	"math"
 	"net/http"
-	"strconv"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/kserve"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -40,11 +40,12 @@ func (g *Gateway) handleInfer(w http.ResponseWriter, r *http.Request) {
 	if enc != encIdentity {
 		limit = g.cfg.HTTPMaxInputSize
 	}
-	body, err := readBody(r.Body, enc, limit)
+	body, region, err := g.readInferBody(r, enc, limit, vv)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer region.Release()
 
 	opts := kserve.DecodeOptions{MaxInputSize: int(min(g.cfg.HTTPMaxInputSize, math.MaxInt32))}
 	var (
@@ -68,33 +69,14 @@ func (g *Gateway) handleInfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.ModelName = name
+	if region.Shared() { // the body is in a file an executor of this node can map
+		handoff.AttachRegion(req, region.Retain())
+	}
 
 	resp, err := g.forwardInfer(r.Context(), vv, req)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	out, jsonLen, err := kserve.EncodeInferResponse(resp, outs)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	h := w.Header()
-	if jsonLen >= 0 {
-		h.Set(kserve.HeaderLength, strconv.Itoa(jsonLen))
-		h.Set("Content-Type", "application/octet-stream")
-	} else {
-		h.Set("Content-Type", "application/json")
-	}
-	if renc := responseEncoding(r.Header.Get("Accept-Encoding")); renc != encIdentity {
-		if c, err := compress(renc, out); err == nil {
-			out = c
-			h.Set("Content-Encoding", renc)
-		} else {
-			g.log.Warn("compressing infer response failed; sending it uncompressed", "err", err)
-		}
-	}
-	h.Set("Content-Length", strconv.Itoa(len(out)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(out)
+	g.writeInferResponse(w, r, resp, outs)
 }

@@ -34,6 +34,8 @@ func main() {
 	allowMetrics := tritonflag.Bool(fs, "allow-metrics", true, "serve Prometheus metrics")
 	maxInput := fs.Int64("http-max-input-size", gateway.DefaultHTTPMaxInputSize, "largest HTTP request body, in bytes, after decompression")
 	timeout := fs.Duration("request-timeout", gateway.DefaultRequestTimeout, "deadline of an inference whose client sets none")
+	node := fs.String("node", "", "node name: tensors for executors of the same node are handed off through shared memory (default: host name)")
+	handoffThreshold := fs.Int("handoff-threshold", 0, "tensor size in bytes from which same-node hand-off is used (0: 1 MiB; negative: never)")
 	_ = fs.Parse(os.Args[1:])
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -53,6 +55,8 @@ func main() {
 		Version:          version.Version,
 		HTTPMaxInputSize: *maxInput,
 		RequestTimeout:   *timeout,
+		Node:             *node,
+		HandoffThreshold: *handoffThreshold,
 		Logger:           log,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "nereid-gateway:", err)

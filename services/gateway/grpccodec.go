@@ -1,0 +1,330 @@
+package gateway
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"google.golang.org/grpc/encoding"
+	_ "google.golang.org/grpc/encoding/proto" // the fallback codec
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/handoff"
+)
+
+// codec is the gRPC server codec: protobuf, except for the two messages
+// that carry large tensors, which it handles without the copies of the
+// generic one (it would gather a request into one buffer, then copy every
+// tensor out of it, and marshal a response into one more buffer):
+//
+//   - ModelInferRequest with at least threshold bytes of raw_input_contents
+//     is decoded with every raw input copied once, from the received frames
+//     straight into one Region (a /dev/shm file an executor of this node can
+//     map, else the heap), attached to the request for forwardInfer;
+//   - ModelInferResponse (alone or in a ModelStreamInferResponse) with large
+//     raw outputs is written as the encoded small fields followed by the
+//     outputs' own memory; the hand-off memory they lie in is released when
+//     the transport has sent them.
+type codec struct {
+	proto     encoding.CodecV2
+	threshold int
+}
+
+func newCodec(threshold int) *codec {
+	return &codec{proto: encoding.GetCodecV2("proto"), threshold: threshold}
+}
+
+func (c *codec) Name() string { return "proto" }
+
+func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if req, ok := v.(*inference.ModelInferRequest); ok && data.Len() >= c.threshold {
+		if done, err := c.unmarshalRequest(data, req); done {
+			return err
+		}
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
+	switch m := v.(type) {
+	case *inference.ModelInferResponse:
+		if out, ok := c.marshalResponse(m, 0, ""); ok {
+			return out, nil
+		}
+	case *inference.ModelStreamInferResponse:
+		if m.GetInferResponse() != nil {
+			if out, ok := c.marshalResponse(m.GetInferResponse(), 2, m.GetErrorMessage()); ok {
+				return out, nil
+			}
+		}
+	}
+	return c.proto.Marshal(v)
+}
+
+// frames reads a BufferSlice without gathering it.
+type frames struct {
+	bufs [][]byte
+	i    int // current buffer
+	off  int // offset in it
+}
+
+var errTruncated = errors.New("truncated message")
+
+func (f *frames) byte() (byte, error) {
+	for f.i < len(f.bufs) && f.off == len(f.bufs[f.i]) {
+		f.i, f.off = f.i+1, 0
+	}
+	if f.i == len(f.bufs) {
+		return 0, errTruncated
+	}
+	b := f.bufs[f.i][f.off]
+	f.off++
+	return b, nil
+}
+
+func (f *frames) varint() (uint64, error) {
+	var v uint64
+	for shift := uint(0); shift < 64; shift += 7 {
+		b, err := f.byte()
+		if err != nil {
+			return 0, err
+		}
+		v |= uint64(b&0x7f) << shift
+		if b < 0x80 {
+			return v, nil
+		}
+	}
+	return 0, errors.New("varint overflow")
+}
+
+// read copies len(dst) bytes into dst, or skips them when dst is nil and
+// n is given.
+func (f *frames) read(dst []byte, n int) error {
+	if dst != nil {
+		n = len(dst)
+	}
+	for n > 0 {
+		if f.i == len(f.bufs) {
+			return errTruncated
+		}
+		b := f.bufs[f.i][f.off:]
+		k := min(n, len(b))
+		if dst != nil {
+			copy(dst, b[:k])
+			dst = dst[k:]
+		}
+		n -= k
+		f.off += k
+		if f.off == len(f.bufs[f.i]) {
+			f.i, f.off = f.i+1, 0
+		}
+	}
+	return nil
+}
+
+func (f *frames) done() bool {
+	for f.i < len(f.bufs) && f.off == len(f.bufs[f.i]) {
+		f.i, f.off = f.i+1, 0
+	}
+	return f.i == len(f.bufs)
+}
+
+const fieldRawInputContents = 7 // ModelInferRequest.raw_input_contents
+
+// walk visits the top-level fields of a message. For length-delimited
+// fields it passes the length; fn consumes the payload itself.
+func walk(f *frames, fn func(num protowire.Number, typ protowire.Type, v uint64) error) error {
+	for !f.done() {
+		tag, err := f.varint()
+		if err != nil {
+			return err
+		}
+		num, typ := protowire.DecodeTag(tag)
+		if num <= 0 {
+			return errors.New("invalid field number")
+		}
+		var v uint64
+		switch typ {
+		case protowire.VarintType, protowire.BytesType:
+			if v, err = f.varint(); err != nil {
+				return err
+			}
+		case protowire.Fixed32Type, protowire.Fixed64Type:
+		default:
+			return errors.New("groups are not supported")
+		}
+		if err := fn(num, typ, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unmarshalRequest decodes req from data in two passes over the frames: one
+// to size the raw inputs, one to copy them into a single Region and the
+// other fields into a small buffer for proto.Unmarshal. done is false when
+// the message is better left to the generic codec (small raw inputs, or a
+// form it does not expect), which then reports any error.
+func (c *codec) unmarshalRequest(data mem.BufferSlice, req *inference.ModelInferRequest) (done bool, err error) {
+	bufs := make([][]byte, len(data))
+	for i, b := range data {
+		bufs[i] = b.ReadOnlyData()
+	}
+	rawTotal, count := 0, 0
+	f := &frames{bufs: bufs}
+	err = walk(f, func(num protowire.Number, typ protowire.Type, v uint64) error {
+		switch typ {
+		case protowire.BytesType:
+			if v > uint64(data.Len()) {
+				return errTruncated
+			}
+			if num == fieldRawInputContents {
+				rawTotal += int(v)
+				count++
+			}
+			return f.read(nil, int(v))
+		case protowire.VarintType:
+			return nil
+		case protowire.Fixed32Type:
+			return f.read(nil, 4)
+		default:
+			return f.read(nil, 8)
+		}
+	})
+	if err != nil || rawTotal < c.threshold {
+		return false, nil
+	}
+
+	region, rerr := handoff.Create(rawTotal, true)
+	if rerr != nil {
+		region = handoff.NewHeap(rawTotal)
+	}
+	raw := make([][]byte, 0, count)
+	rest := make([]byte, 0, data.Len()-rawTotal)
+	pos := 0
+	dst := region.Bytes()
+	f = &frames{bufs: bufs}
+	err = walk(f, func(num protowire.Number, typ protowire.Type, v uint64) error {
+		if num == fieldRawInputContents && typ == protowire.BytesType {
+			b := dst[pos : pos+int(v) : pos+int(v)]
+			pos += int(v)
+			raw = append(raw, b)
+			return f.read(b, 0)
+		}
+		rest = protowire.AppendTag(rest, num, typ)
+		switch typ {
+		case protowire.VarintType:
+			rest = protowire.AppendVarint(rest, v)
+			return nil
+		case protowire.BytesType:
+			rest = protowire.AppendVarint(rest, v)
+		case protowire.Fixed32Type:
+			v = 4
+		default:
+			v = 8
+		}
+		n := len(rest)
+		rest = append(rest, make([]byte, v)...)
+		return f.read(rest[n:], 0)
+	})
+	if err == nil {
+		err = proto.Unmarshal(rest, req)
+	}
+	if err != nil {
+		region.Release()
+		return false, nil
+	}
+	req.RawInputContents = raw
+	if region.Shared() {
+		handoff.AttachRegion(req, region)
+	}
+	return true, nil
+}
+
+const (
+	fieldRawOutputContents = 6 // ModelInferResponse.raw_output_contents
+	fieldStreamError       = 1 // ModelStreamInferResponse.error_message
+)
+
+// releasePool is the mem.BufferPool of the buffers that point into a
+// response's outputs: when the transport has released the last of them,
+// the memory they point into is released.
+type releasePool struct {
+	left    atomic.Int32
+	release func()
+}
+
+func (p *releasePool) Get(int) *[]byte { panic("gateway: releasePool hands out nothing") }
+
+func (p *releasePool) Put(*[]byte) {
+	if p.left.Add(-1) == 0 && p.release != nil {
+		p.release()
+	}
+}
+
+// marshalResponse writes resp (wrapped as field wrap of a
+// ModelStreamInferResponse with errMsg, when wrap is not 0) as buffers
+// that point into its large raw outputs instead of copying them. ok is
+// false for responses without large outputs: the generic codec does those.
+func (c *codec) marshalResponse(resp *inference.ModelInferResponse, wrap protowire.Number, errMsg string) (mem.BufferSlice, bool) {
+	raw := resp.GetRawOutputContents()
+	large := 0
+	for _, b := range raw {
+		if !mem.IsBelowBufferPoolingThreshold(len(b)) && len(b) >= c.threshold/4 {
+			large++
+		}
+	}
+	if large == 0 {
+		return nil, false
+	}
+	out := handoff.TakeResponse(resp) // released once the transport is done with the buffers
+	resp.RawOutputContents = nil
+	small, err := proto.MarshalOptions{}.Marshal(resp)
+	resp.RawOutputContents = raw
+	if err != nil {
+		if out != nil {
+			handoff.AttachResponse(resp, out)
+		}
+		return nil, false
+	}
+	size := len(small)
+	for _, b := range raw {
+		size += protowire.SizeTag(fieldRawOutputContents) + protowire.SizeBytes(len(b))
+	}
+	var head []byte
+	if wrap != 0 {
+		if errMsg != "" {
+			head = protowire.AppendTag(head, fieldStreamError, protowire.BytesType)
+			head = protowire.AppendString(head, errMsg)
+		}
+		head = protowire.AppendTag(head, wrap, protowire.BytesType)
+		head = protowire.AppendVarint(head, uint64(size))
+	}
+	head = append(head, small...)
+
+	pool := &releasePool{}
+	if out != nil {
+		pool.release = out.Release
+	}
+	pool.left.Store(int32(large) + 1) // +1: ours, dropped below
+	var bs mem.BufferSlice
+	for _, b := range raw {
+		head = protowire.AppendTag(head, fieldRawOutputContents, protowire.BytesType)
+		head = protowire.AppendVarint(head, uint64(len(b)))
+		if mem.IsBelowBufferPoolingThreshold(len(b)) || len(b) < c.threshold/4 {
+			head = append(head, b...) // small: copied, so nothing else points into the outputs
+			continue
+		}
+		bs = append(bs, mem.SliceBuffer(head))
+		head = nil
+		data := b
+		bs = append(bs, mem.NewBuffer(&data, pool))
+	}
+	if len(head) > 0 {
+		bs = append(bs, mem.SliceBuffer(head))
+	}
+	pool.Put(nil)
+	return bs, true
+}

@@ -1,0 +1,174 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/handoff"
+	"github.com/nereid-io/nereid/pkg/kserve"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// Large tensors (pkg/handoff): a request whose executor runs on this
+// gateway's node hands its large tensors over through /dev/shm (another
+// process) or as slices (this process) instead of the bus. The hooks:
+// readInferBody reads an HTTP body straight into a shared file when that is
+// where it is going; the gRPC codec (grpccodec.go) decodes large raw inputs
+// into one; forwardInfer calls prepareHandoff and handoffState.finish
+// around the bus request; whoever writes the response out releases what it
+// points into (writeInferResponse, the codec's Marshal).
+
+// handoffThreshold is the tensor size from which requests hand off.
+func (g *Gateway) handoffThreshold() int {
+	if g.cfg.HandoffThreshold > 0 {
+		return g.cfg.HandoffThreshold
+	}
+	return handoff.DefaultThreshold
+}
+
+// handoffRoute says how a request for vv reaches its executor: through
+// this process when every executor of vv on this node runs in it, through
+// the node's shared memory when some executor of vv is on this node, else
+// over the bus. Large tensors then prefer the node's executors.
+func (g *Gateway) handoffRoute(vv *versionView) handoff.Route {
+	if g.cfg.HandoffThreshold < 0 {
+		return handoff.RouteBus
+	}
+	if routeForTest != nil {
+		return *routeForTest
+	}
+	same, local := 0, 0
+	for id, node := range vv.execNodes {
+		if node != g.cfg.Node {
+			continue
+		}
+		same++
+		if handoff.LocalExecutor(id) {
+			local++
+		}
+	}
+	switch {
+	case same == 0:
+		return handoff.RouteBus
+	case local == same:
+		return handoff.RouteProcess
+	}
+	return handoff.RouteNode
+}
+
+// routeForTest, when set, overrides the route (tests run the executor in
+// the gateway's process, which alone would always give RouteProcess).
+var routeForTest *handoff.Route
+
+// handoffState is one forwarded request's hand-off.
+type handoffState struct {
+	body *handoff.Region   // memory the request's inputs lie in, attached by the decoder
+	out  *handoff.Outgoing // nil: the bus carries everything
+}
+
+// prepareHandoff moves req's large inputs aside when its executor is on
+// this node, and says which subject to send it to.
+func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferRequest) (string, *handoffState, error) {
+	hs := &handoffState{body: handoff.TakeRegion(req)}
+	out, err := handoff.Prepare(req, g.handoffRoute(vv), hs.body, g.handoffThreshold())
+	if err != nil {
+		hs.body.Release()
+		return "", nil, err
+	}
+	hs.out = out
+	if out != nil {
+		return bus.InferNodeSubject(req.GetModelName(), req.GetModelVersion(), g.cfg.Node), hs, nil
+	}
+	return bus.InferSubject(req.GetModelName(), req.GetModelVersion()), hs, nil
+}
+
+// finish takes the handed-off outputs into resp once the request returned
+// (err is its outcome) and ties what they point into to resp, for the
+// writer of the response to release (TakeResponse). On failure everything
+// is released at once.
+func (hs *handoffState) finish(resp *inference.ModelInferResponse, err error) error {
+	defer hs.body.Release()
+	if err == nil {
+		err = hs.out.Finish(resp)
+	}
+	if err != nil {
+		hs.out.Release()
+		return err
+	}
+	handoff.AttachResponse(resp, hs.out)
+	return nil
+}
+
+// readInferBody reads an uncompressed body of known length into a buffer
+// of exactly that size: a shared file when its tensors are bound for
+// another process on this node (no copy until the executor reads them),
+// else the heap. Other bodies go through readBody. The Region, when not
+// nil, holds the body; the caller releases it.
+func (g *Gateway) readInferBody(r *http.Request, enc string, limit int64, vv *versionView) ([]byte, *handoff.Region, error) {
+	n := r.ContentLength
+	if enc != encIdentity || n < 0 || n > limit {
+		b, err := readBody(r.Body, enc, limit)
+		return b, nil, err
+	}
+	var region *handoff.Region
+	if n >= int64(g.handoffThreshold()) && g.handoffRoute(vv) == handoff.RouteNode {
+		// Pages are allocated as the body arrives: a length announced and
+		// never sent costs nothing, and read(2) reports a full /dev/shm as
+		// an error rather than a fault.
+		region, _ = handoff.Create(int(n), false)
+	}
+	if region == nil {
+		region = handoff.NewHeap(int(n))
+	}
+	if _, err := io.ReadFull(r.Body, region.Bytes()); err != nil {
+		region.Release()
+		return nil, nil, tritonerr.InvalidArgf("failed to read request body: %v", err)
+	}
+	return region.Bytes(), region, nil
+}
+
+// writeInferResponse writes an infer response: the JSON header, then the
+// binary outputs straight from where they lie (no copy into one body),
+// then releases the hand-off memory they may lie in.
+func (g *Gateway) writeInferResponse(w http.ResponseWriter, r *http.Request, resp *inference.ModelInferResponse, outs *kserve.OutputOptions) {
+	defer handoff.TakeResponse(resp).Release()
+	header, blobs, err := kserve.EncodeInferResponseParts(resp, outs)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	h := w.Header()
+	if blobs != nil {
+		h.Set(kserve.HeaderLength, strconv.Itoa(len(header)))
+		h.Set("Content-Type", "application/octet-stream")
+	} else {
+		h.Set("Content-Type", "application/json")
+	}
+	parts := append([][]byte{header}, blobs...)
+	if renc := responseEncoding(r.Header.Get("Accept-Encoding")); renc != encIdentity {
+		var body []byte
+		for _, p := range parts {
+			body = append(body, p...)
+		}
+		if c, err := compress(renc, body); err == nil {
+			parts = [][]byte{c}
+			h.Set("Content-Encoding", renc)
+		} else {
+			g.log.Warn("compressing infer response failed; sending it uncompressed", "err", err)
+		}
+	}
+	size := 0
+	for _, p := range parts {
+		size += len(p)
+	}
+	h.Set("Content-Length", strconv.Itoa(size))
+	w.WriteHeader(http.StatusOK)
+	for _, p := range parts {
+		if _, err := w.Write(p); err != nil {
+			return
+		}
+	}
+}
