@@ -47,7 +47,12 @@ type (
 		Image string   `yaml:"image"`
 		Args  []string `yaml:"args"`
 		Env   []struct {
-			Name string `yaml:"name"`
+			Name      string `yaml:"name"`
+			ValueFrom *struct {
+				FieldRef *struct {
+					FieldPath string `yaml:"fieldPath"`
+				} `yaml:"fieldRef"`
+			} `yaml:"valueFrom"`
 		} `yaml:"env"`
 		Ports []struct {
 			Name          string `yaml:"name"`
@@ -137,8 +142,10 @@ func checkChart(t *testing.T, file string) {
 				wantProbe(t, what, c.LivenessProbe, "/v2/health/live")
 				wantProbe(t, what, c.ReadinessProbe, "/v2/health/ready")
 				wantDevShm(t, what, pod, c)
+				wantNode(t, what, pod, c)
 			case "executor":
 				wantDevShm(t, what, pod, c)
+				wantNode(t, what, pod, c)
 				repo, _ := argValue(c.Args, "model-repository")
 				for _, vm := range c.VolumeMounts {
 					if vm.Name == "models" && (vm.MountPath != repo || !vm.ReadOnly) {
@@ -247,4 +254,22 @@ func wantDevShm(t *testing.T, what string, pod podSpec, c container) {
 		}
 	}
 	t.Errorf("%s: no hostIPC and no in-memory, size-limited /dev/shm", what)
+}
+
+// wantNode: pods sharing the node's /dev/shm (hostIPC) report the node's
+// name, so that gateways and executors of one node recognise each other.
+func wantNode(t *testing.T, what string, pod podSpec, c container) {
+	t.Helper()
+	if !pod.HostIPC {
+		return
+	}
+	if v, _ := argValue(c.Args, "node"); v != "$(NODE_NAME)" {
+		t.Errorf("%s: hostIPC but --node %q, want $(NODE_NAME)", what, v)
+	}
+	for _, e := range c.Env {
+		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
+			return
+		}
+	}
+	t.Errorf("%s: NODE_NAME does not come from spec.nodeName", what)
 }

@@ -96,3 +96,18 @@ readinessProbe:
     port: probe
   periodSeconds: 5
 {{- end -}}
+
+{{/*
+With sharedMemory.hostIPC, gateway and executor pods of one node share its
+/dev/shm, so they all report the node's name (--node=$(NODE_NAME)): gateways
+then hand tensors to, and route shm regions to, the executors of their node.
+*/}}
+{{- define "nereid.nodeEnv" -}}
+{{- if .Values.sharedMemory.hostIPC }}
+env:
+  - name: NODE_NAME
+    valueFrom:
+      fieldRef:
+        fieldPath: spec.nodeName
+{{- end }}
+{{- end -}}
