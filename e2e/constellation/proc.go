@@ -60,6 +60,9 @@ func Start(t testing.TB, name, path string, args ...string) *Proc {
 	return p
 }
 
+// Pid is the process id (tests read /proc/<pid>/status for memory use).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Output is everything the process has printed so far.
 func (p *Proc) Output() string { return p.out.String() }
 
