@@ -27,7 +27,7 @@ import (
 const (
 	// pullTimeout bounds one pull; the router answers within its hold
 	// time (a second), so this only fires when the router is gone.
-	pullTimeout = 5 * time.Second
+	pullTimeout = 2500 * time.Millisecond
 	// pullRetry is the pause after a failed pull (no router yet, or a
 	// takeover in progress).
 	pullRetry = 50 * time.Millisecond

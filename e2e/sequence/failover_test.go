@@ -1,0 +1,147 @@
+package sequence
+
+import (
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nereid-io/nereid/e2e/constellation"
+)
+
+// accumulate drives simple_string_dyna_sequence, whose state lives in the
+// executor: a wrong routing after a failover shows as a wrong sum.
+func accumulate(t *testing.T, base, id string, v int32, start, end bool) int32 {
+	t.Helper()
+	got, code, msg := httpInfer(t, base, "simple_string_dyna_sequence", id, v, start, end, nil)
+	if code != 200 {
+		t.Fatalf("sequence %s: %d %s", id, code, msg)
+	}
+	return got
+}
+
+// Two routers; the active one is killed mid-sequence; the standby takes the
+// lease, reads the bindings from Redis and the sequences continue on the
+// executor instances that hold their state, each request run once.
+func TestRouterFailover(t *testing.T) {
+	e := start(t, opts{routers: 2, models: []string{"simple_string_dyna_sequence"}})
+	h := e.g.HTTP()
+	ids := []string{"10", "20", "30"}
+	for _, id := range ids {
+		if got := accumulate(t, h, id, 1, true, false); got != 1 {
+			t.Fatalf("start %s: %d", id, got)
+		}
+	}
+	// Whichever router holds the lease goes down hard.
+	active := -1
+	for i := range e.routers {
+		if strings.Contains(e.routers[i].Output(), "active: serving sequences") {
+			active = i
+		}
+	}
+	if active < 0 {
+		t.Fatal("no active router")
+	}
+	e.routers[active].Kill()
+	for _, id := range ids {
+		if got := accumulate(t, h, id, 2, false, false); got != 3 {
+			t.Fatalf("after the failover, sequence %s: %d, want 3", id, got)
+		}
+	}
+	for _, id := range ids {
+		n, _ := strconv.Atoi(id)
+		if got := accumulate(t, h, id, 3, false, true); got != 6+int32(n) {
+			t.Fatalf("end %s: %d", id, got)
+		}
+	}
+	exec, inf, _ := stats(t, h, "simple_string_dyna_sequence")
+	if inf != 9 || exec > 9 {
+		t.Fatalf("a request ran twice or was lost: execution_count %d inference_count %d", exec, inf)
+	}
+}
+
+// An executor killed mid-sequence: its sequences' next request fails with
+// the START error (their state is gone) and new sequences go to the
+// surviving executor.
+func TestExecutorLost(t *testing.T) {
+	e := start(t, opts{executors: 2, models: []string{"simple_string_dyna_sequence"}})
+	h := e.g.HTTP()
+	// Four sequences over 2 executors x 2 instances: every instance has one.
+	ids := []string{"1", "2", "3", "4"}
+	for _, id := range ids {
+		accumulate(t, h, id, 1, true, false)
+	}
+	e.execs[0].Kill()
+	time.Sleep(3500 * time.Millisecond) // heartbeat expiry
+	lost, kept := 0, 0
+	for _, id := range ids {
+		_, code, msg := httpInfer(t, h, "simple_string_dyna_sequence", id, 1, false, false, nil)
+		switch {
+		case code == 200:
+			kept++
+		case code == 400 && strings.Contains(msg, "must specify the START flag"):
+			lost++
+		default:
+			t.Fatalf("sequence %s: %d %s", id, code, msg)
+		}
+	}
+	if lost == 0 || kept == 0 {
+		t.Fatalf("lost %d, kept %d: want both", lost, kept)
+	}
+	if got := accumulate(t, h, "99", 5, true, true); got != 5+99 {
+		t.Fatalf("new sequence: %d", got)
+	}
+}
+
+// Redis restarted with its data (append-only file): sequences bound before
+// continue, and new ones start.
+func TestRedisRestart(t *testing.T) {
+	c := constellation.NewCluster(t)
+	port := constellation.FreePort(t)
+	dir := t.TempDir()
+	redisArgs := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "yes", "--appendfsync", "always"}
+	startRedis := func() *constellation.Proc {
+		p := constellation.Start(t, "redis-server", mustLook(t, "redis-server"), redisArgs...)
+		if !constellation.WaitFor(10*time.Second, func() bool {
+			out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "ping").Output()
+			return err == nil && string(out) == "PONG\n"
+		}) {
+			t.Fatal("redis did not start")
+		}
+		return p
+	}
+	rp := startRedis()
+	e := &env{c: c, redis: fmt.Sprintf("redis://127.0.0.1:%d/0", port), repo: constellation.RepoPath(t, "e2e/sequence/testdata/model_repository")}
+	e.startRouter(t)
+	e.startExecutor(t, "exec0", "simple_string_dyna_sequence")
+	e.g = c.Gateway()
+	e.waitReady(t, "simple_string_dyna_sequence")
+	h := e.g.HTTP()
+	accumulate(t, h, "5", 1, true, false)
+	rp.Stop()
+	// Mid-sequence requests need no Redis.
+	if got := accumulate(t, h, "5", 1, false, false); got != 2 {
+		t.Fatalf("while Redis is down: %d", got)
+	}
+	startRedis()
+	if got := accumulate(t, h, "5", 1, false, true); got != 3+5 {
+		t.Fatalf("after the restart: %d", got)
+	}
+	out, _ := exec.Command("redis-cli", "-p", strconv.Itoa(port), "hlen", "nereid:seq:{simple_string_dyna_sequence.1}:bind").Output()
+	if strings.TrimSpace(string(out)) != "0" {
+		t.Fatalf("binding left in Redis after END: %s", out)
+	}
+	if got := accumulate(t, h, "6", 4, true, true); got != 4+6 {
+		t.Fatalf("new sequence after the restart: %d", got)
+	}
+}
+
+func mustLook(t *testing.T, name string) string {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("%s not installed", name)
+	}
+	return p
+}
