@@ -88,6 +88,7 @@ type Executor struct {
 	mu       sync.Mutex
 	models   []*modelVersion // every version, loaded or not, sorted by name then version
 	backends map[string]backend.Backend
+	shm      *shmState // shared memory and GPUs (shm.go)
 }
 
 // New checks cfg and fills its defaults; Run does the work.
@@ -149,6 +150,12 @@ func (e *Executor) Run(ctx context.Context) error {
 	handoff.Sweep()                            // files of crashed processes
 	defer handoff.RegisterExecutor(e.cfg.ID)() // gateways of this process hand over slices
 
+	stopShm, err := e.startShm(execCtx, bc) // shared-memory regions, GPUs (shm.go)
+	if err != nil {
+		return err
+	}
+	defer stopShm()
+
 	var subs []*bus.Subscription
 	defer func() {
 		for _, s := range subs {
@@ -168,6 +175,9 @@ func (e *Executor) Run(ctx context.Context) error {
 		// are addressed to the node's executors only.
 		if mv.nodeSub, err = bc.Handle(bus.InferNodeSubject(mv.name, mv.vstr, e.cfg.Node), bus.QueueExecutors, mv.handleInfer); err != nil {
 			return fmt.Errorf("executor: serve %s version %s on node %s: %w", mv.name, mv.vstr, e.cfg.Node, err)
+		}
+		if err := e.shm.subscribeDevices(bc, mv); err != nil { // CUDA shared memory on this executor's GPUs
+			return err
 		}
 	}
 	catSub, err := bc.Handle(bus.ExecutorCatalogSubject(e.cfg.ID), "", e.handleCatalog)
@@ -214,6 +224,7 @@ func (e *Executor) Run(ctx context.Context) error {
 	go func() {
 		defer close(drained)
 		var wg sync.WaitGroup
+		wg.Go(e.shm.drainDevices)
 		for _, mv := range e.models {
 			if mv.nodeSub != nil {
 				wg.Go(func() { _ = mv.nodeSub.Drain() })

@@ -11,6 +11,7 @@ require (
 )
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.0-1
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect

@@ -122,6 +122,12 @@ func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Mes
 		return nil, err
 	}
 	defer releaseHandoff(hand, p)
+	sh, err := mv.e.shm.attach(req) // tensors in registered shared memory (shm.go)
+	if err != nil {
+		mv.stats.failed(received)
+		return nil, err
+	}
+	defer sh.release(p)
 	r := backend.NewRequest(ctx, p.complete)
 	if err := infer.Normalize(mv.cfg, req, r); err != nil {
 		mv.stats.failed(received)
@@ -145,6 +151,9 @@ func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Mes
 		return nil, p.resp.Err
 	}
 	out := mv.response(req, r, p.resp)
+	if err := sh.finish(out); err != nil { // outputs into their shared-memory regions
+		return nil, err
+	}
 	hand.Reply(ctx, out)
 	return out, nil
 }

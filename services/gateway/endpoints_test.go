@@ -109,7 +109,7 @@ func TestMetadataEndpoints(t *testing.T) {
 		status                   int
 		want                     string // JSON; "" = empty body
 	}{
-		{"server metadata", "GET", "/v2", "", 200, `{"name":"triton","version":"test","extensions":["binary_tensor_data","model_configuration","model_repository","statistics","sequence","sequence(string_id)"]}`},
+		{"server metadata", "GET", "/v2", "", 200, `{"name":"triton","version":"test","extensions":["binary_tensor_data","cuda_shared_memory","system_shared_memory","model_configuration","model_repository","statistics","sequence","sequence(string_id)"]}`},
 		{"model metadata", "GET", "/v2/models/simple", "", 200, simpleMeta},
 		{"model metadata version", "GET", "/v2/models/simple/versions/1", "", 200, simpleMeta},
 		{"model ready", "GET", "/v2/models/simple/ready", "", 200, ""},
@@ -141,8 +141,8 @@ func TestMetadataEndpoints(t *testing.T) {
 		{"index ready not bool", "POST", "/v2/repository/index", `{"ready":"yes"}`, 400, ""},
 		{"index wrong method", "GET", "/v2/repository/index", "", 405, `{"error":"Method Not Allowed"}`},
 		{"load", "POST", "/v2/repository/models/simple/load", "", 501, `{"error":"model loading is not supported yet"}`},
-		{"shm status", "GET", "/v2/systemsharedmemory/status", "", 501, `{"error":"system shared memory is not supported yet"}`},
-		{"cuda shm register", "POST", "/v2/cudasharedmemory/region/r/register", "{}", 501, `{"error":"CUDA shared memory is not supported yet"}`},
+		{"shm status without a registry", "GET", "/v2/systemsharedmemory/status", "", 503, `{"error":"shared memory is unavailable: no shm-registry is running"}`},
+		{"cuda shm register disabled", "POST", "/v2/cudasharedmemory/region/r/register", "{}", 501, `{"error":"Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."}`},
 		{"decoupled infer", "POST", "/v2/models/decoupled/infer", "{}", 501, `{"error":"HTTP end point doesn't support models with decoupled transaction policy"}`},
 		{"stats unknown model", "GET", "/v2/models/nope/stats", "", 400, `{"error":"requested model 'nope' is not available"}`},
 		{"stats unknown version", "GET", "/v2/models/simple/versions/2/stats", "", 400, `{"error":"requested model version is not available for model 'simple'"}`},
@@ -252,11 +252,11 @@ func TestMetadataEndpoints(t *testing.T) {
 		{"SystemSharedMemoryStatus", func() error {
 			_, err := c.SystemSharedMemoryStatus(ctx, &inference.SystemSharedMemoryStatusRequest{})
 			return err
-		}, codes.Unimplemented, "system shared memory is not supported yet"},
+		}, codes.Unavailable, "shared memory is unavailable: no shm-registry is running"},
 		{"CudaSharedMemoryRegister", func() error {
 			_, err := c.CudaSharedMemoryRegister(ctx, &inference.CudaSharedMemoryRegisterRequest{})
 			return err
-		}, codes.Unimplemented, "CUDA shared memory is not supported yet"},
+		}, codes.Unimplemented, "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."},
 		{"RepositoryModelLoad", func() error {
 			_, err := c.RepositoryModelLoad(ctx, &inference.RepositoryModelLoadRequest{ModelName: "simple"})
 			return err

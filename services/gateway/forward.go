@@ -20,6 +20,11 @@ func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *infere
 	if err != nil {
 		return nil, err
 	}
+	subject, release, err := g.shmRoute(ctx, req, subject) // tensors in registered shm regions: their node (shm.go)
+	if err != nil {
+		return nil, hs.finish(nil, err)
+	}
+	defer release()
 	var resp inference.ModelInferResponse
 	if err := hs.finish(&resp, g.bus.Request(ctx, subject, req, &resp)); err != nil {
 		return nil, err

@@ -46,6 +46,10 @@ type Config struct {
 	// HTTPMaxInputSize bounds an HTTP request body after decompression
 	// (tritonserver --http-max-input-size). Default 64 MiB.
 	HTTPMaxInputSize int64
+	// AllowClientShm lets clients register and unregister shared-memory
+	// regions (tritonserver --allow-client-shm; default false). Status
+	// works either way.
+	AllowClientShm bool
 	// GRPCMaxMessageSize bounds gRPC messages both ways. Default
 	// math.MaxInt32, as Triton.
 	GRPCMaxMessageSize int
@@ -330,6 +334,8 @@ func (g *Gateway) serverReady() bool {
 func extensions() []string {
 	return []string{
 		"binary_tensor_data",
+		"cuda_shared_memory",
+		"system_shared_memory",
 		"model_configuration",
 		"model_repository",
 		"statistics",

@@ -88,6 +88,9 @@ func (g *Gateway) inferGRPC(ctx context.Context, req *inference.ModelInferReques
 			return nil, tritonerr.InvalidArgf("parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.")
 		}
 	}
+	if err := checkGRPCShm(req); err != nil { // shm.go: gRPC's shared_memory_* parameter rules
+		return nil, err
+	}
 	if err := kserve.ContentsToRaw(req); err != nil {
 		return nil, err
 	}
@@ -188,30 +191,6 @@ func (s *grpcService) RepositoryModelLoad(context.Context, *inference.Repository
 
 func (s *grpcService) RepositoryModelUnload(context.Context, *inference.RepositoryModelUnloadRequest) (*inference.RepositoryModelUnloadResponse, error) {
 	return nil, tritonerr.Unsupportedf("model unloading is not supported yet")
-}
-
-func (s *grpcService) SystemSharedMemoryStatus(context.Context, *inference.SystemSharedMemoryStatusRequest) (*inference.SystemSharedMemoryStatusResponse, error) {
-	return nil, tritonerr.Unsupportedf("system shared memory is not supported yet")
-}
-
-func (s *grpcService) SystemSharedMemoryRegister(context.Context, *inference.SystemSharedMemoryRegisterRequest) (*inference.SystemSharedMemoryRegisterResponse, error) {
-	return nil, tritonerr.Unsupportedf("system shared memory is not supported yet")
-}
-
-func (s *grpcService) SystemSharedMemoryUnregister(context.Context, *inference.SystemSharedMemoryUnregisterRequest) (*inference.SystemSharedMemoryUnregisterResponse, error) {
-	return nil, tritonerr.Unsupportedf("system shared memory is not supported yet")
-}
-
-func (s *grpcService) CudaSharedMemoryStatus(context.Context, *inference.CudaSharedMemoryStatusRequest) (*inference.CudaSharedMemoryStatusResponse, error) {
-	return nil, tritonerr.Unsupportedf("CUDA shared memory is not supported yet")
-}
-
-func (s *grpcService) CudaSharedMemoryRegister(context.Context, *inference.CudaSharedMemoryRegisterRequest) (*inference.CudaSharedMemoryRegisterResponse, error) {
-	return nil, tritonerr.Unsupportedf("CUDA shared memory is not supported yet")
-}
-
-func (s *grpcService) CudaSharedMemoryUnregister(context.Context, *inference.CudaSharedMemoryUnregisterRequest) (*inference.CudaSharedMemoryUnregisterResponse, error) {
-	return nil, tritonerr.Unsupportedf("CUDA shared memory is not supported yet")
 }
 
 func (s *grpcService) TraceSetting(context.Context, *inference.TraceSettingRequest) (*inference.TraceSettingResponse, error) {

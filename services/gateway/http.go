@@ -154,22 +154,7 @@ func (g *Gateway) httpHandler() http.Handler {
 	mux.HandleFunc("/v2/repository/models/{model}/{action}", repositoryControl)
 	mux.HandleFunc("/v2/repository/{repo}/models/{model}/{action}", repositoryControl)
 
-	for _, kind := range []string{"systemsharedmemory", "cudasharedmemory"} {
-		feature := "system shared memory"
-		if kind == "cudasharedmemory" {
-			feature = "CUDA shared memory"
-		}
-		h := func(w http.ResponseWriter, r *http.Request) {
-			switch r.PathValue("action") {
-			case "status", "register", "unregister":
-				unsupported(feature)(w, r)
-			default:
-				writeError(w, errNotFound)
-			}
-		}
-		mux.HandleFunc("/v2/"+kind+"/{action}", h)
-		mux.HandleFunc("/v2/"+kind+"/region/{region}/{action}", h)
-	}
+	g.shmRoutes(mux) // shmhttp.go
 	mux.HandleFunc("/v2/trace/setting", unsupported("trace setting"))
 	mux.HandleFunc("/v2/logging", unsupported("log setting"))
 	return mux

@@ -33,6 +33,7 @@ func main() {
 	allowGRPC := tritonflag.Bool(fs, "allow-grpc", true, "serve gRPC")
 	allowMetrics := tritonflag.Bool(fs, "allow-metrics", true, "serve Prometheus metrics")
 	maxInput := fs.Int64("http-max-input-size", gateway.DefaultHTTPMaxInputSize, "largest HTTP request body, in bytes, after decompression")
+	allowShm := tritonflag.Bool(fs, "allow-client-shm", false, "let clients register and unregister shared-memory regions")
 	timeout := fs.Duration("request-timeout", gateway.DefaultRequestTimeout, "deadline of an inference whose client sets none")
 	node := fs.String("node", "", "node name: tensors for executors of the same node are handed off through shared memory (default: host name)")
 	handoffThreshold := fs.Int("handoff-threshold", 0, "tensor size in bytes from which same-node hand-off is used (0: 1 MiB; negative: never)")
@@ -54,6 +55,7 @@ func main() {
 		ServerID:         *id,
 		Version:          version.Version,
 		HTTPMaxInputSize: *maxInput,
+		AllowClientShm:   *allowShm,
 		RequestTimeout:   *timeout,
 		Node:             *node,
 		HandoffThreshold: *handoffThreshold,

@@ -1,0 +1,623 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/shm"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+	"github.com/nereid-io/nereid/services/executor/internal/gpu"
+)
+
+// Shared memory (Triton's extension; the protocol side is the gateway's,
+// the region metadata the shm-registry's). A request that uses registered
+// regions arrives on this node's subject with a lease: the regions the
+// gateway holds for it, already checked against the request's offsets and
+// sizes. The executor
+//
+//   - maps a system region on first use (MAP_SHARED, pages faulted in at
+//     once) and keeps the mapping for later requests, keyed by the
+//     registration's id so that a re-registered name never sees an old
+//     mapping;
+//   - hands the backend slices of the mapping as input data (no copy), and
+//     writes outputs into their regions once the whole response is known,
+//     after checking every output fits, so that an error leaves the
+//     client's memory untouched;
+//   - for CUDA regions (the executor owning the device), opens the IPC
+//     handle once, copies inputs device-to-host and outputs host-to-device;
+//   - drops a mapping or handle when the registry announces the region
+//     removed and no request of this executor still uses it, and checks
+//     its cache against the registry now and then in case an announcement
+//     was missed.
+//
+// Without a GPU (no driver, no device, or a build without cgo) every CUDA
+// path answers Triton's "GPUs not supported" and no CUDA or NVML function
+// is called after the failed initialisation.
+
+// shmReconcileInterval is how often cached mappings are checked against the
+// registry.
+const shmReconcileInterval = 30 * time.Second
+
+type shmState struct {
+	e   *Executor
+	bus *bus.Conn
+
+	drv     *gpu.Driver   // nil: no GPU
+	gpuErr  error         // why there is none
+	devices map[int64]int // client device_id (NVML index) -> CUDA ordinal
+	order   []int64       // device ids owned, sorted
+
+	mu   sync.Mutex
+	sys  map[string]*sysMapping // by region id
+	cuda map[string]*cudaHandle // by region id
+	subs []*bus.Subscription
+}
+
+type sysMapping struct {
+	created time.Time
+	once    sync.Once
+	m       *shm.Mapping
+	err     error
+	refs    int
+	removed bool
+}
+
+type cudaHandle struct {
+	created time.Time
+	once    sync.Once
+	mem     *gpu.IPCMem
+	err     error
+	refs    int
+	removed bool
+}
+
+// startShm discovers the GPUs, subscribes to the registry's removals and,
+// per owned device, to CUDA handle checks. stop undoes it.
+func (e *Executor) startShm(ctx context.Context, bc *bus.Conn) (stop func(), err error) {
+	s := &shmState{e: e, bus: bc, sys: map[string]*sysMapping{}, cuda: map[string]*cudaHandle{}, devices: map[int64]int{}}
+	s.discover()
+	sub, err := bc.Subscribe(bus.ShmRemovedSubject(e.cfg.Node), s.onRemoved)
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	s.subs = append(s.subs, sub)
+	for _, id := range s.order {
+		sub, err := bc.Handle(bus.ShmCudaSubject(e.cfg.Node, id), "", s.handleCudaCheck)
+		if err != nil {
+			s.stop()
+			return nil, fmt.Errorf("executor: %w", err)
+		}
+		s.subs = append(s.subs, sub)
+	}
+	e.shm = s
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(shmReconcileInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.reconcile(ctx)
+			}
+		}
+	}()
+	return func() { cancel(); <-done; s.stop() }, nil
+}
+
+// discover finds the GPUs this executor owns: NVML for the inventory, the
+// CUDA driver to use them. Device ids are NVML indexes, mapped to this
+// process's CUDA ordinals by PCI bus id (they differ under
+// CUDA_VISIBLE_DEVICES).
+func (s *shmState) discover() {
+	log := s.e.log
+	devs, nvmlErr := gpu.Discover()
+	drv, err := gpu.Load()
+	if err != nil {
+		s.gpuErr = err
+		log.Info("no GPU: CUDA shared memory is not available", "reason", err)
+		return
+	}
+	n, err := drv.DeviceCount()
+	if err != nil {
+		s.gpuErr = fmt.Errorf("%w: %v", gpu.ErrNoGPU, err)
+		log.Warn("CUDA driver loaded but devices cannot be counted", "err", err)
+		return
+	}
+	s.drv = drv
+	byBus := map[string]int{}
+	for o := range n {
+		if id, err := drv.BusID(o); err == nil {
+			byBus[id] = o
+		}
+	}
+	if nvmlErr != nil {
+		log.Warn("NVML unavailable; device ids are CUDA ordinals", "err", nvmlErr)
+		for o := range n {
+			s.devices[int64(o)] = o
+			s.order = append(s.order, int64(o))
+		}
+	} else {
+		for _, d := range devs {
+			if o, ok := byBus[d.BusID]; ok {
+				s.devices[int64(d.Index)] = o
+				s.order = append(s.order, int64(d.Index))
+				log.Info("GPU", "device_id", d.Index, "cuda_ordinal", o, "name", d.Name, "uuid", d.UUID, "bus", d.BusID)
+			}
+		}
+	}
+}
+
+func (s *shmState) stop() {
+	s.mu.Lock()
+	subs := s.subs
+	s.subs = nil
+	s.mu.Unlock()
+	for _, sub := range subs {
+		_ = sub.Unsubscribe()
+	}
+	// Everything goes, except what a request still running (one given up
+	// after the drain timeout) uses: that goes when it is released.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, m := range s.sys {
+		m.removed = true
+		s.closeSysLocked(id, m)
+	}
+	for id, h := range s.cuda {
+		h.removed = true
+		s.closeCudaLocked(id, h)
+	}
+}
+
+// subscribeDevices serves mv on the subjects of the GPUs this executor
+// owns, for requests whose tensors are in CUDA shared memory there.
+func (s *shmState) subscribeDevices(bc *bus.Conn, mv *modelVersion) error {
+	if s == nil {
+		return nil
+	}
+	for _, id := range s.order {
+		sub, err := bc.Handle(bus.InferDeviceSubject(mv.name, mv.vstr, s.e.cfg.Node, id), bus.QueueExecutors, mv.handleInfer)
+		if err != nil {
+			return fmt.Errorf("executor: serve %s version %s on GPU %d: %w", mv.name, mv.vstr, id, err)
+		}
+		s.mu.Lock()
+		s.subs = append(s.subs, sub)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// drainDevices lets the requests that arrived on device subjects finish.
+func (s *shmState) drainDevices() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	subs := s.subs
+	s.mu.Unlock()
+	for _, sub := range subs {
+		_ = sub.Drain()
+	}
+}
+
+// onRemoved drops what was opened for a region the registry removed.
+func (s *shmState) onRemoved(_ context.Context, data []byte) {
+	var ev busv1.ShmRegionRemoved
+	if err := proto.Unmarshal(data, &ev); err != nil {
+		s.e.log.Warn("bad shared memory removal", "err", err)
+		return
+	}
+	s.drop(ev.GetRegion().GetId())
+}
+
+func (s *shmState) drop(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.sys[id]; ok {
+		m.removed = true
+		s.closeSysLocked(id, m)
+	}
+	if h, ok := s.cuda[id]; ok {
+		h.removed = true
+		s.closeCudaLocked(id, h)
+	}
+}
+
+func (s *shmState) closeSysLocked(id string, m *sysMapping) {
+	if m.refs > 0 || (!m.removed && m.err == nil) {
+		return
+	}
+	delete(s.sys, id)
+	if m.m != nil {
+		if err := m.m.Close(); err != nil {
+			s.e.log.Warn("unmapping a shared memory region", "err", err)
+		}
+	}
+}
+
+func (s *shmState) closeCudaLocked(id string, h *cudaHandle) {
+	if h.refs > 0 || (!h.removed && h.err == nil) {
+		return
+	}
+	delete(s.cuda, id)
+	if h.mem != nil {
+		if err := h.mem.Close(); err != nil {
+			s.e.log.Warn("closing a CUDA IPC handle", "err", err)
+		}
+	}
+}
+
+// reconcile drops cached regions the registry no longer has (an announced
+// removal this executor missed).
+func (s *shmState) reconcile(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	asked := time.Now()
+	var resp busv1.ShmStatusResponse
+	if err := s.bus.Request(ctx, bus.ShmStatusSubject, &busv1.ShmStatusRequest{}, &resp); err != nil {
+		return
+	}
+	live := map[string]bool{}
+	for _, r := range resp.GetRegions() {
+		live[r.GetId()] = true
+	}
+	var gone []string
+	s.mu.Lock()
+	for id, m := range s.sys {
+		if !live[id] && m.created.Before(asked) {
+			gone = append(gone, id)
+		}
+	}
+	for id, h := range s.cuda {
+		if !live[id] && h.created.Before(asked) {
+			gone = append(gone, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range gone {
+		s.drop(id)
+	}
+}
+
+// mapSystem returns r's mapping, mapping it on first use, and counts a
+// use; release with unuseSystem.
+func (s *shmState) mapSystem(r *busv1.ShmRegion) (*sysMapping, error) {
+	s.mu.Lock()
+	m, ok := s.sys[r.GetId()]
+	if !ok {
+		m = &sysMapping{created: time.Now()}
+		s.sys[r.GetId()] = m
+	}
+	m.refs++
+	s.mu.Unlock()
+	m.once.Do(func() { m.m, m.err = shm.Map(r.GetKey(), r.GetOffset(), r.GetByteSize()) })
+	if m.err != nil {
+		err := m.err
+		s.unuseSystem(r.GetId(), m)
+		return nil, err
+	}
+	if err := m.m.Check(); err != nil {
+		s.unuseSystem(r.GetId(), m)
+		return nil, err
+	}
+	return m, nil
+}
+
+func (s *shmState) unuseSystem(id string, m *sysMapping) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m.refs--
+	s.closeSysLocked(id, m)
+}
+
+func errNoGPU(region string) error {
+	return tritonerr.InvalidArgf("failed to use CUDA shared memory region: '%s', GPUs not supported", region)
+}
+
+// openCuda returns r's opened IPC handle, opening it on first use, and
+// counts a use; release with unuseCuda.
+func (s *shmState) openCuda(r *busv1.ShmRegion) (*cudaHandle, error) {
+	if s.drv == nil {
+		return nil, errNoGPU(r.GetName())
+	}
+	ordinal, ok := s.devices[r.GetDeviceId()]
+	if !ok {
+		return nil, tritonerr.InvalidArgf("CUDA shared memory region '%s' is on device %d, which executor '%s' does not own",
+			r.GetName(), r.GetDeviceId(), s.e.cfg.ID)
+	}
+	s.mu.Lock()
+	h, ok := s.cuda[r.GetId()]
+	if !ok {
+		h = &cudaHandle{created: time.Now()}
+		s.cuda[r.GetId()] = h
+	}
+	h.refs++
+	s.mu.Unlock()
+	h.once.Do(func() {
+		h.mem, h.err = s.drv.OpenIPC(ordinal, r.GetRawHandle())
+		if h.err == nil && r.GetByteSize() > h.mem.Size {
+			h.err = fmt.Errorf("%w: region of %d bytes in an allocation of %d", errSize, r.GetByteSize(), h.mem.Size)
+			_ = h.mem.Close()
+			h.mem = nil
+		}
+	})
+	if h.err != nil {
+		err := h.err
+		s.unuseCuda(r.GetId(), h)
+		return nil, err
+	}
+	return h, nil
+}
+
+func (s *shmState) unuseCuda(id string, h *cudaHandle) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.refs--
+	s.closeCudaLocked(id, h)
+}
+
+// handleCudaCheck is the register-time check of a CUDA region, for the
+// gateway, with Triton's messages: the handle must open on the device and
+// byte_size fit the allocation. The handle stays open for the requests
+// that will use the region.
+func (s *shmState) handleCudaCheck(_ context.Context, data []byte) (proto.Message, error) {
+	var req busv1.ShmCudaCheckRequest
+	if err := proto.Unmarshal(data, &req); err != nil {
+		return nil, tritonerr.InvalidArgf("malformed CUDA shared memory check: %v", err)
+	}
+	r := req.GetRegion()
+	if s.drv == nil {
+		return nil, tritonerr.InvalidArgf("failed to register CUDA shared memory region: '%s', GPUs not supported", r.GetName())
+	}
+	h, err := s.openCuda(r)
+	if err != nil {
+		// Triton logs the CUDA error and tells the client only this.
+		s.e.log.Warn("CUDA shared memory region does not open", "region", r.GetName(), "device", r.GetDeviceId(), "err", err)
+		if errors.Is(err, errSize) {
+			return nil, tritonerr.InvalidArgf("failed to register shared memory region '%s': invalid args", r.GetName())
+		}
+		return nil, tritonerr.InvalidArgf("failed to register shared memory region: invalid args")
+	}
+	size := h.mem.Size
+	s.unuseCuda(r.GetId(), h)
+	return &busv1.ShmCudaCheckResponse{AllocationSize: size}, nil
+}
+
+var errSize = errors.New("byte_size larger than the allocation")
+
+// shmRequest is what one request took: the uses to release, and where its
+// outputs go.
+type shmRequest struct {
+	s       *shmState
+	sys     []*sysMapping
+	sysIDs  []string
+	cuda    []*cudaHandle
+	cudaIDs []string
+	outputs map[string]shmTarget
+	mapped  [][]byte // the mapped spans, to tell which output data alias them
+}
+
+type shmTarget struct {
+	region string
+	sys    *sysMapping
+	cuda   *cudaHandle
+	offset uint64
+	size   uint64
+}
+
+// attach resolves a request's shared-memory tensors. Inputs become slices
+// of their mappings in RawInputContents (CUDA inputs are copied to host
+// memory); outputs are remembered for finish. A request without any comes
+// back nil.
+func (s *shmState) attach(req *inference.ModelInferRequest) (*shmRequest, error) {
+	lease, err := shm.TakeLease(req)
+	if err != nil {
+		return nil, err
+	}
+	type use struct {
+		input int // -1 for an output
+		name  string
+		ref   shm.Ref
+	}
+	var uses []use
+	for i, in := range req.GetInputs() {
+		ref, ok, err := shm.FromParams(in.GetName(), in.GetParameters(), false)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			uses = append(uses, use{i, in.GetName(), ref})
+		}
+	}
+	for _, out := range req.GetOutputs() {
+		ref, ok, err := shm.FromParams(out.GetName(), out.GetParameters(), false)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			uses = append(uses, use{-1, out.GetName(), ref})
+		}
+	}
+	if len(uses) == 0 {
+		return nil, nil
+	}
+	if lease == nil {
+		return nil, tritonerr.InvalidArgf("tensor '%s' is in shared memory region '%s' but the request carries no lease; requests that use shared memory must come through a gateway",
+			uses[0].name, uses[0].ref.Region)
+	}
+	if s == nil {
+		return nil, tritonerr.Internalf("executor has no shared memory support running")
+	}
+	regions := map[string]*busv1.ShmRegion{}
+	for _, r := range lease.GetRegions() {
+		regions[r.GetName()] = r
+	}
+	sr := &shmRequest{s: s}
+	ok := false
+	defer func() {
+		if !ok {
+			sr.releaseNow()
+		}
+	}()
+	if n := len(req.GetInputs()); len(req.RawInputContents) < n {
+		req.RawInputContents = append(req.RawInputContents, make([][]byte, n-len(req.RawInputContents))...)
+	}
+	for _, u := range uses {
+		r, found := regions[u.ref.Region]
+		if !found {
+			return nil, tritonerr.NotFoundf("Unable to find shared memory region: '%s'", u.ref.Region)
+		}
+		if err := shm.CheckRange(u.ref.Region, r.GetByteSize(), u.ref.Offset, u.ref.ByteSize); err != nil {
+			return nil, err
+		}
+		t := shmTarget{region: u.ref.Region, offset: u.ref.Offset, size: u.ref.ByteSize}
+		switch r.GetKind() {
+		case busv1.ShmKind_SHM_KIND_SYSTEM:
+			m, err := s.mapSystem(r)
+			if err != nil {
+				return nil, err
+			}
+			sr.sys, sr.sysIDs = append(sr.sys, m), append(sr.sysIDs, r.GetId())
+			sr.mapped = append(sr.mapped, m.m.Data)
+			t.sys = m
+		case busv1.ShmKind_SHM_KIND_CUDA:
+			h, err := s.openCuda(r)
+			if err != nil {
+				if s.drv == nil {
+					return nil, err
+				}
+				return nil, tritonerr.Internalf("unable to open CUDA shared memory region '%s': %v", r.GetName(), err)
+			}
+			sr.cuda, sr.cudaIDs = append(sr.cuda, h), append(sr.cudaIDs, r.GetId())
+			t.cuda = h
+		default:
+			return nil, tritonerr.Internalf("shared memory region '%s' has no kind", r.GetName())
+		}
+		if u.input < 0 {
+			if sr.outputs == nil {
+				sr.outputs = map[string]shmTarget{}
+			}
+			sr.outputs[u.name] = t
+			continue
+		}
+		if t.sys != nil {
+			end := t.offset + t.size
+			req.RawInputContents[u.input] = t.sys.m.Data[t.offset:end:end]
+			continue
+		}
+		buf := make([]byte, t.size)
+		if err := t.cuda.mem.CopyToHost(buf, t.offset); err != nil {
+			return nil, tritonerr.Internalf("copying input '%s' from CUDA shared memory region '%s': %v", u.name, u.ref.Region, err)
+		}
+		req.RawInputContents[u.input] = buf
+	}
+	ok = true
+	return sr, nil
+}
+
+// finish writes the response's shared-memory outputs into their regions
+// and leaves their raw contents empty, as Triton does. Every size is
+// checked before anything is written. Outputs not bound for shared memory
+// whose data is a slice of a mapping (an identity model) are copied, since
+// the mapping may go once the request is released.
+func (sr *shmRequest) finish(out *inference.ModelInferResponse) error {
+	if sr == nil {
+		return nil
+	}
+	raw := out.GetRawOutputContents()
+	for i, o := range out.GetOutputs() {
+		t, ok := sr.outputs[o.GetName()]
+		if !ok || i >= len(raw) {
+			continue
+		}
+		if n := uint64(len(raw[i])); n > t.size {
+			return tritonerr.Internalf("shared memory size specified with the request for output '%s' (%d bytes) should be at least %d bytes to hold the results",
+				o.GetName(), t.size, n)
+		}
+	}
+	for _, m := range sr.sys {
+		if err := m.m.Check(); err != nil {
+			return err
+		}
+	}
+	for i, o := range out.GetOutputs() {
+		if i >= len(raw) {
+			break
+		}
+		t, ok := sr.outputs[o.GetName()]
+		if !ok {
+			if sr.aliases(raw[i]) {
+				raw[i] = append([]byte(nil), raw[i]...)
+			}
+			continue
+		}
+		data := raw[i]
+		if t.sys != nil {
+			if _, err := shm.Copy(t.sys.m.Data[t.offset:t.offset+uint64(len(data))], data); err != nil {
+				return err
+			}
+		} else if err := t.cuda.mem.CopyFromHost(t.offset, data); err != nil {
+			return tritonerr.Internalf("copying output '%s' to CUDA shared memory region '%s': %v", o.GetName(), t.region, err)
+		}
+		raw[i] = []byte{}
+	}
+	return nil
+}
+
+// aliases reports whether b lies in one of the request's mappings.
+func (sr *shmRequest) aliases(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	for _, m := range sr.mapped {
+		if len(m) == 0 {
+			continue
+		}
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
+		if p >= start && p < start+uintptr(len(m)) {
+			return true
+		}
+	}
+	return false
+}
+
+// release ends the request's uses once nothing can touch its memory any
+// more: at once, or, when the request was given up while a backend may
+// still run it, when it completes.
+func (sr *shmRequest) release(p *pending) {
+	if sr == nil {
+		return
+	}
+	if !p.cancelled.Load() {
+		sr.releaseNow()
+		return
+	}
+	go func() {
+		<-p.done
+		sr.releaseNow()
+	}()
+}
+
+func (sr *shmRequest) releaseNow() {
+	for i, m := range sr.sys {
+		sr.s.unuseSystem(sr.sysIDs[i], m)
+	}
+	for i, h := range sr.cuda {
+		sr.s.unuseCuda(sr.cudaIDs[i], h)
+	}
+	sr.sys, sr.cuda = nil, nil
+}

@@ -1,0 +1,274 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/shm"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// Triton's shared memory extension. The gateway owns the protocol side:
+// the HTTP and gRPC endpoints (shmhttp.go, shmgrpc.go), validation of
+// what a client registers, and the checks and routing of inference
+// requests whose tensors live in shared memory. Regions themselves are
+// kept by the shm-registry (services/shm-registry); the gateway asks it
+// for every operation and keeps nothing. Register is validated here
+// because a client registers through the gateway of its own node, whose
+// /dev/shm is the one its key names (CUDA handles are checked by the
+// executor that owns the device, over bus.ShmCudaSubject).
+
+const (
+	// shmCallTimeout bounds a registry call.
+	shmCallTimeout = 10 * time.Second
+	// shmHoldMargin is how long a hold outlives its request's deadline: the
+	// registry drops a hold whose gateway vanished once it lapses.
+	shmHoldMargin = 30 * time.Second
+)
+
+var errShmDisabled = tritonerr.Unsupportedf("Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.")
+
+func kindWords(k busv1.ShmKind) string {
+	if k == busv1.ShmKind_SHM_KIND_CUDA {
+		return "cuda"
+	}
+	return "system"
+}
+
+// shmCall is one request to the registry.
+func (g *Gateway) shmCall(ctx context.Context, subject string, req, resp proto.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, shmCallTimeout)
+	defer cancel()
+	err := g.bus.Request(ctx, subject, req, resp)
+	if noResponders(err) {
+		return tritonerr.Unavailablef("shared memory is unavailable: no shm-registry is running")
+	}
+	return err
+}
+
+// noResponders reports a bus error that says nobody listens on the subject.
+func noResponders(err error) bool {
+	te := tritonerr.From(err)
+	return te.Kind == tritonerr.Unavailable && strings.Contains(te.Msg, "no responders")
+}
+
+// shmStatus lists the regions of kind (name "": all of them) with Triton's
+// NOT_FOUND errors. It works whether or not client shm is allowed.
+func (g *Gateway) shmStatus(ctx context.Context, kind busv1.ShmKind, name string) ([]*busv1.ShmRegion, error) {
+	var resp busv1.ShmStatusResponse
+	if err := g.shmCall(ctx, bus.ShmStatusSubject, &busv1.ShmStatusRequest{Kind: kind, Name: name}, &resp); err != nil {
+		return nil, err
+	}
+	return resp.GetRegions(), nil
+}
+
+func (g *Gateway) shmUnregister(ctx context.Context, kind busv1.ShmKind, name string) error {
+	if !g.cfg.AllowClientShm {
+		return errShmDisabled
+	}
+	return g.shmCall(ctx, bus.ShmUnregisterSubject, &busv1.ShmUnregisterRequest{Kind: kind, Name: name}, &busv1.ShmUnregisterResponse{})
+}
+
+// shmCheckFree fails with Triton's ALREADY_EXISTS when name is taken by a
+// region of either kind. Triton checks this before it opens the memory;
+// the registry checks again, atomically, when the region is added.
+func (g *Gateway) shmCheckFree(ctx context.Context, name string) error {
+	regions, err := g.shmStatus(ctx, busv1.ShmKind_SHM_KIND_UNSPECIFIED, name)
+	if err != nil {
+		return err
+	}
+	if len(regions) > 0 {
+		return tritonerr.New(tritonerr.AlreadyExists, "shared memory region '%s' already in manager", name)
+	}
+	return nil
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// registerSystemShm validates and registers a system region in Triton's
+// order: key, duplicate name, then the object itself (pkg/shm.Inspect).
+// The caller has checked that client shm is allowed and name is set.
+func (g *Gateway) registerSystemShm(ctx context.Context, name, key string, offset, byteSize uint64) error {
+	if err := shm.ValidateKey(name, key); err != nil {
+		return err
+	}
+	if err := g.shmCheckFree(ctx, name); err != nil {
+		return err
+	}
+	if err := shm.Inspect(name, key, offset, byteSize); err != nil {
+		return err
+	}
+	r := &busv1.ShmRegion{Name: name, Kind: busv1.ShmKind_SHM_KIND_SYSTEM, Node: g.cfg.Node, Id: newID(),
+		Key: key, Offset: offset, ByteSize: byteSize}
+	return g.shmCall(ctx, bus.ShmRegisterSubject, &busv1.ShmRegisterRequest{Region: r}, &busv1.ShmRegisterResponse{})
+}
+
+// cudaIpcHandleSize is sizeof(cudaIpcMemHandle_t).
+const cudaIpcHandleSize = 64
+
+// registerCudaShm registers a CUDA region after the executor that owns
+// device on this node has opened the handle and checked byteSize. With no
+// such executor (no GPU here) it fails as a Triton built without GPUs does.
+func (g *Gateway) registerCudaShm(ctx context.Context, name string, handle []byte, device int64, byteSize uint64) error {
+	if len(handle) != cudaIpcHandleSize {
+		return tritonerr.InvalidArgf("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+	}
+	if err := g.shmCheckFree(ctx, name); err != nil {
+		return err
+	}
+	r := &busv1.ShmRegion{Name: name, Kind: busv1.ShmKind_SHM_KIND_CUDA, Node: g.cfg.Node, Id: newID(),
+		DeviceId: device, RawHandle: handle, ByteSize: byteSize}
+	cctx, cancel := context.WithTimeout(ctx, shmCallTimeout)
+	err := g.bus.Request(cctx, bus.ShmCudaSubject(g.cfg.Node, device), &busv1.ShmCudaCheckRequest{Region: r}, &busv1.ShmCudaCheckResponse{})
+	cancel()
+	if noResponders(err) {
+		return tritonerr.InvalidArgf("failed to register CUDA shared memory region: '%s', GPUs not supported", name)
+	}
+	if err != nil {
+		return err
+	}
+	return g.shmCall(ctx, bus.ShmRegisterSubject, &busv1.ShmRegisterRequest{Region: r}, &busv1.ShmRegisterResponse{})
+}
+
+// checkGRPCShm applies the gRPC front end's rules to the shared_memory_*
+// parameters of every tensor (ParseSharedMemoryParams), before the
+// contents are looked at, as Triton does.
+func checkGRPCShm(req *inference.ModelInferRequest) error {
+	for _, in := range req.GetInputs() {
+		if _, _, err := shm.FromParams(in.GetName(), in.GetParameters(), true); err != nil {
+			return err
+		}
+	}
+	for _, out := range req.GetOutputs() {
+		_, ok, err := shm.FromParams(out.GetName(), out.GetParameters(), true)
+		if err != nil {
+			return err
+		}
+		if _, class := out.GetParameters()["classification"]; ok && class {
+			return tritonerr.InvalidArgf("output can't set both 'shared_memory_region' and 'classification'")
+		}
+	}
+	return nil
+}
+
+type shmUse struct {
+	tensor string
+	ref    shm.Ref
+}
+
+// shmRoute prepares a request whose tensors use shared memory: it holds
+// the regions for the request (so an unregister waits for it), checks
+// every tensor's offset and size against its region before anything is
+// sent (Triton's messages, inputs first, in request order), puts the
+// lease in the request for the executor, and picks the subject of the
+// executors on the regions' node (the device's executor for CUDA). The
+// returned release ends the holds; call it once the answer is back. A
+// request without shared memory keeps subject.
+func (g *Gateway) shmRoute(ctx context.Context, req *inference.ModelInferRequest, subject string) (string, func(), error) {
+	delete(req.Parameters, shm.LeaseParam) // only a gateway sets it
+	var uses []shmUse
+	for _, in := range req.GetInputs() {
+		ref, ok, err := shm.FromParams(in.GetName(), in.GetParameters(), false)
+		if err != nil {
+			return "", nil, err
+		}
+		if ok {
+			uses = append(uses, shmUse{in.GetName(), ref})
+		}
+	}
+	for _, out := range req.GetOutputs() {
+		ref, ok, err := shm.FromParams(out.GetName(), out.GetParameters(), false)
+		if err != nil {
+			return "", nil, err
+		}
+		if ok {
+			uses = append(uses, shmUse{out.GetName(), ref})
+		}
+	}
+	if len(uses) == 0 {
+		return subject, func() {}, nil
+	}
+
+	names := make([]string, 0, len(uses))
+	for _, u := range uses {
+		names = append(names, u.ref.Region)
+	}
+	holder := newID()
+	expires := time.Now().Add(g.cfg.RequestTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		expires = d
+	}
+	var acq busv1.ShmAcquireResponse
+	if err := g.shmCall(ctx, bus.ShmAcquireSubject, &busv1.ShmAcquireRequest{
+		Holder: holder, Names: names, ExpiresUnixMs: expires.Add(shmHoldMargin).UnixMilli(),
+	}, &acq); err != nil {
+		return "", nil, err
+	}
+	release := func() { g.shmRelease(holder, names) }
+	if len(acq.GetRegions()) == 0 {
+		release = func() {} // nothing was held
+	}
+	regions := make(map[string]*busv1.ShmRegion, len(acq.GetRegions()))
+	for _, r := range acq.GetRegions() {
+		regions[r.GetName()] = r
+	}
+	fail := func(err error) (string, func(), error) {
+		release()
+		return "", nil, err
+	}
+	var first, cuda *busv1.ShmRegion
+	for _, u := range uses {
+		r, ok := regions[u.ref.Region]
+		if !ok {
+			return fail(tritonerr.NotFoundf("Unable to find shared memory region: '%s'", u.ref.Region))
+		}
+		if err := shm.CheckRange(u.ref.Region, r.GetByteSize(), u.ref.Offset, u.ref.ByteSize); err != nil {
+			return fail(err)
+		}
+		if first == nil {
+			first = r
+		} else if r.GetNode() != first.GetNode() {
+			return fail(tritonerr.InvalidArgf("shared memory regions '%s' and '%s' are on different nodes ('%s', '%s'): a request can only use regions of one node",
+				first.GetName(), r.GetName(), first.GetNode(), r.GetNode()))
+		}
+		if r.GetKind() == busv1.ShmKind_SHM_KIND_CUDA {
+			if cuda != nil && cuda.GetDeviceId() != r.GetDeviceId() {
+				return fail(tritonerr.InvalidArgf("CUDA shared memory regions '%s' and '%s' are on different devices (%d, %d): a request can only use regions of one device",
+					cuda.GetName(), r.GetName(), cuda.GetDeviceId(), r.GetDeviceId()))
+			}
+			cuda = r
+		}
+	}
+	lease := &busv1.ShmLease{Holder: holder, Regions: acq.GetRegions()}
+	if err := shm.SetLease(req, lease); err != nil {
+		return fail(err)
+	}
+	model, version := req.GetModelName(), req.GetModelVersion()
+	if cuda != nil {
+		return bus.InferDeviceSubject(model, version, cuda.GetNode(), cuda.GetDeviceId()), release, nil
+	}
+	return bus.InferNodeSubject(model, version, first.GetNode()), release, nil
+}
+
+// shmRelease ends a request's holds. It runs after the client's context
+// may have ended, so it has its own; a failure only delays a deferred
+// unregister until the hold lapses.
+func (g *Gateway) shmRelease(holder string, names []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), shmCallTimeout)
+	defer cancel()
+	if err := g.bus.Request(ctx, bus.ShmReleaseSubject, &busv1.ShmReleaseRequest{Holder: holder, Names: names}, &busv1.ShmReleaseResponse{}); err != nil {
+		g.log.Warn("releasing shared memory holds failed; they lapse by themselves", "holder", holder, "err", err)
+	}
+}
