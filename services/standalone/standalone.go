@@ -36,6 +36,9 @@ type Config struct {
 	AllowHTTP, AllowGRPC, AllowMetrics bool
 	ServerID                           string
 	HTTPMaxInputSize                   int64
+	// AllowClientShm is tritonserver's --allow-client-shm: clients may
+	// register shared-memory regions (default false).
+	AllowClientShm bool
 	// NATSListen, when set ("127.0.0.1:4222"), also opens the embedded NATS
 	// server to the network so that separate executors can join; empty keeps
 	// it in-process.
@@ -176,6 +179,7 @@ func (s *Server) Run(ctx context.Context) error {
 		ServerID:         s.cfg.ServerID,
 		Version:          version.Version,
 		HTTPMaxInputSize: s.cfg.HTTPMaxInputSize,
+		AllowClientShm:   s.cfg.AllowClientShm,
 		Logger:           s.log,
 	})
 	if err != nil {

@@ -30,6 +30,7 @@ func main() {
 	tritonflag.BoolVar(fs, &cfg.AllowMetrics, "allow-metrics", true, "serve Prometheus metrics")
 	fs.StringVar(&cfg.ServerID, "id", cfg.ServerID, "server identifier reported in server metadata")
 	fs.Int64Var(&cfg.HTTPMaxInputSize, "http-max-input-size", cfg.HTTPMaxInputSize, "largest HTTP request body in bytes")
+	tritonflag.BoolVar(fs, &cfg.AllowClientShm, "allow-client-shm", false, "let clients register system and CUDA shared-memory regions")
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "also open the embedded NATS server on this address (host:port) so separate executors can join")
 	fs.StringVar(&cfg.RedisURL, "redis-url", "", "Redis URL for router and registry state (default: in memory)")
 	verbose := fs.Int("log-verbose", 0, "verbose logging level (0 off)")
