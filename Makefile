@@ -18,7 +18,7 @@ build:
 
 # One process with an embedded NATS server and every service, on Triton's ports.
 run: build
-	$(BIN)/nereid --model-repository $(REPO) --http-port 8000 --grpc-port 8001 --metrics-port 8002
+	$(BIN)/nereid --model-repository $(REPO) --http-port 8000 --grpc-port 8001 --metrics-port 8002 --allow-client-shm true
 
 # Unit, integration (embedded NATS) and e2e (real binaries, nats-server, redis-server).
 test: deps
