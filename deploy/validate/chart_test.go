@@ -143,6 +143,9 @@ func checkChart(t *testing.T, file string) {
 				wantProbe(t, what, c.ReadinessProbe, "/v2/health/ready")
 				wantDevShm(t, what, pod, c)
 				wantNode(t, what, pod, c)
+				if v, _ := argValue(c.Args, "allow-client-shm"); v == "true" && !pod.HostIPC {
+					t.Errorf("%s: --allow-client-shm true without hostIPC: clients and executors would not share /dev/shm", what)
+				}
 			case "executor":
 				wantDevShm(t, what, pod, c)
 				wantNode(t, what, pod, c)

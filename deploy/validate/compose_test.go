@@ -189,6 +189,9 @@ func TestComposeSharedMemoryAndModels(t *testing.T) {
 			t.Errorf("%s: ipc %q, want host (shared /dev/shm with clients and each other)", name, ipc)
 		}
 	}
+	if v, ok := argValue(p.Services["gateway"].Command, "allow-client-shm"); !ok || v != "true" {
+		t.Errorf("gateway: the example runs with --allow-client-shm true, got %q", v)
+	}
 	// ... and name the same node: the gateway routes a request whose tensors
 	// are in /dev/shm to the executors of its own node.
 	node := func(name string) string {
