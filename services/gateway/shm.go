@@ -56,6 +56,9 @@ func (g *Gateway) shmCall(ctx context.Context, subject string, req, resp proto.M
 
 // noResponders reports a bus error that says nobody listens on the subject.
 func noResponders(err error) bool {
+	if err == nil {
+		return false
+	}
 	te := tritonerr.From(err)
 	return te.Kind == tritonerr.Unavailable && strings.Contains(te.Msg, "no responders")
 }
