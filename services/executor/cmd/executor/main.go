@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/nereid-io/nereid/pkg/natsconn"
+	"github.com/nereid-io/nereid/pkg/probe"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
 	"github.com/nereid-io/nereid/services/executor"
 )
@@ -24,12 +25,13 @@ func main() {
 	fs.Var(&models, "load-model", "serve only this model (repeatable; default: all)")
 	id := fs.String("id", "", "executor id on the bus (default: random)")
 	node := fs.String("node", "", "node name for node-local resources (default: host name)")
+	probeAddr := fs.String("probe-addr", "", "address for /livez and /readyz (empty disables)")
 	_ = fs.Parse(os.Args[1:])
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, log, *natsURL, executor.Config{
+	if err := run(ctx, log, *natsURL, *probeAddr, executor.Config{
 		RepositoryPath: *repo, Models: models, ID: *id, Node: *node, Logger: log,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "nereid-executor:", err)
@@ -37,7 +39,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, natsURL string, cfg executor.Config) error {
+func run(ctx context.Context, log *slog.Logger, natsURL, probeAddr string, cfg executor.Config) error {
 	if cfg.RepositoryPath == "" {
 		return fmt.Errorf("--model-repository is required")
 	}
@@ -51,5 +53,10 @@ func run(ctx context.Context, log *slog.Logger, natsURL string, cfg executor.Con
 	if err != nil {
 		return err
 	}
+	p, err := probe.Listen(probeAddr, ex.Ready())
+	if err != nil {
+		return err
+	}
+	defer p.Close()
 	return ex.Run(ctx)
 }
