@@ -231,3 +231,91 @@ func noRespondersMessage(subject string) string {
 	}
 	return "no responders on " + t
 }
+
+// Subjects of the sequence router (services/sequence-router).
+
+const (
+	seqPrefix = Prefix + ".seq."
+
+	// QueueRouters is the queue group sequence routers join, so that a
+	// request reaches exactly one router even while two briefly overlap
+	// during a takeover.
+	QueueRouters = "routers"
+
+	// SequenceInferWildcard and SequencePullWildcard match every model's
+	// sequence subjects; the active router serves them all.
+	SequenceInferWildcard = seqPrefix + "*.*.infer"
+	SequencePullWildcard  = seqPrefix + "*.*.pull"
+
+	// SequenceClaimWildcard matches every model's claim subject: routers
+	// listen (no queue) and try to take the model's lease.
+	SequenceClaimWildcard = seqPrefix + "*.*.claim"
+	// SequenceTakeoverWildcard matches every model's takeover subject:
+	// executors and gateways listen (no queue).
+	SequenceTakeoverWildcard = seqPrefix + "*.*.takeover"
+)
+
+// SequenceClaimSubject is where an executor instance of a sequence model
+// that found no router serving it publishes its busv1.SequencePull, so
+// that a router takes the model's lease: "nereid.v1.seq.<m>.<v>.claim".
+func SequenceClaimSubject(model, version string) string {
+	return seqPrefix + Token(model) + "." + Token(version) + ".claim"
+}
+
+// SequenceTakeoverSubject is where a router that took a model's lease
+// announces its epoch (busv1.SequenceTakeover): executors fence older
+// epochs and say which requests they hold, gateways ask the new router
+// about requests the old one may have held: "nereid.v1.seq.<m>.<v>.takeover".
+func SequenceTakeoverSubject(model, version string) string {
+	return seqPrefix + Token(model) + "." + Token(version) + ".takeover"
+}
+
+// SequenceResolveSubject is where the router serving a model answers
+// busv1.SequenceResolve after a takeover: "nereid.v1.seq.<m>.<v>.resolve".
+func SequenceResolveSubject(model, version string) string {
+	return seqPrefix + Token(model) + "." + Token(version) + ".resolve"
+}
+
+// SequenceInferSubject is where gateways send requests for a model with a
+// sequence batcher (busv1.SequenceRequest): "nereid.v1.seq.<m>.<v>.infer".
+func SequenceInferSubject(model, version string) string {
+	return seqPrefix + Token(model) + "." + Token(version) + ".infer"
+}
+
+// SequencePullSubject is where executor instances of such a model ask the
+// router for their next batch (busv1.SequencePull -> busv1.SequenceBatch):
+// "nereid.v1.seq.<m>.<v>.pull".
+func SequencePullSubject(model, version string) string {
+	return seqPrefix + Token(model) + "." + Token(version) + ".pull"
+}
+
+// ParseSequenceSubject returns the model and version of a sequence subject,
+// and its last token ("infer" or "pull").
+func ParseSequenceSubject(subject string) (model, version, kind string, ok bool) {
+	if len(subject) <= len(seqPrefix) || subject[:len(seqPrefix)] != seqPrefix {
+		return "", "", "", false
+	}
+	rest := subject[len(seqPrefix):]
+	var toks [3]string
+	n := 0
+	start := 0
+	for i := 0; i <= len(rest); i++ {
+		if i == len(rest) || rest[i] == '.' {
+			if n == 3 {
+				return "", "", "", false
+			}
+			toks[n] = rest[start:i]
+			n++
+			start = i + 1
+		}
+	}
+	if n != 3 {
+		return "", "", "", false
+	}
+	m, err1 := Untoken(toks[0])
+	v, err2 := Untoken(toks[1])
+	if err1 != nil || err2 != nil {
+		return "", "", "", false
+	}
+	return m, v, toks[2], true
+}
