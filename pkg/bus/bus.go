@@ -44,6 +44,7 @@ type options struct {
 	chunkSize      int
 	idleTimeout    time.Duration
 	log            *slog.Logger
+	codec          Codec
 }
 
 // Option adjusts a Conn.
@@ -91,6 +92,7 @@ func New(nc *nats.Conn, opts ...Option) (*Conn, error) {
 		windowBytes:    8 << 20,
 		idleTimeout:    15 * time.Second,
 		log:            slog.Default(),
+		codec:          protoCodec{},
 	}
 	for _, f := range opts {
 		f(&o)

@@ -28,9 +28,9 @@ func (c *Conn) chunkSize(first nats.Header) (int, error) {
 	return n, nil
 }
 
-// fits reports whether body and hdr go in one message.
-func (c *Conn) fits(body []byte, hdr nats.Header) bool {
-	return int64(len(body)+headerSize(hdr)) <= c.nc.MaxPayload()
+// fits reports whether a body of n bytes and hdr go in one message.
+func (c *Conn) fits(n int, hdr nats.Header) bool {
+	return int64(n+headerSize(hdr)) <= c.nc.MaxPayload()
 }
 
 // sendChunks publishes chunks next, next+1, ... of data (size bytes each) to
@@ -38,8 +38,8 @@ func (c *Conn) fits(body []byte, hdr nats.Header) bool {
 // unacknowledged; acknowledgements arrive on in. Chunk 0, if sent here,
 // carries first. A message on in that is no acknowledgement (the peer's final
 // reply, e.g. an error) ends the transfer early and is returned.
-func (c *Conn) sendChunks(ctx context.Context, in *inbox, dest, ackTo string, data []byte, size int, first nats.Header, next, acked int) (*nats.Msg, error) {
-	n := (len(data) + size - 1) / size
+func (c *Conn) sendChunks(ctx context.Context, in *inbox, dest, ackTo string, data *payload, size int, first nats.Header, next, acked int) (*nats.Msg, error) {
+	n := (data.Len() + size - 1) / size
 	window := max(2, c.opts.windowBytes/size)
 	for next < n {
 		if next-acked >= window {
@@ -67,8 +67,8 @@ func (c *Conn) sendChunks(ctx context.Context, in *inbox, dest, ackTo string, da
 		if next > 0 || hdr == nil {
 			hdr = nats.Header{HeaderChunk: []string{strconv.Itoa(next)}}
 		}
-		end := min(len(data), (next+1)*size)
-		if err := c.nc.PublishMsg(&nats.Msg{Subject: dest, Reply: ackTo, Header: hdr, Data: data[next*size : end]}); err != nil {
+		end := min(data.Len(), (next+1)*size)
+		if err := c.nc.PublishMsg(&nats.Msg{Subject: dest, Reply: ackTo, Header: hdr, Data: data.slice(next*size, end)}); err != nil {
 			return nil, err
 		}
 		next++
@@ -107,6 +107,7 @@ func (c *Conn) collect(ctx context.Context, in *inbox, buf []byte, n, seq int) e
 			return fmt.Errorf("%w: chunk %d overruns the declared size of %d bytes", errProtocol, seq, len(buf))
 		}
 		n += copy(buf[n:], m.Data)
+		chunkReceived(len(m.Data))
 		if m.Reply != "" {
 			if err := c.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{HeaderAck: s}}); err != nil {
 				return err

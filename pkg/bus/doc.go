@@ -74,6 +74,15 @@
 // sender that the receiver's connection is gone. Subjects of finished
 // transfers are forgotten; late messages to them are dropped.
 //
+// # Codec
+//
+// Request encodes with the Conn's Codec (WithCodec; default protobuf), which
+// may return the message in parts: a body is sent without joining them,
+// chunks being cut across parts, so a message carrying a large tensor is
+// never copied into one buffer. Replies are decoded with the same Codec,
+// which may keep references into the received body; handlers' replies are
+// encoded with it too.
+//
 // # Cancellation
 //
 // A requester whose ctx is cancelled (not one whose deadline passed: the

@@ -116,14 +116,14 @@ func (c *Conn) serve(s *Subscription, m *nats.Msg, h HandlerFunc) {
 		c.respondError(m.Reply, err)
 		return
 	}
-	var body []byte
+	var body [][]byte
 	if resp != nil {
-		if body, err = proto.Marshal(resp); err != nil {
+		if body, err = c.opts.codec.Marshal(resp); err != nil {
 			c.respondError(m.Reply, tritonerr.Internalf("bus: cannot encode reply from %s: %v", target(m.Subject), err))
 			return
 		}
 	}
-	if err := c.respond(ctx, m.Reply, body, ackTo, in); err != nil {
+	if err := c.respondPayload(ctx, m.Reply, newPayload(body...), ackTo, in); err != nil {
 		c.opts.log.Debug("bus: reply not delivered", "subject", m.Subject, "error", err)
 	}
 }
@@ -144,14 +144,18 @@ func (c *Conn) invoke(ctx context.Context, subject string, h HandlerFunc, data [
 // in one message. in and ackTo are the transfer's inbox if the request came
 // in chunks; otherwise one is opened for the acknowledgements.
 func (c *Conn) respond(ctx context.Context, reply string, body []byte, ackTo string, in *inbox) error {
-	if c.fits(body, nil) {
-		return c.nc.PublishMsg(&nats.Msg{Subject: reply, Data: body})
+	return c.respondPayload(ctx, reply, newPayload(body), ackTo, in)
+}
+
+func (c *Conn) respondPayload(ctx context.Context, reply string, body *payload, ackTo string, in *inbox) error {
+	if c.fits(body.Len(), nil) {
+		return c.nc.PublishMsg(&nats.Msg{Subject: reply, Data: body.bytes()})
 	}
 	if in == nil {
 		ackTo, in = c.register()
 		defer c.unregister(ackTo)
 	}
-	hdr := nats.Header{HeaderSize: []string{strconv.Itoa(len(body))}, HeaderChunk: []string{"0"}}
+	hdr := nats.Header{HeaderSize: []string{strconv.Itoa(body.Len())}, HeaderChunk: []string{"0"}}
 	size, err := c.chunkSize(hdr)
 	if err != nil {
 		c.respondError(reply, tritonerr.Internalf("%v", err))

@@ -19,16 +19,16 @@ import (
 // subject, when the deadline passes or the responder goes away; CANCELLED
 // when ctx is cancelled.
 func (c *Conn) Request(ctx context.Context, subject string, req, resp proto.Message) error {
-	body, err := proto.Marshal(req)
+	parts, err := c.opts.codec.Marshal(req)
 	if err != nil {
 		return tritonerr.Internalf("bus: cannot encode request to %s: %v", target(subject), err)
 	}
-	out, err := c.RequestBytes(ctx, subject, body)
+	out, err := c.request(ctx, subject, newPayload(parts...))
 	if err != nil {
 		return err
 	}
 	if resp != nil {
-		if err := proto.Unmarshal(out, resp); err != nil {
+		if err := c.opts.codec.Unmarshal(out, resp); err != nil {
 			return tritonerr.Internalf("bus: cannot decode reply from %s: %v", target(subject), err)
 		}
 	}
@@ -37,6 +37,10 @@ func (c *Conn) Request(ctx context.Context, subject string, req, resp proto.Mess
 
 // RequestBytes is Request for callers that encode and decode themselves.
 func (c *Conn) RequestBytes(ctx context.Context, subject string, body []byte) ([]byte, error) {
+	return c.request(ctx, subject, newPayload(body))
+}
+
+func (c *Conn) request(ctx context.Context, subject string, body *payload) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, transferError(err, subject)
 	}
@@ -52,8 +56,8 @@ func (c *Conn) RequestBytes(ctx context.Context, subject string, body []byte) ([
 		hdr = nil // a plain PUB: nothing to say
 	}
 
-	if c.fits(body, hdr) {
-		if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: body}); err != nil {
+	if c.fits(body.Len(), hdr) {
+		if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: body.bytes()}); err != nil {
 			return nil, transferError(err, subject)
 		}
 		out, err := c.awaitReply(ctx, in, subject, nil, false)
@@ -70,17 +74,17 @@ func (c *Conn) RequestBytes(ctx context.Context, subject string, body []byte) ([
 // sendRequest sends body in chunks: the first to subject (any member of a
 // queue group may take it), the rest straight to the private subject the
 // responder that took it names in its HeaderContinue answer.
-func (c *Conn) sendRequest(ctx context.Context, in *inbox, subject, reply string, hdr nats.Header, body []byte) (final *nats.Msg, streamed bool, err error) {
+func (c *Conn) sendRequest(ctx context.Context, in *inbox, subject, reply string, hdr nats.Header, body *payload) (final *nats.Msg, streamed bool, err error) {
 	if hdr == nil {
 		hdr = make(nats.Header, 2)
 	}
-	hdr[HeaderSize] = []string{strconv.Itoa(len(body))}
+	hdr[HeaderSize] = []string{strconv.Itoa(body.Len())}
 	hdr[HeaderChunk] = []string{"0"}
 	size, err := c.chunkSize(hdr)
 	if err != nil {
 		return nil, false, err
 	}
-	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: body[:size]}); err != nil {
+	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: body.slice(0, size)}); err != nil {
 		return nil, false, err
 	}
 	m, err := in.next(ctx, c.opts.idleTimeout)

@@ -155,8 +155,13 @@ func (r *Region) Shared() bool { return r != nil && r.name != "" }
 // Bytes is the mapped memory. It is valid while a reference is held.
 func (r *Region) Bytes() []byte { return r.data }
 
-// Size is the region's size in bytes.
-func (r *Region) Size() int { return len(r.data) }
+// Size is the region's size in bytes (0 for a nil region).
+func (r *Region) Size() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.data)
+}
 
 // Unlink removes the file (the mapping stays valid). Safe to call more than
 // once and from either side of a hand-off: whoever comes second finds the

@@ -46,6 +46,7 @@ import (
 	_ "github.com/nereid-io/nereid/pkg/backends" // the built-in backends
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
+	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/repository"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -132,7 +133,7 @@ func (e *Executor) Ready() <-chan struct{} { return e.ready }
 // and finalizes instances, models and backends. It returns nil after a
 // clean shutdown, an error when it cannot start.
 func (e *Executor) Run(ctx context.Context) error {
-	bc, err := bus.New(e.cfg.Conn, bus.WithLogger(e.log))
+	bc, err := bus.New(e.cfg.Conn, bus.WithLogger(e.log), bus.WithCodec(infercodec.Codec{})) // replies' tensors sent without copies
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infer"
+	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -107,7 +108,7 @@ func (mv *modelVersion) unload() {
 func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Message, error) {
 	received := time.Now()
 	req := &inference.ModelInferRequest{}
-	if err := proto.Unmarshal(data, req); err != nil {
+	if err := infercodec.UnmarshalRequest(data, req); err != nil { // raw inputs alias data: no copy
 		mv.stats.failed(received)
 		return nil, tritonerr.InvalidArgf("malformed inference request for model '%s': %v", mv.name, err)
 	}

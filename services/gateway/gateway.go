@@ -21,6 +21,7 @@ import (
 	"github.com/nereid-io/nereid/api/health"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/infercodec"
 )
 
 // Defaults of Config.
@@ -121,7 +122,7 @@ func New(cfg Config) (*Gateway, error) {
 		log = slog.Default()
 	}
 	log = log.With("service", "gateway")
-	bc, err := bus.New(cfg.Conn, bus.WithLogger(log))
+	bc, err := bus.New(cfg.Conn, bus.WithLogger(log), bus.WithCodec(infercodec.Codec{})) // tensors chunked without copies
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

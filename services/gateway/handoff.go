@@ -1,9 +1,15 @@
 package gateway
 
 import (
+	"bytes"
+	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zlib"
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
@@ -59,6 +65,10 @@ func (g *Gateway) handoffRoute(vv *versionView) handoff.Route {
 	return handoff.RouteNode
 }
 
+// busGCSize is the request size from which prepareHandoff collects garbage
+// before a request goes over the bus.
+const busGCSize = 64 << 20
+
 // routeForTest, when set, overrides the route (tests run the executor in
 // the gateway's process, which alone would always give RouteProcess).
 var routeForTest *handoff.Route
@@ -73,7 +83,16 @@ type handoffState struct {
 // this node, and says which subject to send it to.
 func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferRequest) (string, *handoffState, error) {
 	hs := &handoffState{body: handoff.TakeRegion(req)}
-	out, err := handoff.Prepare(req, g.handoffRoute(vv), hs.body, g.handoffThreshold())
+	route := g.handoffRoute(vv)
+	if route == handoff.RouteBus && hs.body.Size() >= busGCSize {
+		// A large gRPC request leaves its received frames in gRPC's buffer
+		// pool; the reply about to be reassembled is as large. Two
+		// collections (a pool survives one) hand those pages back first,
+		// so the process holds two copies of the tensor, not three.
+		runtime.GC()
+		runtime.GC()
+	}
+	out, err := handoff.Prepare(req, route, hs.body, g.handoffThreshold())
 	if err != nil {
 		hs.body.Release()
 		return "", nil, err
@@ -149,11 +168,7 @@ func (g *Gateway) writeInferResponse(w http.ResponseWriter, r *http.Request, res
 	}
 	parts := append([][]byte{header}, blobs...)
 	if renc := responseEncoding(r.Header.Get("Accept-Encoding")); renc != encIdentity {
-		var body []byte
-		for _, p := range parts {
-			body = append(body, p...)
-		}
-		if c, err := compress(renc, body); err == nil {
+		if c, err := compressParts(renc, parts); err == nil {
 			parts = [][]byte{c}
 			h.Set("Content-Encoding", renc)
 		} else {
@@ -171,4 +186,28 @@ func (g *Gateway) writeInferResponse(w http.ResponseWriter, r *http.Request, res
 			return
 		}
 	}
+}
+
+// compressParts compresses parts as one body (gzip, or deflate = zlib as
+// Triton writes it) without joining them first.
+func compressParts(encoding string, parts [][]byte) ([]byte, error) {
+	var buf bytes.Buffer
+	var w io.WriteCloser
+	switch encoding {
+	case encGzip:
+		w = gzip.NewWriter(&buf)
+	case encDeflate:
+		w = zlib.NewWriter(&buf)
+	default:
+		return nil, fmt.Errorf("unknown encoding %q", encoding)
+	}
+	for _, p := range parts {
+		if _, err := w.Write(p); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

@@ -1,0 +1,109 @@
+package infercodec
+
+import (
+	"bytes"
+	"testing"
+	"unsafe"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/inference"
+)
+
+func big(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*3) ^ seed
+	}
+	return b
+}
+
+func join(parts [][]byte) []byte { return bytes.Join(parts, nil) }
+
+func inside(b, buf []byte) bool {
+	if len(b) == 0 {
+		return true
+	}
+	p, s := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&buf[0]))
+	return p >= s && p+uintptr(len(b)) <= s+uintptr(len(buf))
+}
+
+// TestRoundTrip: the parts join into protobuf's own encoding (so any peer
+// reads them), and decoding gives protobuf's own result with the raw
+// contents sliced from the buffer, for small and large messages.
+func TestRoundTrip(t *testing.T) {
+	for _, sizes := range [][]int{{}, {0}, {10, 20}, {MinParts}, {1 << 20, 5, 3 << 20}, {MinParts - 1, 1}} {
+		req := &inference.ModelInferRequest{ModelName: "m", ModelVersion: "1", Id: "x",
+			Parameters: map[string]*inference.InferParameter{"k": {ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: 3}}}}
+		resp := &inference.ModelInferResponse{ModelName: "m", Id: "x"}
+		for i, n := range sizes {
+			req.Inputs = append(req.Inputs, &inference.ModelInferRequest_InferInputTensor{Name: "IN", Datatype: "UINT8", Shape: []int64{int64(n)}})
+			req.RawInputContents = append(req.RawInputContents, big(n, byte(i)))
+			resp.Outputs = append(resp.Outputs, &inference.ModelInferResponse_InferOutputTensor{Name: "OUT", Datatype: "UINT8", Shape: []int64{int64(n)}})
+			resp.RawOutputContents = append(resp.RawOutputContents, big(n, byte(i+1)))
+		}
+		for _, m := range []proto.Message{req, resp} {
+			parts, err := Codec{}.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+			b := join(parts)
+			back := m.ProtoReflect().New().Interface()
+			if err := proto.Unmarshal(b, back); err != nil || !proto.Equal(back, m) {
+				t.Fatalf("sizes %v: parts are not a valid encoding of the message: %v", sizes, err)
+			}
+			if len(b) != len(want) {
+				t.Fatalf("sizes %v: %d bytes, protobuf's encoding has %d", sizes, len(b), len(want))
+			}
+			got := m.ProtoReflect().New().Interface()
+			if err := (Codec{}).Unmarshal(b, got); err != nil || !proto.Equal(got, m) {
+				t.Fatalf("sizes %v: decoded message differs: %v", sizes, err)
+			}
+			var raw [][]byte
+			switch v := got.(type) {
+			case *inference.ModelInferRequest:
+				raw = v.RawInputContents
+			case *inference.ModelInferResponse:
+				raw = v.RawOutputContents
+			}
+			total := 0
+			for _, r := range raw {
+				total += len(r)
+			}
+			for _, r := range raw {
+				if total >= MinParts && !inside(r, b) {
+					t.Fatalf("sizes %v: a large message's raw contents were copied", sizes)
+				}
+				if total >= MinParts && cap(r) != len(r) {
+					t.Fatalf("sizes %v: raw entry not capped", sizes)
+				}
+			}
+		}
+	}
+}
+
+func TestMalformed(t *testing.T) {
+	for _, b := range [][]byte{{0xff}, {0x3a, 0x05, 1}, {0x3a, 0xff, 0xff, 0xff, 0xff, 0x0f}} {
+		if err := UnmarshalRequest(b, &inference.ModelInferRequest{}); err == nil {
+			t.Errorf("%x accepted", b)
+		}
+	}
+}
+
+func FuzzUnmarshalRequest(f *testing.F) {
+	parts, _ := Codec{}.Marshal(&inference.ModelInferRequest{ModelName: "m", RawInputContents: [][]byte{big(MinParts, 1), {1, 2}}})
+	f.Add(join(parts))
+	f.Add([]byte{0x3a, 0x02, 1, 2})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var a, want inference.ModelInferRequest
+		errA := UnmarshalRequest(b, &a)
+		errW := proto.Unmarshal(b, &want)
+		if (errA == nil) != (errW == nil) {
+			t.Fatalf("aliasing decoder error %v, protobuf %v", errA, errW)
+		}
+		if errA == nil && !proto.Equal(&a, &want) {
+			t.Fatal("decoders disagree")
+		}
+	})
+}
