@@ -17,7 +17,10 @@
 //     busv1.ExecutorCatalog, every model version with its state (READY or
 //     UNAVAILABLE with the reason) and config;
 //   - bus.ExecutorStatsSubject(id): busv1.StatisticsRequest ->
-//     inference.ModelStatisticsResponse for the READY versions it serves.
+//     inference.ModelStatisticsResponse for the READY versions it serves;
+//   - shared memory (shm.go): bus.InferDeviceSubject for each GPU it owns,
+//     bus.ShmCudaSubject(node, device) to check CUDA handles at register,
+//     bus.ShmRemovedSubject(node) to drop mappings of removed regions.
 //
 // The service is a library: New(Config), Run(ctx), Ready(). Its main is in
 // cmd/executor; the standalone binary runs the same code in-process.
