@@ -99,7 +99,11 @@ type SequenceRequest struct {
 	// The request's "timeout" parameter, microseconds; 0 means none.
 	TimeoutUs uint64 `protobuf:"varint,4,opt,name=timeout_us,json=timeoutUs,proto3" json:"timeout_us,omitempty"`
 	// inference.ModelInferRequest, encoded, every tensor in raw_input_contents.
-	Request       []byte `protobuf:"bytes,5,opt,name=request,proto3" json:"request,omitempty"`
+	Request []byte `protobuf:"bytes,5,opt,name=request,proto3" json:"request,omitempty"`
+	// Names this request across a router takeover (unique per gateway
+	// process and request): the gateway asks the new router about the
+	// tokens it still waits for.
+	Token         string `protobuf:"bytes,6,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -167,6 +171,13 @@ func (x *SequenceRequest) GetRequest() []byte {
 		return x.Request
 	}
 	return nil
+}
+
+func (x *SequenceRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
 }
 
 // Executor instance -> router on bus.SequencePullSubject: "I am idle, give me
@@ -270,7 +281,10 @@ type SequenceBatch struct {
 	Work []*SequenceWork `protobuf:"bytes,2,rep,name=work,proto3" json:"work,omitempty"`
 	// The router does not know this executor's model yet: pull again with
 	// the config.
-	NeedConfig    bool `protobuf:"varint,3,opt,name=need_config,json=needConfig,proto3" json:"need_config,omitempty"`
+	NeedConfig bool `protobuf:"varint,3,opt,name=need_config,json=needConfig,proto3" json:"need_config,omitempty"`
+	// The epoch of the router's lease on the model: an executor that has seen
+	// a newer epoch refuses the batch (the router lost the model).
+	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -326,6 +340,13 @@ func (x *SequenceBatch) GetNeedConfig() bool {
 	return false
 }
 
+func (x *SequenceBatch) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 // One request of a batch, or a padding entry.
 type SequenceWork struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -344,8 +365,10 @@ type SequenceWork struct {
 	Request []byte `protobuf:"bytes,8,opt,name=request,proto3" json:"request,omitempty"`
 	// When the router received the request, Unix nanoseconds (queue time).
 	ReceivedUnixNano int64 `protobuf:"varint,9,opt,name=received_unix_nano,json=receivedUnixNano,proto3" json:"received_unix_nano,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// SequenceRequest.token.
+	Token         string `protobuf:"bytes,10,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SequenceWork) Reset() {
@@ -441,6 +464,215 @@ func (x *SequenceWork) GetReceivedUnixNano() int64 {
 	return 0
 }
 
+func (x *SequenceWork) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+// Router -> executors and gateways on bus.SequenceTakeoverSubject, with a
+// reply inbox: the router took the model's lease at this epoch. Executors
+// refuse batches of older epochs from now on and answer SequenceHeld;
+// gateways send SequenceResolve for the requests they wait for.
+type SequenceTakeover struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	RouterId      string                 `protobuf:"bytes,2,opt,name=router_id,json=routerId,proto3" json:"router_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SequenceTakeover) Reset() {
+	*x = SequenceTakeover{}
+	mi := &file_busv1_sequence_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SequenceTakeover) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SequenceTakeover) ProtoMessage() {}
+
+func (x *SequenceTakeover) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_sequence_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SequenceTakeover.ProtoReflect.Descriptor instead.
+func (*SequenceTakeover) Descriptor() ([]byte, []int) {
+	return file_busv1_sequence_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SequenceTakeover) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *SequenceTakeover) GetRouterId() string {
+	if x != nil {
+		return x.RouterId
+	}
+	return ""
+}
+
+// Executor -> router: the tokens of requests of older epochs it ran or is
+// running (their answers come from the executor).
+type SequenceHeld struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ExecutorId    string                 `protobuf:"bytes,1,opt,name=executor_id,json=executorId,proto3" json:"executor_id,omitempty"`
+	Tokens        []string               `protobuf:"bytes,2,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SequenceHeld) Reset() {
+	*x = SequenceHeld{}
+	mi := &file_busv1_sequence_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SequenceHeld) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SequenceHeld) ProtoMessage() {}
+
+func (x *SequenceHeld) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_sequence_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SequenceHeld.ProtoReflect.Descriptor instead.
+func (*SequenceHeld) Descriptor() ([]byte, []int) {
+	return file_busv1_sequence_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SequenceHeld) GetExecutorId() string {
+	if x != nil {
+		return x.ExecutorId
+	}
+	return ""
+}
+
+func (x *SequenceHeld) GetTokens() []string {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+// Gateway -> router on bus.SequenceResolveSubject after a takeover: the
+// tokens of requests it still waits for. The router answers
+// SequenceResolved: the tokens nobody holds (the old router had them), which
+// the gateway fails with UNAVAILABLE; the router will never run them.
+type SequenceResolve struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []string               `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SequenceResolve) Reset() {
+	*x = SequenceResolve{}
+	mi := &file_busv1_sequence_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SequenceResolve) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SequenceResolve) ProtoMessage() {}
+
+func (x *SequenceResolve) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_sequence_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SequenceResolve.ProtoReflect.Descriptor instead.
+func (*SequenceResolve) Descriptor() ([]byte, []int) {
+	return file_busv1_sequence_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SequenceResolve) GetTokens() []string {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type SequenceResolved struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lost          []string               `protobuf:"bytes,1,rep,name=lost,proto3" json:"lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SequenceResolved) Reset() {
+	*x = SequenceResolved{}
+	mi := &file_busv1_sequence_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SequenceResolved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SequenceResolved) ProtoMessage() {}
+
+func (x *SequenceResolved) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_sequence_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SequenceResolved.ProtoReflect.Descriptor instead.
+func (*SequenceResolved) Descriptor() ([]byte, []int) {
+	return file_busv1_sequence_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SequenceResolved) GetLost() []string {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
 var File_busv1_sequence_proto protoreflect.FileDescriptor
 
 const file_busv1_sequence_proto_rawDesc = "" +
@@ -449,14 +681,15 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\rCorrelationId\x12\x17\n" +
 	"\auint_id\x18\x01 \x01(\x04R\x06uintId\x12\x1b\n" +
 	"\tstring_id\x18\x02 \x01(\tR\bstringId\x12\x1b\n" +
-	"\tis_string\x18\x03 \x01(\bR\bisString\"\xa0\x01\n" +
+	"\tis_string\x18\x03 \x01(\bR\bisString\"\xb6\x01\n" +
 	"\x0fSequenceRequest\x12,\n" +
 	"\x02id\x18\x01 \x01(\v2\x1c.nereid.bus.v1.CorrelationIdR\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\bR\x05start\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\bR\x03end\x12\x1d\n" +
 	"\n" +
 	"timeout_us\x18\x04 \x01(\x04R\ttimeoutUs\x12\x18\n" +
-	"\arequest\x18\x05 \x01(\fR\arequest\"\xd8\x01\n" +
+	"\arequest\x18\x05 \x01(\fR\arequest\x12\x14\n" +
+	"\x05token\x18\x06 \x01(\tR\x05token\"\xd8\x01\n" +
 	"\fSequencePull\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x1e\n" +
@@ -467,12 +700,13 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\tinstances\x18\x04 \x01(\rR\tinstances\x12.\n" +
 	"\x06config\x18\x05 \x01(\v2\x16.inference.ModelConfigR\x06config\x12\x1d\n" +
 	"\n" +
-	"done_batch\x18\x06 \x01(\x04R\tdoneBatch\"|\n" +
+	"done_batch\x18\x06 \x01(\x04R\tdoneBatch\"\x92\x01\n" +
 	"\rSequenceBatch\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\x04R\abatchId\x12/\n" +
 	"\x04work\x18\x02 \x03(\v2\x1b.nereid.bus.v1.SequenceWorkR\x04work\x12\x1f\n" +
 	"\vneed_config\x18\x03 \x01(\bR\n" +
-	"needConfig\"\x9e\x02\n" +
+	"needConfig\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xb4\x02\n" +
 	"\fSequenceWork\x12\x18\n" +
 	"\apadding\x18\x01 \x01(\bR\apadding\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12,\n" +
@@ -482,7 +716,20 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\x05reply\x18\x06 \x01(\tR\x05reply\x12,\n" +
 	"\x12deadline_unix_nano\x18\a \x01(\x03R\x10deadlineUnixNano\x12\x18\n" +
 	"\arequest\x18\b \x01(\fR\arequest\x12,\n" +
-	"\x12received_unix_nano\x18\t \x01(\x03R\x10receivedUnixNanoB-Z+github.com/nereid-io/nereid/api/busv1;busv1b\x06proto3"
+	"\x12received_unix_nano\x18\t \x01(\x03R\x10receivedUnixNano\x12\x14\n" +
+	"\x05token\x18\n" +
+	" \x01(\tR\x05token\"E\n" +
+	"\x10SequenceTakeover\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
+	"\trouter_id\x18\x02 \x01(\tR\brouterId\"G\n" +
+	"\fSequenceHeld\x12\x1f\n" +
+	"\vexecutor_id\x18\x01 \x01(\tR\n" +
+	"executorId\x12\x16\n" +
+	"\x06tokens\x18\x02 \x03(\tR\x06tokens\")\n" +
+	"\x0fSequenceResolve\x12\x16\n" +
+	"\x06tokens\x18\x01 \x03(\tR\x06tokens\"&\n" +
+	"\x10SequenceResolved\x12\x12\n" +
+	"\x04lost\x18\x01 \x03(\tR\x04lostB-Z+github.com/nereid-io/nereid/api/busv1;busv1b\x06proto3"
 
 var (
 	file_busv1_sequence_proto_rawDescOnce sync.Once
@@ -496,18 +743,22 @@ func file_busv1_sequence_proto_rawDescGZIP() []byte {
 	return file_busv1_sequence_proto_rawDescData
 }
 
-var file_busv1_sequence_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_busv1_sequence_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_busv1_sequence_proto_goTypes = []any{
 	(*CorrelationId)(nil),         // 0: nereid.bus.v1.CorrelationId
 	(*SequenceRequest)(nil),       // 1: nereid.bus.v1.SequenceRequest
 	(*SequencePull)(nil),          // 2: nereid.bus.v1.SequencePull
 	(*SequenceBatch)(nil),         // 3: nereid.bus.v1.SequenceBatch
 	(*SequenceWork)(nil),          // 4: nereid.bus.v1.SequenceWork
-	(*inference.ModelConfig)(nil), // 5: inference.ModelConfig
+	(*SequenceTakeover)(nil),      // 5: nereid.bus.v1.SequenceTakeover
+	(*SequenceHeld)(nil),          // 6: nereid.bus.v1.SequenceHeld
+	(*SequenceResolve)(nil),       // 7: nereid.bus.v1.SequenceResolve
+	(*SequenceResolved)(nil),      // 8: nereid.bus.v1.SequenceResolved
+	(*inference.ModelConfig)(nil), // 9: inference.ModelConfig
 }
 var file_busv1_sequence_proto_depIdxs = []int32{
 	0, // 0: nereid.bus.v1.SequenceRequest.id:type_name -> nereid.bus.v1.CorrelationId
-	5, // 1: nereid.bus.v1.SequencePull.config:type_name -> inference.ModelConfig
+	9, // 1: nereid.bus.v1.SequencePull.config:type_name -> inference.ModelConfig
 	4, // 2: nereid.bus.v1.SequenceBatch.work:type_name -> nereid.bus.v1.SequenceWork
 	0, // 3: nereid.bus.v1.SequenceWork.id:type_name -> nereid.bus.v1.CorrelationId
 	4, // [4:4] is the sub-list for method output_type
@@ -528,7 +779,7 @@ func file_busv1_sequence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_busv1_sequence_proto_rawDesc), len(file_busv1_sequence_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

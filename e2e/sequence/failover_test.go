@@ -2,6 +2,7 @@ package sequence
 
 import (
 	"fmt"
+	"net/url"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -144,4 +145,98 @@ func mustLook(t *testing.T, name string) string {
 		t.Skipf("%s not installed", name)
 	}
 	return p
+}
+
+// redisCLI runs redis-cli against the env's Redis.
+func (e *env) redisCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	u, err := url.Parse(e.redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("redis-cli", append([]string{"-h", u.Hostname(), "-p", u.Port()}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli %v: %v %s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// backlogged starts sequences 11 and 12 in seq_direct's two slots and
+// sends the START of 13, which waits in the router's backlog; the result
+// of 13 arrives on the channel.
+func backlogged(t *testing.T, h string) <-chan string {
+	t.Helper()
+	for _, id := range []uint64{11, 12} {
+		if _, code, msg := httpInfer(t, h, "seq_direct", id, 1, true, false, nil); code != 200 {
+			t.Fatal(msg)
+		}
+	}
+	got := make(chan string, 1)
+	go func() {
+		t0 := time.Now()
+		_, code, msg := httpInfer(t, h, "seq_direct", 13, 5, true, false, nil)
+		got <- fmt.Sprintf("%d %s (after %v)", code, msg, time.Since(t0).Round(time.Millisecond))
+	}()
+	time.Sleep(300 * time.Millisecond)
+	return got
+}
+
+// The router serving a model is killed while it holds a request in the
+// backlog: the router that takes the model over tells the gateway, which
+// fails the request at once (UNAVAILABLE) instead of leaving the client to
+// its own timeout; the bound sequences continue on the new router.
+func TestRouterFailoverHeldRequest(t *testing.T) {
+	e := start(t, opts{routers: 2, models: []string{"seq_direct"}})
+	h := e.g.HTTP()
+	got := backlogged(t, h)
+	active := -1
+	for i := range e.routers {
+		if strings.Contains(e.routers[i].Output(), "active: serving sequences") {
+			active = i
+		}
+	}
+	if active < 0 {
+		t.Fatal("no active router")
+	}
+	e.routers[active].Kill()
+	select {
+	case r := <-got:
+		if !strings.HasPrefix(r, "503 the sequence router holding this request of model 'seq_direct' was lost before running it") {
+			t.Fatalf("held request: %s", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request the dead router held was not answered")
+	}
+	for _, id := range []uint64{11, 12} {
+		if v, code, msg := httpInfer(t, h, "seq_direct", id, 4, false, true, nil); code != 200 || v != 4 {
+			t.Fatalf("sequence %d after the failover: %d %d %s", id, v, code, msg)
+		}
+	}
+}
+
+// A router whose lease another router took (here: overwritten in Redis)
+// steps down at its next renewal and fails the request it holds with
+// UNAVAILABLE; once the lease is free again a router takes the model back
+// with a new epoch and the bound sequences continue.
+func TestRouterLeaseLost(t *testing.T) {
+	e := start(t, opts{models: []string{"seq_direct"}})
+	h := e.g.HTTP()
+	got := backlogged(t, h)
+	e.redisCLI(t, "SET", "nereid:seq:{seq_direct.1}:lease", "intruder|99", "PX", "2500")
+	select {
+	case r := <-got:
+		if !strings.HasPrefix(r, "503 the sequence router serving model 'seq_direct' stopped serving it (another router holds the model's lease)") {
+			t.Fatalf("held request: %s", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the router that lost its lease kept the request")
+	}
+	for _, id := range []uint64{11, 12} {
+		if v, code, msg := httpInfer(t, h, "seq_direct", id, 4, false, true, nil); code != 200 || v != 4 {
+			t.Fatalf("sequence %d after the lease came back: %d %d %s", id, v, code, msg)
+		}
+	}
+	if ep := e.redisCLI(t, "GET", "nereid:seq:{seq_direct.1}:epoch"); ep != "2" {
+		t.Fatalf("epoch %s, want 2", ep)
+	}
 }

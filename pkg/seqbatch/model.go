@@ -550,3 +550,23 @@ func (m *Model) Where(id ID) (SlotRef, bool) {
 	}
 	return SlotRef{}, false
 }
+
+// Drain empties the batcher: every request queued in a slot or in the
+// backlog is returned, oldest slot first, and every binding forgotten in
+// memory (not in the store: the router that takes over needs them). A
+// router that loses a model's lease fails what Drain returns.
+func (m *Model) Drain() []*Request {
+	var out []*Request
+	for _, in := range m.instances {
+		for i := range in.slots {
+			out = append(out, in.slots[i].queue...)
+			in.slots[i] = slot{}
+		}
+	}
+	for _, q := range m.backlog {
+		out = append(out, q.reqs...)
+	}
+	m.backlog = nil
+	m.seqs = map[ID]*seq{}
+	return out
+}

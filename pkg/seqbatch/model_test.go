@@ -310,3 +310,22 @@ func TestRemoveExecutorAndRestore(t *testing.T) {
 	n.AddInstance(t0, k) // a pull from the known instance changes nothing
 	wantBatch(t, n, t0, k, "<nil>")
 }
+
+func TestDrain(t *testing.T) {
+	m, st, k := direct(1)
+	mustEnqueue(t, m, t0, req(1, true, false), req(1, false, false), req(2, true, false))
+	got := m.Drain()
+	if len(got) != 3 {
+		t.Fatalf("drained %d requests, want 3", len(got))
+	}
+	if s := m.Snapshot(); s.Queued != 0 || s.Active != 0 || s.Backlog != 0 {
+		t.Fatalf("after drain: %+v", s)
+	}
+	if b, _ := m.Next(t0, k); b != nil {
+		t.Fatalf("batch after drain: %s", batchString(b))
+	}
+	// The store keeps the binding for the router that takes over.
+	if _, ok := st.bound[UintID(1)]; !ok {
+		t.Fatal("drain dropped the stored binding")
+	}
+}

@@ -3,8 +3,10 @@ package executor
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
@@ -23,6 +25,16 @@ import (
 // control tensors the batch calls for, and answers every request straight
 // to the gateway that sent it (the reply subject travels in the batch). The
 // next pull tells the router the batch is done.
+//
+// Failover: a pull nobody answers (no router serves the model, or the one
+// serving it stopped answering) is also published as a claim, so that a
+// router takes the model's lease. Batches carry the epoch of the lease of
+// the router that formed them; once an executor has seen a newer epoch (a
+// batch, or the new router's takeover announcement) it refuses older
+// batches, answering their requests UNAVAILABLE without running them. On a
+// takeover it tells the new router which requests it runs or ran lately
+// (their tokens), so that the router can tell gateways which of their
+// requests the old router held and lost.
 
 const (
 	// pullTimeout bounds one pull; the router answers within its hold
@@ -31,6 +43,11 @@ const (
 	// pullRetry is the pause after a failed pull (no router yet, or a
 	// takeover in progress).
 	pullRetry = 50 * time.Millisecond
+	// claimSpacing spaces the claims of one model's instances.
+	claimSpacing = 200 * time.Millisecond
+	// heldFor is how long an answered request's token is reported to a new
+	// router: longer than its answer can take to reach the gateway.
+	heldFor = 5 * time.Second
 )
 
 type seqRunner struct {
@@ -38,6 +55,23 @@ type seqRunner struct {
 	controls *seqbatch.Controls
 	cancel   context.CancelFunc
 	done     sync.WaitGroup
+	takeover *nats.Subscription
+
+	// epoch is the newest router lease epoch seen for the model.
+	epoch atomic.Uint64
+
+	mu        sync.Mutex
+	lastClaim time.Time
+	// running and answered (oldest first, pruned after heldFor): tokens of
+	// requests this executor runs or answered, reported to a router taking
+	// the model over.
+	running  map[string]bool
+	answered []answeredToken
+}
+
+type answeredToken struct {
+	token string
+	at    time.Time
 }
 
 // startSequence starts one puller per instance. ctx is the executions'
@@ -48,7 +82,12 @@ func startSequence(ctx context.Context, mv *modelVersion) (*seqRunner, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &seqRunner{mv: mv, controls: c, cancel: cancel}
+	s := &seqRunner{mv: mv, controls: c, cancel: cancel, running: map[string]bool{}}
+	s.takeover, err = mv.e.bus.NATS().Subscribe(bus.SequenceTakeoverSubject(mv.name, mv.vstr), s.onTakeover)
+	if err != nil {
+		cancel()
+		return nil, tritonerr.Unavailablef("model '%s': cannot subscribe to sequence takeovers: %v", mv.name, err)
+	}
 	for idx, in := range mv.instances {
 		s.done.Go(func() { s.pull(ctx, idx, in) })
 	}
@@ -56,8 +95,111 @@ func startSequence(ctx context.Context, mv *modelVersion) (*seqRunner, error) {
 }
 
 func (s *seqRunner) stop() {
+	_ = s.takeover.Unsubscribe()
 	s.cancel()
 	s.done.Wait()
+}
+
+// onTakeover raises the fence to the new router's epoch and answers with
+// the tokens this executor runs or answered lately.
+func (s *seqRunner) onTakeover(msg *nats.Msg) {
+	var t busv1.SequenceTakeover
+	if proto.Unmarshal(msg.Data, &t) != nil {
+		return
+	}
+	s.fence(t.GetEpoch())
+	held := &busv1.SequenceHeld{ExecutorId: s.mv.e.cfg.ID}
+	s.mu.Lock()
+	s.prune(time.Now())
+	for tok := range s.running {
+		held.Tokens = append(held.Tokens, tok)
+	}
+	for _, a := range s.answered {
+		held.Tokens = append(held.Tokens, a.token)
+	}
+	s.mu.Unlock()
+	if msg.Reply == "" {
+		return
+	}
+	body, err := proto.Marshal(held)
+	if err == nil {
+		_ = msg.Respond(body)
+	}
+}
+
+// fence raises the newest epoch seen to e; it reports whether a batch of
+// epoch e may run (e is not older than an epoch already seen).
+func (s *seqRunner) fence(e uint64) bool {
+	for {
+		cur := s.epoch.Load()
+		if e < cur {
+			return false
+		}
+		if e == cur || s.epoch.CompareAndSwap(cur, e) {
+			return true
+		}
+	}
+}
+
+// claim publishes the pull as a claim on the model, at most every
+// claimSpacing for all instances together.
+func (s *seqRunner) claim(req *busv1.SequencePull) {
+	now := time.Now()
+	s.mu.Lock()
+	if now.Sub(s.lastClaim) < claimSpacing {
+		s.mu.Unlock()
+		return
+	}
+	s.lastClaim = now
+	s.mu.Unlock()
+	c := proto.Clone(req).(*busv1.SequencePull)
+	c.Config = s.mv.cfg
+	if body, err := proto.Marshal(c); err == nil {
+		_ = s.mv.e.bus.NATS().Publish(bus.SequenceClaimSubject(s.mv.name, s.mv.vstr), body)
+	}
+}
+
+// hold records the tokens of a batch's requests as running (answered
+// false) or answered, and forgets tokens answered long ago.
+func (s *seqRunner) hold(batch *busv1.SequenceBatch, answered bool) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range batch.GetWork() {
+		tok := w.GetToken()
+		if tok == "" {
+			continue
+		}
+		if answered {
+			delete(s.running, tok)
+			s.answered = append(s.answered, answeredToken{tok, now})
+		} else {
+			s.running[tok] = true
+		}
+	}
+	s.prune(now)
+}
+
+// prune forgets tokens answered more than heldFor ago; s.mu is held.
+func (s *seqRunner) prune(now time.Time) {
+	n := 0
+	for n < len(s.answered) && now.Sub(s.answered[n].at) > heldFor {
+		n++
+	}
+	if n > 0 {
+		s.answered = s.answered[n:]
+	}
+}
+
+// refuse answers the requests of a batch from a router that lost the model.
+func (s *seqRunner) refuse(batch *busv1.SequenceBatch) {
+	for _, w := range batch.GetWork() {
+		if !w.GetPadding() && w.GetReply() != "" {
+			s.mv.e.bus.ReplyError(w.GetReply(), tritonerr.Unavailablef(
+				"the sequence router that sent this request of model '%s' no longer serves it (lease epoch %d, now %d); the request was not run",
+				s.mv.name, batch.GetEpoch(), s.epoch.Load()))
+		}
+	}
 }
 
 // errNotDirect refuses requests sent to a sequence model's plain infer
@@ -91,6 +233,9 @@ func (s *seqRunner) pull(ctx context.Context, idx int, in *instance) {
 			if !bus.IsNoResponders(err) {
 				e.log.Debug("sequence pull failed", "model", mv.name, "err", err)
 			}
+			// Nobody serves the model (or its router stopped answering):
+			// ask the routers to take it.
+			s.claim(req)
 			select {
 			case <-ctx.Done():
 				return
@@ -107,7 +252,13 @@ func (s *seqRunner) pull(ctx context.Context, idx int, in *instance) {
 		if len(batch.GetWork()) == 0 {
 			continue
 		}
+		if !s.fence(batch.GetEpoch()) {
+			s.refuse(batch)
+			continue
+		}
+		s.hold(batch, false)
 		s.execute(ctx, in, batch)
+		s.hold(batch, true)
 		done = batch.GetBatchId()
 	}
 }

@@ -94,6 +94,7 @@ type Gateway struct {
 
 	ready   chan struct{}
 	runOnce sync.Once
+	seq     seqTracker // sequence requests across router takeovers (sequence.go)
 }
 
 // New checks cfg, connects the bus and opens the listeners, so that port

@@ -2,9 +2,15 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
@@ -104,18 +110,25 @@ func (g *Gateway) routeSequence(ctx context.Context, vv *versionView, req *infer
 	if err != nil {
 		return nil, true, tritonerr.Internalf("cannot encode the request for model '%s': %v", model, err)
 	}
-	sr := &busv1.SequenceRequest{Id: sp.id.Proto(), Start: sp.start, End: sp.end, TimeoutUs: sp.timeoutUs, Request: body}
+	token, w, rctx, done := g.seq.track(g, model, req.GetModelVersion(), ctx)
+	defer done()
+	sr := &busv1.SequenceRequest{Id: sp.id.Proto(), Start: sp.start, End: sp.end, TimeoutUs: sp.timeoutUs, Request: body, Token: token}
 	subject := bus.SequenceInferSubject(model, req.GetModelVersion())
 	var resp inference.ModelInferResponse
 	for {
-		err = g.bus.Request(ctx, subject, sr, &resp)
+		w.sent.Store(true)
+		err = g.bus.Request(rctx, subject, sr, &resp)
+		if err != nil && errors.Is(context.Cause(rctx), errRouterLost) {
+			return nil, true, tritonerr.Unavailablef("the sequence router holding this request of model '%s' was lost before running it; the request was not run", model)
+		}
 		// Nobody received it (no router yet, or a takeover in progress):
 		// sending again cannot run it twice.
 		if err == nil || !bus.IsNoResponders(err) {
 			break
 		}
+		w.sent.Store(false)
 		select {
-		case <-ctx.Done():
+		case <-rctx.Done():
 			return nil, true, tritonerr.Unavailablef("no sequence router is serving model '%s'", model)
 		case <-time.After(50 * time.Millisecond):
 		}
@@ -165,5 +178,117 @@ func (o *streamOrder) enter(req *inference.ModelInferRequest) (wait <-chan struc
 		}
 		o.mu.Unlock()
 		close(ch)
+	}
+}
+
+// errRouterLost cancels a request the new sequence router says the old one
+// held and lost.
+var errRouterLost = errors.New("sequence router lost the request")
+
+// seqTracker follows the gateway's sequence requests across a router
+// takeover. Each request carries a token; when a router announces that it
+// took a model over, the gateway sends it the tokens of the model's
+// requests still waiting, and fails at once (UNAVAILABLE) those the router
+// says the previous one held: nobody would ever answer them.
+type seqTracker struct {
+	once   sync.Once
+	prefix string
+	next   atomic.Uint64
+
+	mu    sync.Mutex
+	waits map[string]map[string]*seqWait // model key -> token -> request
+}
+
+// seqWait is one sequence request waiting for its answer.
+type seqWait struct {
+	cancel context.CancelCauseFunc
+	// sent is true while a send may have reached a router (not while the
+	// request waits to be sent again after "no responders").
+	sent atomic.Bool
+}
+
+// track registers one request; done unregisters it.
+func (t *seqTracker) track(g *Gateway, model, version string, ctx context.Context) (string, *seqWait, context.Context, func()) {
+	t.once.Do(func() { t.start(g) })
+	token := t.prefix + strconv.FormatUint(t.next.Add(1), 36)
+	key := bus.Token(model) + "." + bus.Token(version)
+	rctx, cancel := context.WithCancelCause(ctx)
+	t.mu.Lock()
+	waits := t.waits[key]
+	if waits == nil {
+		waits = map[string]*seqWait{}
+		t.waits[key] = waits
+	}
+	w := &seqWait{cancel: cancel}
+	waits[token] = w
+	t.mu.Unlock()
+	return token, w, rctx, func() {
+		t.mu.Lock()
+		delete(waits, token)
+		if len(waits) == 0 {
+			delete(t.waits, key)
+		}
+		t.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+func (t *seqTracker) start(g *Gateway) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	t.prefix = hex.EncodeToString(b[:]) + "."
+	t.waits = map[string]map[string]*seqWait{}
+	if g.bc == nil {
+		return
+	}
+	_, err := g.bc.NATS().Subscribe(bus.SequenceTakeoverWildcard, func(m *nats.Msg) {
+		name, version, _, ok := bus.ParseSequenceSubject(m.Subject)
+		if !ok {
+			return
+		}
+		key := bus.Token(name) + "." + bus.Token(version)
+		t.mu.Lock()
+		var tokens []string
+		for tok, w := range t.waits[key] {
+			if w.sent.Load() {
+				tokens = append(tokens, tok)
+			}
+		}
+		t.mu.Unlock()
+		if len(tokens) > 0 {
+			go t.resolve(g, name, version, key, tokens)
+		}
+	})
+	if err != nil {
+		g.log.Warn("cannot follow sequence router takeovers", "err", err)
+	}
+}
+
+// resolve asks the router that took a model over about tokens, and fails
+// the requests it says are lost.
+func (t *seqTracker) resolve(g *Gateway, name, version, key string, tokens []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var out busv1.SequenceResolved
+	for {
+		err := g.bus.Request(ctx, bus.SequenceResolveSubject(name, version), &busv1.SequenceResolve{Tokens: tokens}, &out)
+		if err == nil {
+			break
+		}
+		if !bus.IsNoResponders(err) || ctx.Err() != nil {
+			g.log.Warn("sequence takeover: cannot resolve waiting requests", "model", name, "err", err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.mu.Lock()
+	for _, tok := range out.GetLost() {
+		if w := t.waits[key][tok]; w != nil {
+			w.cancel(errRouterLost)
+		}
+	}
+	t.mu.Unlock()
+	if n := len(out.GetLost()); n > 0 {
+		g.log.Warn("sequence router lost requests in a takeover; failing them", "model", name, "count", n)
 	}
 }

@@ -33,15 +33,36 @@
 // # State and failover
 //
 // The store sees START (bind or backlog), END and idle releases, backlog
-// moves and executor losses; nothing else. One router is active at a time:
-// it holds a lease in the store (renewed every LeaseTTL/3) and only then
-// subscribes to the sequence subjects. A standby takes the lease when it
-// lapses, reads the bindings and backlog order of each model as its
-// executors introduce themselves, and carries on: sequences continue where
-// they were (the idle clock restarts at the takeover). Requests the old
-// router held when it died are not run by anyone (their gateways time out),
-// so no request runs twice; gateways resend only requests no router received
-// (NATS "no responders").
+// moves and executor losses; nothing else. Each model version has its own
+// lease in the store, so one router at a time serves a model and models
+// spread over routers. A router serves a model (subscribes to its infer,
+// pull and resolve subjects) only while it holds the model's lease:
+//
+//   - Claim: an executor instance whose pull finds no router (or no answer)
+//     publishes it on bus.SequenceClaimSubject; every router hears it and
+//     tries to take the lease (at most every 200 ms per model). Taking it
+//     hands out a new epoch, a fencing token.
+//   - Renewal and fencing: the holder renews every LeaseTTL/4 and stops
+//     serving the model once LeaseTTL/2 passed since the last renewal it
+//     sent without success, or at once when the store refuses the renewal;
+//     handlers check the same bound before acting. The lease runs LeaseTTL
+//     from the renewal, so a router stops before anyone else can take over.
+//     Store writes check the epoch (Lua), so a late router cannot change
+//     its successor's bindings; executors refuse batches of an epoch older
+//     than one they have seen, answering their requests UNAVAILABLE.
+//   - Stepping down fails everything the router holds and has not handed to
+//     an executor (slots, backlog, requests waiting for a config) with
+//     UNAVAILABLE, and releases the lease.
+//   - Takeover: the new holder restores the bindings and backlog order
+//     (sequences continue where they were; the idle clock restarts),
+//     subscribes, and announces its epoch on bus.SequenceTakeoverSubject.
+//     Executors raise their fence and answer with the tokens of the
+//     requests they run or answered in the last seconds; gateways send the
+//     tokens of the requests they still wait for (SequenceResolve). Tokens
+//     nobody holds were held by the dead router: the gateway fails them at
+//     once with UNAVAILABLE (never left to the client's timeout) and the
+//     router will never run them. No request runs twice; gateways resend
+//     only requests no router received (NATS "no responders").
 //
 // Executors are tracked through their heartbeats: one that withdraws, stops
 // beating for bus.HeartbeatExpiry or comes back with a new generation loses

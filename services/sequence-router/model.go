@@ -3,10 +3,12 @@ package seqrouter
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -21,6 +23,7 @@ type item struct {
 	id         seqbatch.ID
 	start, end bool
 	timeout    time.Duration
+	token      string
 }
 
 type pull struct {
@@ -34,12 +37,31 @@ type flight struct {
 	items      []*item
 }
 
-// model is the router's state for one model version. Its mutex serializes
-// the batcher; replies are sent after it is released.
+// model is the router's state for one model version whose lease it holds.
+// Its mutex serializes the batcher; replies are sent after it is released.
 type model struct {
 	s                  *Service
 	name, version, key string
 	cfg                *inference.ModelConfig
+	// epoch is the lease's fencing token: batches carry it, store writes
+	// check it.
+	epoch uint64
+	// leaseAt is when the last successful renewal was sent (Unix nanos):
+	// the lease runs at least LeaseTTL from then. The model serves only
+	// within LeaseTTL/2 of it (valid), and steps down past that.
+	leaseAt atomic.Int64
+	subs    []*bus.Subscription
+	// takeover: tokens executors hold from older epochs (closed heldDone
+	// once gathered), tokens received since the takeover, tokens declared
+	// lost to gateways (never run if they arrive later).
+	heldDone  chan struct{}
+	held      map[string]bool
+	seen      map[string]bool
+	seenUntil time.Time
+	lost      map[string]bool
+	// claimers are the executors that asked for the model (claims and
+	// pulls): the takeover waits for their SequenceHeld.
+	claimers map[string]bool
 
 	mu        sync.Mutex
 	core      *seqbatch.Model // nil until an executor sent the config
@@ -74,12 +96,38 @@ func (m *model) deliver(out []send) {
 func (m *model) lock()   { m.mu.Lock() }
 func (m *model) unlock() { m.mu.Unlock() }
 
+// valid reports whether the lease certainly still runs: within LeaseTTL/2
+// of the last renewal sent (renewals go out every LeaseTTL/4).
+func (m *model) valid(now time.Time) bool {
+	return now.Sub(time.Unix(0, m.leaseAt.Load())) < m.s.cfg.LeaseTTL/2
+}
+
+func (m *model) errNotServing() error {
+	return tritonerr.Unavailablef("the sequence router for model '%s' is not serving it any more (it lost the model's lease); the request was not run", m.name)
+}
+
 func (m *model) infer(now time.Time, it *item) {
 	m.lock()
-	if m.dead {
+	if m.dead || !m.valid(now) {
+		dead := m.dead
 		m.unlock()
-		m.s.bus.ReplyError(it.reply, tritonerr.Unavailablef("the sequence router for model '%s' is not serving", m.name))
+		m.s.bus.ReplyError(it.reply, m.errNotServing())
+		if !dead {
+			m.s.stepDown(m, "lease not renewed in time", false)
+		}
 		return
+	}
+	if it.token != "" {
+		if m.lost[it.token] {
+			// Declared lost to its gateway after the takeover, which has
+			// failed it: never run it.
+			m.unlock()
+			m.s.bus.ReplyError(it.reply, tritonerr.Unavailablef("the sequence router serving model '%s' was replaced before running the request; it was not run", m.name))
+			return
+		}
+		if now.Before(m.seenUntil) {
+			m.seen[it.token] = true
+		}
 	}
 	if m.core == nil {
 		// No executor has introduced the model yet (a takeover, or a
@@ -110,7 +158,7 @@ func (m *model) init(now time.Time, cfg *inference.ModelConfig) []send {
 	}
 	c.HoldSlots, c.HoldBacklog = m.s.cfg.DelaySlots, m.s.cfg.DelayBacklog
 	m.cfg = cfg
-	m.core = seqbatch.NewModel(c, m.s.st.model(m.key), m.s.log)
+	m.core = seqbatch.NewModel(c, m.s.st.model(m.key, m.s.cfg.ID, m.epoch), m.s.log)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	bound, backlog, err := m.s.st.load(ctx, m.key)
 	cancel()
@@ -136,11 +184,16 @@ func (m *model) init(now time.Time, cfg *inference.ModelConfig) []send {
 
 func (m *model) pull(now time.Time, reply string, p *busv1.SequencePull) {
 	m.lock()
-	if m.dead {
+	if m.dead || !m.valid(now) {
+		dead := m.dead
 		m.unlock()
-		m.s.bus.ReplyError(reply, tritonerr.Unavailablef("the sequence router for model '%s' is not serving", m.name))
+		m.s.bus.ReplyError(reply, m.errNotServing())
+		if !dead {
+			m.s.stepDown(m, "lease not renewed in time", false)
+		}
 		return
 	}
+	m.claimers[p.GetExecutorId()] = true
 	delete(m.inflight, p.GetDoneBatch())
 	var out []send
 	if m.core == nil {
@@ -219,6 +272,11 @@ func (m *model) fire() {
 		return
 	}
 	now := time.Now()
+	if !m.valid(now) {
+		m.unlock()
+		m.s.stepDown(m, "lease not renewed in time", false)
+		return
+	}
 	m.wakeAt = time.Time{}
 	var out []send
 	for _, f := range m.core.Tick(now) {
@@ -232,7 +290,7 @@ func (m *model) fire() {
 // encode turns a batch into its bus form, remembering it as in flight.
 func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
 	m.nextBatch++
-	msg := &busv1.SequenceBatch{BatchId: m.nextBatch, Work: make([]*busv1.SequenceWork, 0, len(b.Entries))}
+	msg := &busv1.SequenceBatch{BatchId: m.nextBatch, Epoch: m.epoch, Work: make([]*busv1.SequenceWork, 0, len(b.Entries))}
 	f := &flight{executor: b.Instance.Executor, generation: b.Instance.Generation}
 	for _, e := range b.Entries {
 		if e.Req == nil {
@@ -241,7 +299,7 @@ func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
 		}
 		it := e.Req.Data.(*item)
 		w := &busv1.SequenceWork{Slot: uint32(e.Slot), Id: e.ID.Proto(), Start: e.Start, End: e.End,
-			Reply: it.reply, Request: it.body, ReceivedUnixNano: it.received.UnixNano()}
+			Reply: it.reply, Request: it.body, ReceivedUnixNano: it.received.UnixNano(), Token: it.token}
 		if !it.deadline.IsZero() {
 			w.DeadlineUnixNano = it.deadline.UnixNano()
 		}
@@ -304,9 +362,16 @@ func (m *model) expirePending(now time.Time) {
 	m.deliver(out)
 }
 
-// shutdown fails everything the model holds.
+// shutdown fails everything the model holds and has not handed to an
+// executor (requests waiting for a config, in slots and in the backlog)
+// with err, and answers held pulls empty. Batches already on executors are
+// answered by them.
 func (m *model) shutdown(err error) {
 	m.lock()
+	if m.dead {
+		m.unlock()
+		return
+	}
 	m.dead = true
 	if m.timer != nil {
 		m.timer.Stop()
@@ -316,6 +381,11 @@ func (m *model) shutdown(err error) {
 		out = append(out, send{reply: it.reply, err: err})
 	}
 	m.pre = nil
+	if m.core != nil {
+		for _, r := range m.core.Drain() {
+			out = append(out, send{reply: r.Data.(*item).reply, err: err})
+		}
+	}
 	for _, pl := range m.pulls {
 		out = append(out, send{reply: pl.reply, batch: &busv1.SequenceBatch{}})
 	}

@@ -39,8 +39,11 @@ type Config struct {
 	Logger   *slog.Logger
 	// ID names this router in the lease; default random.
 	ID string
-	// LeaseTTL is how long the lease outlives its holder (default 2 s): a
-	// standby takes over at most this long after the active router died.
+	// LeaseTTL is how long a model's lease outlives its holder (default
+	// 2 s): a standby takes the model over at most this long after the
+	// router serving it died. The holder renews every LeaseTTL/4 and stops
+	// serving the model when LeaseTTL/2 passed without a renewal, well
+	// before the lease can have lapsed.
 	LeaseTTL time.Duration
 	// PullHold is how long an idle executor's pull waits for work before
 	// it is answered empty (default 1 s).
@@ -62,11 +65,14 @@ type Service struct {
 	bus   *bus.Conn
 	st    store
 
+	// runCtx ends when Run returns; the models' lease loops run under it.
+	runCtx context.Context
+	loops  sync.WaitGroup
+
 	mu        sync.Mutex
-	models    map[string]*model
+	models    map[string]*model // the models whose lease this router holds
+	claims    map[string]time.Time
 	executors map[string]*executor
-	active    bool
-	subs      []*bus.Subscription
 }
 
 type executor struct {
@@ -95,7 +101,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	return &Service{
 		cfg: cfg, log: cfg.Logger.With("service", Name, "router", cfg.ID), ready: make(chan struct{}),
-		models: map[string]*model{}, executors: map[string]*executor{},
+		models: map[string]*model{}, executors: map[string]*executor{}, claims: map[string]time.Time{},
 	}, nil
 }
 
@@ -103,11 +109,24 @@ func New(cfg Config) (*Service, error) {
 // standing by).
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
-// Active reports whether this router holds the lease and serves.
+// Active reports whether this router holds the lease of at least one
+// model and serves it.
 func (s *Service) Active() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.active
+	return len(s.models) > 0
+}
+
+// Serving lists the models (as "<model>.<version>" subject tokens) whose
+// lease this router holds.
+func (s *Service) Serving() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.models))
+	for k := range s.models {
+		out = append(out, k)
+	}
+	return out
 }
 
 // Run serves until ctx ends.
@@ -144,113 +163,296 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	defer hb.Unsubscribe()
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	s.runCtx = runCtx
+	claims, err := s.cfg.Conn.Subscribe(bus.SequenceClaimWildcard, s.claim)
+	if err != nil {
+		return fmt.Errorf("%s: subscribe: %w", Name, err)
+	}
+	defer claims.Unsubscribe()
 	if err := s.cfg.Conn.Flush(); err != nil {
 		return fmt.Errorf("%s: flush: %w", Name, err)
 	}
 	close(s.ready)
 	s.log.Info("ready", "store", map[bool]string{true: "redis", false: "memory"}[s.cfg.RedisURL != ""])
 
-	renew := time.NewTicker(s.cfg.LeaseTTL / 3)
-	defer renew.Stop()
 	house := time.NewTicker(250 * time.Millisecond)
 	defer house.Stop()
-	var renewed time.Time
-	s.lease(ctx, &renewed)
 	for {
 		select {
 		case <-ctx.Done():
-			s.deactivate("shutting down")
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = s.st.release(rctx, s.cfg.ID)
-			cancel()
+			for _, m := range s.allModels() {
+				s.stepDown(m, "shutting down", true)
+			}
+			cancelRun()
+			s.loops.Wait()
 			return nil
-		case <-renew.C:
-			s.lease(ctx, &renewed)
 		case <-house.C:
 			s.housekeeping(time.Now())
 		}
 	}
 }
 
-// lease takes or renews the lease and (de)activates accordingly. A store
-// that cannot be reached keeps an active router serving until its lease
-// would have lapsed: nobody else can have taken it before then.
-func (s *Service) lease(ctx context.Context, renewed *time.Time) {
-	lctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/3)
-	ok, err := s.st.acquire(lctx, s.cfg.ID, s.cfg.LeaseTTL)
-	cancel()
-	switch {
-	case err != nil:
-		if s.Active() && time.Since(*renewed) > s.cfg.LeaseTTL*3/4 {
-			s.deactivate("lease store unreachable: " + err.Error())
-		}
-	case ok:
-		*renewed = time.Now()
-		if !s.Active() {
-			if err := s.activate(); err != nil {
-				s.log.Error("cannot activate", "err", err)
-			}
-		}
-	default:
-		if s.Active() {
-			s.deactivate("another router holds the lease")
-		}
+// claim is an executor instance of a model no router serves (its pull found
+// no responders, or timed out): take the model's lease if it is free.
+// Attempts per model are spaced by claimSpacing, so a crowd of instances
+// costs Redis a few commands per second.
+func (s *Service) claim(msg *nats.Msg) {
+	name, version, _, ok := bus.ParseSequenceSubject(msg.Subject)
+	if !ok {
+		return
 	}
-}
-
-func (s *Service) activate() error {
-	infer, err := s.bus.HandleDelegated(bus.SequenceInferWildcard, bus.QueueRouters, s.handleInfer)
-	if err != nil {
-		return err
+	var p busv1.SequencePull
+	if proto.Unmarshal(msg.Data, &p) != nil || p.GetConfig() == nil {
+		return
 	}
-	pull, err := s.bus.HandleDelegated(bus.SequencePullWildcard, bus.QueueRouters, s.handlePull)
-	if err != nil {
-		_ = infer.Unsubscribe()
-		return err
-	}
-	_ = s.cfg.Conn.Flush()
+	key := modelKey(name, version)
+	now := time.Now()
 	s.mu.Lock()
-	s.active = true
-	s.subs = []*bus.Subscription{infer, pull}
-	s.mu.Unlock()
-	s.log.Info("active: serving sequences")
-	return nil
-}
-
-// deactivate stops serving and drops the state in memory; requests this
-// router holds fail (the next active router has the bindings).
-func (s *Service) deactivate(why string) {
-	s.mu.Lock()
-	if !s.active {
+	if s.models[key] != nil || now.Sub(s.claims[key]) < claimSpacing || s.runCtx.Err() != nil {
+		if m := s.models[key]; m != nil {
+			m.lock()
+			m.claimers[p.GetExecutorId()] = true
+			m.unlock()
+		}
 		s.mu.Unlock()
 		return
 	}
-	s.active = false
-	subs := s.subs
-	s.subs = nil
-	models := s.models
-	s.models = map[string]*model{}
+	s.claims[key] = now
 	s.mu.Unlock()
-	for _, sub := range subs {
-		_ = sub.Unsubscribe()
-	}
-	for _, m := range models {
-		m.shutdown(tritonerr.Unavailablef("the sequence router serving model '%s' stopped: %s", m.name, why))
-	}
-	s.log.Warn("standing by", "why", why)
+	go s.takeover(name, version, &p)
 }
 
+// claimSpacing is the least time between two attempts to take one model's
+// lease.
+const claimSpacing = 200 * time.Millisecond
+
+func modelKey(name, version string) string { return bus.Token(name) + "." + bus.Token(version) }
+
+// takeover takes a model's lease, restores its state from the store,
+// serves its subjects, then announces the new epoch: executors fence older
+// epochs and report what they hold from them, gateways ask (resolve) about
+// the requests they still wait for, and the requests the previous router
+// held but never handed out are failed instead of left to time out.
+func (s *Service) takeover(name, version string, claim *busv1.SequencePull) {
+	key := modelKey(name, version)
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(s.runCtx, s.cfg.LeaseTTL/4)
+	epoch, err := s.st.acquire(ctx, key, s.cfg.ID, 0, s.cfg.LeaseTTL)
+	cancel()
+	if err != nil || epoch == 0 {
+		if err != nil {
+			s.log.Warn("cannot take the lease of a model", "model", name, "err", err)
+		}
+		return
+	}
+	m := &model{s: s, name: name, version: version, key: key, epoch: epoch,
+		pulls: map[seqbatch.InstanceKey]*pull{}, inflight: map[uint64]*flight{}, nextBatch: epoch << 32,
+		heldDone: make(chan struct{}), held: map[string]bool{}, seen: map[string]bool{}, lost: map[string]bool{},
+		claimers: map[string]bool{}, seenUntil: t0.Add(time.Minute)}
+	m.leaseAt.Store(t0.UnixNano())
+	m.claimers[claim.GetExecutorId()] = true
+	m.lock()
+	out := m.init(time.Now(), claim.GetConfig())
+	m.unlock()
+	m.deliver(out)
+	bound := m.boundExecutors()
+
+	infer, err1 := s.bus.HandleDelegated(bus.SequenceInferSubject(name, version), bus.QueueRouters, s.handleInfer)
+	pullSub, err2 := s.bus.HandleDelegated(bus.SequencePullSubject(name, version), bus.QueueRouters, s.handlePull)
+	resolve, err3 := s.bus.Handle(bus.SequenceResolveSubject(name, version), bus.QueueRouters, m.resolve)
+	m.subs = []*bus.Subscription{infer, pullSub, resolve}
+	for _, e := range []error{err1, err2, err3} {
+		if e != nil {
+			s.log.Error("cannot serve a model", "model", name, "err", e)
+			s.stepDown(m, "cannot subscribe", true)
+			return
+		}
+	}
+	_ = s.cfg.Conn.Flush()
+	s.mu.Lock()
+	s.models[key] = m
+	s.mu.Unlock()
+	s.loops.Go(func() { s.leaseLoop(m) })
+	s.log.Info("active: serving sequences", "model", name, "version", version, "epoch", epoch)
+	s.gatherHeld(m, bound)
+}
+
+// gatherHeld announces the takeover and collects, from every executor that
+// may hold batches of an older epoch, the tokens of those requests; it
+// waits for the executors the bindings and claims name, at most a second.
+func (s *Service) gatherHeld(m *model, expect map[string]bool) {
+	defer close(m.heldDone)
+	inbox := s.cfg.Conn.NewRespInbox()
+	ch := make(chan *nats.Msg, 64)
+	sub, err := s.cfg.Conn.ChanSubscribe(inbox, ch)
+	if err != nil {
+		s.log.Warn("takeover: cannot gather held requests", "model", m.name, "err", err)
+		return
+	}
+	defer sub.Unsubscribe()
+	body, _ := proto.Marshal(&busv1.SequenceTakeover{Epoch: m.epoch, RouterId: s.cfg.ID})
+	if err := s.cfg.Conn.PublishRequest(bus.SequenceTakeoverSubject(m.name, m.version), inbox, body); err != nil {
+		s.log.Warn("takeover: cannot announce", "model", m.name, "err", err)
+		return
+	}
+	m.lock()
+	for e := range m.claimers {
+		expect[e] = true
+	}
+	m.unlock()
+	answered := map[string]bool{}
+	deadline := time.NewTimer(time.Second)
+	defer deadline.Stop()
+	for len(answered) < len(expect) || len(expect) == 0 {
+		select {
+		case msg := <-ch:
+			var h busv1.SequenceHeld
+			if proto.Unmarshal(msg.Data, &h) != nil {
+				continue
+			}
+			answered[h.GetExecutorId()] = true
+			m.lock()
+			for _, t := range h.GetTokens() {
+				m.held[t] = true
+			}
+			m.unlock()
+			continue
+		case <-deadline.C:
+		}
+		break
+	}
+	if len(answered) < len(expect) {
+		s.log.Warn("takeover: some executors did not say what they hold", "model", m.name, "expected", len(expect), "answered", len(answered))
+	}
+}
+
+// boundExecutors are the executors the restored bindings name.
+func (m *model) boundExecutors() map[string]bool {
+	out := map[string]bool{}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	bound, _, err := m.s.st.load(ctx, m.key)
+	if err != nil {
+		return out
+	}
+	for _, ref := range bound {
+		out[ref.Instance.Executor] = true
+	}
+	return out
+}
+
+// resolve answers a gateway's SequenceResolve after a takeover: the tokens
+// that neither this router received nor an executor holds were held by the
+// previous router and are gone; they are marked lost (never run if they
+// turn up) and returned, so the gateway fails them at once.
+func (m *model) resolve(ctx context.Context, data []byte) (proto.Message, error) {
+	var r busv1.SequenceResolve
+	if err := proto.Unmarshal(data, &r); err != nil {
+		return nil, tritonerr.InvalidArgf("malformed sequence resolve for model '%s': %v", m.name, err)
+	}
+	select {
+	case <-m.heldDone:
+	case <-ctx.Done():
+		return nil, tritonerr.Unavailablef("sequence router takeover of model '%s' still in progress", m.name)
+	}
+	out := &busv1.SequenceResolved{}
+	m.lock()
+	for _, t := range r.GetTokens() {
+		if m.seen[t] || m.held[t] {
+			continue
+		}
+		m.lost[t] = true
+		out.Lost = append(out.Lost, t)
+	}
+	m.unlock()
+	if len(out.Lost) > 0 {
+		m.s.log.Warn("requests held by the previous router are lost; their gateways fail them", "model", m.name, "count", len(out.Lost))
+	}
+	return out, nil
+}
+
+// leaseLoop renews a model's lease every LeaseTTL/4 and steps down when a
+// renewal is refused (another router holds it) or none succeeded for
+// LeaseTTL/2: the lease (LeaseTTL from the last renewal sent) cannot have
+// lapsed yet, so two routers never serve a model at once.
+func (s *Service) leaseLoop(m *model) {
+	ttl := s.cfg.LeaseTTL
+	tick := time.NewTicker(ttl / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.runCtx.Done():
+			return
+		case <-tick.C:
+		}
+		m.lock()
+		dead := m.dead
+		m.unlock()
+		if dead {
+			return
+		}
+		t0 := time.Now()
+		if !m.valid(t0) {
+			s.stepDown(m, "lease not renewed in time", false)
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.runCtx, ttl/4)
+		e, err := s.st.acquire(ctx, m.key, s.cfg.ID, m.epoch, ttl)
+		cancel()
+		switch {
+		case err == nil && e == m.epoch:
+			m.leaseAt.Store(t0.UnixNano())
+		case err == nil:
+			s.stepDown(m, "another router holds the model's lease", false)
+			return
+		case s.runCtx.Err() == nil:
+			s.log.Warn("lease renewal failed", "model", m.name, "err", err)
+		}
+	}
+}
+
+// stepDown stops serving a model: unsubscribes, fails what the model holds
+// with UNAVAILABLE, and gives the lease back (release) when it may still
+// hold it, so a standby need not wait for it to lapse.
+func (s *Service) stepDown(m *model, why string, release bool) {
+	s.mu.Lock()
+	if s.models[m.key] == m {
+		delete(s.models, m.key)
+	}
+	s.mu.Unlock()
+	m.lock()
+	subs := m.subs
+	m.subs = nil
+	m.unlock()
+	for _, sub := range subs {
+		if sub != nil {
+			// Drain, not Unsubscribe: requests already delivered to this
+			// process are answered (UNAVAILABLE) rather than dropped.
+			go func() { _ = sub.Drain() }()
+		}
+	}
+	m.lock()
+	already := m.dead
+	m.unlock()
+	if already {
+		return
+	}
+	m.shutdown(tritonerr.Unavailablef("the sequence router serving model '%s' stopped serving it (%s); the request was not run", m.name, why))
+	if release || why == "lease not renewed in time" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.st.release(ctx, m.key, s.cfg.ID, m.epoch)
+		cancel()
+	}
+	s.log.Warn("standing by", "model", m.name, "version", m.version, "epoch", m.epoch, "why", why)
+}
+
+// model returns the model this router serves, nil when it lost it.
 func (s *Service) model(name, version string) *model {
-	key := bus.Token(name) + "." + bus.Token(version)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.models[key]
-	if m == nil {
-		m = &model{s: s, name: name, version: version, key: key,
-			pulls: map[seqbatch.InstanceKey]*pull{}, inflight: map[uint64]*flight{}}
-		s.models[key] = m
-	}
-	return m
+	return s.models[modelKey(name, version)]
 }
 
 func (s *Service) allModels() []*model {
@@ -276,11 +478,16 @@ func (s *Service) handleInfer(ctx context.Context, subject, reply string, data [
 	}
 	now := time.Now()
 	it := &item{reply: reply, body: sr.GetRequest(), received: now, id: seqbatch.FromProto(sr.GetId()),
-		start: sr.GetStart(), end: sr.GetEnd(), timeout: time.Duration(sr.GetTimeoutUs()) * time.Microsecond}
+		start: sr.GetStart(), end: sr.GetEnd(), timeout: time.Duration(sr.GetTimeoutUs()) * time.Microsecond, token: sr.GetToken()}
 	if d, ok := ctx.Deadline(); ok {
 		it.deadline = d
 	}
-	s.model(name, version).infer(now, it)
+	m := s.model(name, version)
+	if m == nil {
+		s.bus.ReplyError(reply, tritonerr.Unavailablef("the sequence router for model '%s' is not serving it any more; the request was not run", name))
+		return
+	}
+	m.infer(now, it)
 }
 
 func (s *Service) handlePull(_ context.Context, subject, reply string, data []byte) {
@@ -296,7 +503,12 @@ func (s *Service) handlePull(_ context.Context, subject, reply string, data []by
 	}
 	now := time.Now()
 	s.seen(p.GetExecutorId(), p.GetGeneration(), now)
-	s.model(name, version).pull(now, reply, &p)
+	m := s.model(name, version)
+	if m == nil {
+		s.bus.ReplyError(reply, tritonerr.Unavailablef("the sequence router for model '%s' is not serving it any more", name))
+		return
+	}
+	m.pull(now, reply, &p)
 }
 
 // heartbeat tracks executors: a withdrawal loses its slots at once.

@@ -2,6 +2,7 @@ package seqrouter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,20 +15,27 @@ import (
 )
 
 // store keeps what another router needs to take over: per model version,
-// the bindings of sequences to executor instance slots and the backlog
-// order; and the lease that makes one router the active one.
+// the bindings of sequences to executor instance slots, the backlog order,
+// and the lease that makes one router the one serving the model.
 type store interface {
-	// model returns the seqbatch.Store of one model version.
-	model(key string) seqbatch.Store
+	// model returns the seqbatch.Store of one model version for the holder
+	// of lease epoch: its writes fail with errLeaseLost once another router
+	// holds the model's lease (fencing a router that missed its renewal).
+	model(key, owner string, epoch uint64) seqbatch.Store
 	// load reads a model version's bindings and backlog (oldest first).
 	load(ctx context.Context, key string) (map[seqbatch.ID]seqbatch.SlotRef, []seqbatch.ID, error)
-	// acquire takes or renews the lease for owner, for ttl; false when
-	// another router holds it.
-	acquire(ctx context.Context, owner string, ttl time.Duration) (bool, error)
-	// release gives the lease up if owner holds it.
-	release(ctx context.Context, owner string) error
+	// acquire takes the model's lease for owner (epoch 0), with a new epoch
+	// greater than any before, or renews the lease owner holds at epoch.
+	// It returns the epoch held, 0 when another router holds the lease.
+	acquire(ctx context.Context, key, owner string, epoch uint64, ttl time.Duration) (uint64, error)
+	// release gives the model's lease up if owner holds it at epoch.
+	release(ctx context.Context, key, owner string, epoch uint64) error
 	close() error
 }
+
+// errLeaseLost is what a store write answers once the writer's lease is
+// gone.
+var errLeaseLost = errors.New("the router no longer holds the model's lease")
 
 // encodeRef and decodeRef write a slot as "executor|generation|instance|slot"
 // (the executor id goes last-but-three so '|' inside it is harmless: split
@@ -55,6 +63,14 @@ func decodeRef(s string) (seqbatch.SlotRef, bool) {
 type memStore struct {
 	mu     sync.Mutex
 	models map[string]*memModel
+	leases map[string]memLease
+	epochs map[string]uint64
+}
+
+type memLease struct {
+	owner   string
+	epoch   uint64
+	expires time.Time
 }
 
 type memModel struct {
@@ -63,7 +79,9 @@ type memModel struct {
 	backlog []seqbatch.ID
 }
 
-func newMemStore() *memStore { return &memStore{models: map[string]*memModel{}} }
+func newMemStore() *memStore {
+	return &memStore{models: map[string]*memModel{}, leases: map[string]memLease{}, epochs: map[string]uint64{}}
+}
 
 func (s *memStore) get(key string) *memModel {
 	s.mu.Lock()
@@ -76,7 +94,7 @@ func (s *memStore) get(key string) *memModel {
 	return m
 }
 
-func (s *memStore) model(key string) seqbatch.Store { return s.get(key) }
+func (s *memStore) model(key, _ string, _ uint64) seqbatch.Store { return s.get(key) }
 
 func (s *memStore) load(_ context.Context, key string) (map[seqbatch.ID]seqbatch.SlotRef, []seqbatch.ID, error) {
 	m := s.get(key)
@@ -89,9 +107,36 @@ func (s *memStore) load(_ context.Context, key string) (map[seqbatch.ID]seqbatch
 	return b, append([]seqbatch.ID(nil), m.backlog...), nil
 }
 
-func (s *memStore) acquire(context.Context, string, time.Duration) (bool, error) { return true, nil }
-func (s *memStore) release(context.Context, string) error                        { return nil }
-func (s *memStore) close() error                                                 { return nil }
+// acquire mirrors acquireScript, for one process.
+func (s *memStore) acquire(_ context.Context, key, owner string, epoch uint64, ttl time.Duration) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	l, held := s.leases[key]
+	held = held && now.Before(l.expires)
+	switch {
+	case held && l.owner == owner && epoch != 0 && l.epoch == epoch:
+	case held, epoch != 0:
+		return 0, nil
+	default:
+		s.epochs[key]++
+		l = memLease{owner: owner, epoch: s.epochs[key]}
+	}
+	l.expires = now.Add(ttl)
+	s.leases[key] = l
+	return l.epoch, nil
+}
+
+func (s *memStore) release(_ context.Context, key, owner string, epoch uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.leases[key]; l.owner == owner && l.epoch == epoch {
+		delete(s.leases, key)
+	}
+	return nil
+}
+
+func (s *memStore) close() error { return nil }
 
 func (m *memModel) dropBacklog(id seqbatch.ID) {
 	for i, b := range m.backlog {
@@ -126,63 +171,84 @@ func (m *memModel) Unbind(id seqbatch.ID) error {
 	return nil
 }
 
-// redisStore keeps the state in Redis:
+// redisStore keeps the state in Redis, per model version (one hash slot):
 //
-//	nereid:seq:lease                 string: the active router's id, with a TTL
+//	nereid:seq:{<model key>}:lease   string "<router id>|<epoch>", with a TTL
+//	nereid:seq:{<model key>}:epoch   counter: the last epoch handed out
 //	nereid:seq:{<model key>}:bind    hash: typed id (seqbatch.ID.Key) -> slot
 //	nereid:seq:{<model key>}:backlog sorted set: typed id, scored by arrival
 //
-// Every change is one MULTI/EXEC (binding and backlog together), so a
-// reader never sees a sequence both bound and waiting.
+// Every write is one Lua script that first checks the writer still holds
+// the lease at its epoch (a fencing token), then changes binding and
+// backlog together, so a reader never sees a sequence both bound and
+// waiting, and a router whose lease lapsed cannot undo its successor's work.
 type redisStore struct {
 	rdb *redis.Client
 	// opTimeout bounds one store operation made on behalf of a request.
 	opTimeout time.Duration
 }
 
-const leaseKey = "nereid:seq:lease"
-
+func leaseKey(model string) string   { return "nereid:seq:{" + model + "}:lease" }
+func epochKey(model string) string   { return "nereid:seq:{" + model + "}:epoch" }
 func bindKey(model string) string    { return "nereid:seq:{" + model + "}:bind" }
 func backlogKey(model string) string { return "nereid:seq:{" + model + "}:backlog" }
 
-type redisModel struct {
-	s   *redisStore
-	key string
+func leaseValue(owner string, epoch uint64) string {
+	return owner + "|" + strconv.FormatUint(epoch, 10)
 }
 
-func (s *redisStore) model(key string) seqbatch.Store { return &redisModel{s: s, key: key} }
+type redisModel struct {
+	s     *redisStore
+	key   string
+	lease string
+}
+
+func (s *redisStore) model(key, owner string, epoch uint64) seqbatch.Store {
+	return &redisModel{s: s, key: key, lease: leaseValue(owner, epoch)}
+}
 
 func (s *redisStore) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.opTimeout)
 }
 
-func (m *redisModel) Bind(id seqbatch.ID, at seqbatch.SlotRef) error {
+// The write scripts: KEYS lease, bind, backlog; ARGV[1] the writer's lease
+// value, ARGV[2] the typed id.
+var (
+	bindScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOLEASE') end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('ZREM', KEYS[3], ARGV[2])
+return 1`)
+	backlogScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOLEASE') end
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+return 1`)
+	unbindScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOLEASE') end
+redis.call('HDEL', KEYS[2], ARGV[2])
+redis.call('ZREM', KEYS[3], ARGV[2])
+return 1`)
+)
+
+func (m *redisModel) write(script *redis.Script, id seqbatch.ID, arg string) error {
 	ctx, cancel := m.s.ctx()
 	defer cancel()
-	_, err := m.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, bindKey(m.key), id.Key(), encodeRef(at))
-		p.ZRem(ctx, backlogKey(m.key), id.Key())
-		return nil
-	})
+	err := script.Run(ctx, m.s.rdb, []string{leaseKey(m.key), bindKey(m.key), backlogKey(m.key)}, m.lease, id.Key(), arg).Err()
+	if err != nil && strings.Contains(err.Error(), "NOLEASE") {
+		return errLeaseLost
+	}
 	return err
+}
+
+func (m *redisModel) Bind(id seqbatch.ID, at seqbatch.SlotRef) error {
+	return m.write(bindScript, id, encodeRef(at))
 }
 
 func (m *redisModel) Backlog(id seqbatch.ID) error {
-	ctx, cancel := m.s.ctx()
-	defer cancel()
-	return m.s.rdb.ZAdd(ctx, backlogKey(m.key), redis.Z{Score: float64(time.Now().UnixNano()), Member: id.Key()}).Err()
+	return m.write(backlogScript, id, strconv.FormatInt(time.Now().UnixNano(), 10))
 }
 
-func (m *redisModel) Unbind(id seqbatch.ID) error {
-	ctx, cancel := m.s.ctx()
-	defer cancel()
-	_, err := m.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, bindKey(m.key), id.Key())
-		p.ZRem(ctx, backlogKey(m.key), id.Key())
-		return nil
-	})
-	return err
-}
+func (m *redisModel) Unbind(id seqbatch.ID) error { return m.write(unbindScript, id, "") }
 
 func (s *redisStore) load(ctx context.Context, key string) (map[seqbatch.ID]seqbatch.SlotRef, []seqbatch.ID, error) {
 	var hall *redis.MapStringStringCmd
@@ -212,18 +278,22 @@ func (s *redisStore) load(ctx context.Context, key string) (map[seqbatch.ID]seqb
 	return bound, backlog, nil
 }
 
-// acquireScript takes the lease when it is free and renews it when owner
-// holds it, atomically.
+// acquireScript takes a model's lease when it is free, with the next epoch,
+// or renews it when the caller holds it at the epoch it names; atomically.
+// KEYS lease, epoch; ARGV owner, epoch (0: take), ttl ms.
 var acquireScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
-if v == false then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-elseif v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+if ARGV[2] ~= '0' then
+  if v == ARGV[1] .. '|' .. ARGV[2] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    return tonumber(ARGV[2])
+  end
+  return 0
 end
-return 0`)
+if v ~= false then return 0 end
+local e = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. e, 'PX', ARGV[3])
+return e`)
 
 var releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -231,13 +301,16 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
-func (s *redisStore) acquire(ctx context.Context, owner string, ttl time.Duration) (bool, error) {
-	n, err := acquireScript.Run(ctx, s.rdb, []string{leaseKey}, owner, ttl.Milliseconds()).Int()
-	return n == 1, err
+func (s *redisStore) acquire(ctx context.Context, key, owner string, epoch uint64, ttl time.Duration) (uint64, error) {
+	n, err := acquireScript.Run(ctx, s.rdb, []string{leaseKey(key), epochKey(key)}, owner, strconv.FormatUint(epoch, 10), ttl.Milliseconds()).Int64()
+	if err != nil {
+		return 0, err
+	}
+	return uint64(n), nil
 }
 
-func (s *redisStore) release(ctx context.Context, owner string) error {
-	return releaseScript.Run(ctx, s.rdb, []string{leaseKey}, owner).Err()
+func (s *redisStore) release(ctx context.Context, key, owner string, epoch uint64) error {
+	return releaseScript.Run(ctx, s.rdb, []string{leaseKey(key)}, leaseValue(owner, epoch)).Err()
 }
 
 func (s *redisStore) close() error { return s.rdb.Close() }
