@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"bytes"
+	"testing"
+
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/handoff"
+)
+
+// pieces cuts b into buffers of step bytes (the last shorter), as gRPC
+// hands a message over frame by frame.
+func pieces(b []byte, step int) mem.BufferSlice {
+	var out mem.BufferSlice
+	for step = max(step, 1); len(b) > 0; {
+		n := min(step, len(b))
+		out = append(out, mem.SliceBuffer(b[:n]))
+		b = b[n:]
+	}
+	return out
+}
+
+func inferRequest(sizes ...int) *inference.ModelInferRequest {
+	req := &inference.ModelInferRequest{ModelName: "m", ModelVersion: "1", Id: "x",
+		Parameters: map[string]*inference.InferParameter{"p": {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: true}}}}
+	for i, n := range sizes {
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = byte(i + j*5)
+		}
+		req.Inputs = append(req.Inputs, &inference.ModelInferRequest_InferInputTensor{Name: "IN", Datatype: "UINT8", Shape: []int64{int64(n)}})
+		req.RawInputContents = append(req.RawInputContents, b)
+	}
+	return req
+}
+
+// TestCodecRequest: a request decoded from frames of any size equals
+// protobuf's decoding, with its raw inputs in one region attached to it.
+func TestCodecRequest(t *testing.T) {
+	c := newCodec(1000)
+	for _, sizes := range [][]int{{10}, {600, 600}, {5000}, {0, 3000, 1}} {
+		want := inferRequest(sizes...)
+		b, _ := proto.Marshal(want)
+		for _, step := range []int{1, 7, 100, 4096, len(b)} {
+			got := &inference.ModelInferRequest{}
+			if err := c.Unmarshal(pieces(b, step), got); err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(got, want) {
+				t.Fatalf("sizes %v step %d: decoded request differs", sizes, step)
+			}
+			r := handoff.TakeRegion(got)
+			total := 0
+			for _, n := range sizes {
+				total += n
+			}
+			if (total >= 1000) != (r != nil) {
+				t.Fatalf("sizes %v: region %v", sizes, r)
+			}
+			if r != nil {
+				for _, raw := range got.RawInputContents {
+					if _, ok := r.Offset(raw); !ok && len(raw) > 0 {
+						t.Fatal("a raw input outside the region")
+					}
+				}
+				r.Release()
+			}
+		}
+	}
+}
+
+// TestCodecResponse: a response written without copying its large outputs,
+// alone or in a stream response, is protobuf's encoding of it.
+func TestCodecResponse(t *testing.T) {
+	c := newCodec(1000)
+	resp := &inference.ModelInferResponse{ModelName: "m", Id: "x",
+		Outputs:           []*inference.ModelInferResponse_InferOutputTensor{{Name: "A"}, {Name: "B"}, {Name: "C"}},
+		RawOutputContents: [][]byte{bytes.Repeat([]byte{1}, 4000), {2, 3}, bytes.Repeat([]byte{4}, 9000)}}
+	for _, msg := range []proto.Message{resp, &inference.ModelStreamInferResponse{ErrorMessage: "e", InferResponse: resp}} {
+		bs, err := c.Marshal(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bs) < 3 {
+			t.Fatalf("%T: %d buffers: the outputs were copied", msg, len(bs))
+		}
+		back := msg.ProtoReflect().New().Interface()
+		if err := proto.Unmarshal(bs.Materialize(), back); err != nil || !proto.Equal(back, msg) {
+			t.Fatalf("%T: not protobuf's encoding: %v", msg, err)
+		}
+		bs.Free()
+	}
+}
+
+// FuzzCodecUnmarshalRequest: whatever the bytes and however they are cut
+// into frames, the codec decodes a ModelInferRequest exactly as protobuf
+// does, or fails where protobuf fails.
+func FuzzCodecUnmarshalRequest(f *testing.F) {
+	b, _ := proto.Marshal(inferRequest(40, 0, 20))
+	f.Add(b, uint16(3))
+	f.Add([]byte{0x3a, 0x80, 0x80, 0x80, 0x80, 0x10}, uint16(1))
+	f.Add([]byte{0x3a, 0x05, 1, 2}, uint16(2))
+	c := newCodec(16)
+	f.Fuzz(func(t *testing.T, b []byte, step uint16) {
+		var want inference.ModelInferRequest
+		errWant := proto.Unmarshal(b, &want)
+		got := &inference.ModelInferRequest{}
+		err := c.Unmarshal(pieces(b, int(step)), got)
+		defer handoff.TakeRegion(got).Release() // the raw inputs live in it
+		if (err == nil) != (errWant == nil) {
+			t.Fatalf("codec error %v, protobuf %v", err, errWant)
+		}
+		if err == nil && !proto.Equal(got, &want) {
+			t.Fatal("codec and protobuf disagree")
+		}
+	})
+}
