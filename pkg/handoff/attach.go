@@ -3,6 +3,7 @@ package handoff
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"weak"
 
 	"github.com/nereid-io/nereid/api/inference"
@@ -27,18 +28,28 @@ var attached = struct {
 	m map[any]*attachment
 }{m: map[any]*attachment{}}
 
+// live counts attachments, so that the look-up every request makes costs
+// one atomic load while no large tensor is in flight.
+var live atomic.Int64
+
 func attach[T any](msg *T, value any, release func()) {
 	key := weak.Make(msg)
 	a := &attachment{value: value, release: release}
 	attached.Lock()
 	old := attached.m[key]
 	attached.m[key] = a
+	if old == nil {
+		live.Add(1)
+	}
 	// Registered under the lock, so that a detach cannot see a without its
 	// cleanup.
 	a.cleanup = runtime.AddCleanup(msg, func(k weak.Pointer[T]) {
 		attached.Lock()
 		a := attached.m[k]
-		delete(attached.m, k)
+		if a != nil {
+			delete(attached.m, k)
+			live.Add(-1)
+		}
 		attached.Unlock()
 		if a != nil {
 			a.release()
@@ -52,10 +63,16 @@ func attach[T any](msg *T, value any, release func()) {
 }
 
 func detach[T any](msg *T) any {
+	if msg == nil || live.Load() == 0 {
+		return nil
+	}
 	key := weak.Make(msg)
 	attached.Lock()
 	a := attached.m[key]
-	delete(attached.m, key)
+	if a != nil {
+		delete(attached.m, key)
+		live.Add(-1)
+	}
 	attached.Unlock()
 	if a == nil {
 		return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nereid-io/nereid/api/health"
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/kserve"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -76,6 +77,9 @@ func (s *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferR
 // inferGRPC resolves the model, normalises typed contents to raw bytes and
 // forwards the request to an executor.
 func (g *Gateway) inferGRPC(ctx context.Context, req *inference.ModelInferRequest, what string) (*inference.ModelInferResponse, error) {
+	// Large inputs the codec decoded, when forwarding did not take them (a
+	// request refused before it is sent).
+	defer func() { handoff.TakeRegion(req).Release() }()
 	vv, err := g.resolveRequest(req.GetModelName(), req.GetModelVersion())
 	if err != nil {
 		return nil, err

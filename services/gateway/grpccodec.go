@@ -48,18 +48,26 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
+	var resp *inference.ModelInferResponse
+	var wrap protowire.Number
+	var errMsg string
 	switch m := v.(type) {
 	case *inference.ModelInferResponse:
-		if out, ok := c.marshalResponse(m, 0, ""); ok {
-			return out, nil
-		}
+		resp = m
 	case *inference.ModelStreamInferResponse:
-		if m.GetInferResponse() != nil {
-			if out, ok := c.marshalResponse(m.GetInferResponse(), 2, m.GetErrorMessage()); ok {
-				return out, nil
-			}
-		}
+		resp, wrap, errMsg = m.GetInferResponse(), 2, m.GetErrorMessage()
 	}
+	if resp == nil {
+		return c.proto.Marshal(v)
+	}
+	// The hand-off memory the outputs may lie in: released once the
+	// transport is done with buffers that point into it, or at once when
+	// the response is copied into one buffer below.
+	out := handoff.TakeResponse(resp)
+	if bs, ok := c.marshalResponse(resp, wrap, errMsg, out); ok {
+		return bs, nil
+	}
+	defer out.Release()
 	return c.proto.Marshal(v)
 }
 
@@ -266,9 +274,10 @@ func (p *releasePool) Put(*[]byte) {
 
 // marshalResponse writes resp (wrapped as field wrap of a
 // ModelStreamInferResponse with errMsg, when wrap is not 0) as buffers
-// that point into its large raw outputs instead of copying them. ok is
-// false for responses without large outputs: the generic codec does those.
-func (c *codec) marshalResponse(resp *inference.ModelInferResponse, wrap protowire.Number, errMsg string) (mem.BufferSlice, bool) {
+// that point into its large raw outputs instead of copying them; out is
+// released when the transport has released them. ok is false for
+// responses without large outputs: the generic codec does those.
+func (c *codec) marshalResponse(resp *inference.ModelInferResponse, wrap protowire.Number, errMsg string, out *handoff.Outgoing) (mem.BufferSlice, bool) {
 	raw := resp.GetRawOutputContents()
 	large := 0
 	for _, b := range raw {
@@ -279,14 +288,10 @@ func (c *codec) marshalResponse(resp *inference.ModelInferResponse, wrap protowi
 	if large == 0 {
 		return nil, false
 	}
-	out := handoff.TakeResponse(resp) // released once the transport is done with the buffers
 	resp.RawOutputContents = nil
 	small, err := proto.MarshalOptions{}.Marshal(resp)
 	resp.RawOutputContents = raw
 	if err != nil {
-		if out != nil {
-			handoff.AttachResponse(resp, out)
-		}
 		return nil, false
 	}
 	size := len(small)

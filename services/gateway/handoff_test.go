@@ -143,3 +143,22 @@ func TestLargeTensorRoutes(t *testing.T) {
 		})
 	}
 }
+
+// TestLargeRequestRefused: a large gRPC request refused before it is
+// forwarded (unknown model) leaves no hand-off file behind.
+func TestLargeRequestRefused(t *testing.T) {
+	ns := startNATS(t)
+	g := startGateway(t, ns)
+	client := bigClient(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := client.ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "nope",
+		Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "UINT8", Shape: []int64{8 << 20}}},
+		RawInputContents: [][]byte{make([]byte, 8<<20)}})
+	if err == nil {
+		t.Fatal("unknown model accepted")
+	}
+	if f := handoffFiles(); len(f) > 0 {
+		t.Fatalf("left in /dev/shm: %v", f)
+	}
+}
