@@ -103,7 +103,19 @@ type SequenceRequest struct {
 	// Names this request across a router takeover (unique per gateway
 	// process and request): the gateway asks the new router about the
 	// tokens it still waits for.
-	Token         string `protobuf:"bytes,6,opt,name=token,proto3" json:"token,omitempty"`
+	Token string `protobuf:"bytes,6,opt,name=token,proto3" json:"token,omitempty"`
+	// Requests of one sequence sent on one ModelStreamInfer stream are
+	// numbered (stream_seq, from 1) under a stream name unique to the
+	// gateway's stream: the gateway sends them without waiting for answers
+	// and the router puts them back in that order before enqueueing them, as
+	// Triton enqueues a stream's requests in order.
+	Stream    string `protobuf:"bytes,7,opt,name=stream,proto3" json:"stream,omitempty"`
+	StreamSeq uint64 `protobuf:"varint,8,opt,name=stream_seq,json=streamSeq,proto3" json:"stream_seq,omitempty"`
+	// Not a request: after a takeover, the tokens of the requests the gateway
+	// still waits for. Sent on the infer subject so that the router sees it
+	// after every request the gateway sent before it; answered with
+	// SequenceResolved.
+	Resolve       []string `protobuf:"bytes,9,rep,name=resolve,proto3" json:"resolve,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -178,6 +190,27 @@ func (x *SequenceRequest) GetToken() string {
 		return x.Token
 	}
 	return ""
+}
+
+func (x *SequenceRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *SequenceRequest) GetStreamSeq() uint64 {
+	if x != nil {
+		return x.StreamSeq
+	}
+	return 0
+}
+
+func (x *SequenceRequest) GetResolve() []string {
+	if x != nil {
+		return x.Resolve
+	}
+	return nil
 }
 
 // Executor instance -> router on bus.SequencePullSubject: "I am idle, give me
@@ -474,7 +507,8 @@ func (x *SequenceWork) GetToken() string {
 // Router -> executors and gateways on bus.SequenceTakeoverSubject, with a
 // reply inbox: the router took the model's lease at this epoch. Executors
 // refuse batches of older epochs from now on and answer SequenceHeld;
-// gateways send SequenceResolve for the requests they wait for.
+// gateways send the tokens of the requests they wait for
+// (SequenceRequest.resolve).
 type SequenceTakeover struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -581,54 +615,9 @@ func (x *SequenceHeld) GetTokens() []string {
 	return nil
 }
 
-// Gateway -> router on bus.SequenceResolveSubject after a takeover: the
-// tokens of requests it still waits for. The router answers
-// SequenceResolved: the tokens nobody holds (the old router had them), which
-// the gateway fails with UNAVAILABLE; the router will never run them.
-type SequenceResolve struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tokens        []string               `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SequenceResolve) Reset() {
-	*x = SequenceResolve{}
-	mi := &file_busv1_sequence_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SequenceResolve) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SequenceResolve) ProtoMessage() {}
-
-func (x *SequenceResolve) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_sequence_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SequenceResolve.ProtoReflect.Descriptor instead.
-func (*SequenceResolve) Descriptor() ([]byte, []int) {
-	return file_busv1_sequence_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *SequenceResolve) GetTokens() []string {
-	if x != nil {
-		return x.Tokens
-	}
-	return nil
-}
-
+// The router's answer to a SequenceRequest with resolve tokens: the tokens
+// nobody holds (the old router had them), which the gateway fails with
+// UNAVAILABLE; the router will never run them.
 type SequenceResolved struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Lost          []string               `protobuf:"bytes,1,rep,name=lost,proto3" json:"lost,omitempty"`
@@ -638,7 +627,7 @@ type SequenceResolved struct {
 
 func (x *SequenceResolved) Reset() {
 	*x = SequenceResolved{}
-	mi := &file_busv1_sequence_proto_msgTypes[8]
+	mi := &file_busv1_sequence_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +639,7 @@ func (x *SequenceResolved) String() string {
 func (*SequenceResolved) ProtoMessage() {}
 
 func (x *SequenceResolved) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_sequence_proto_msgTypes[8]
+	mi := &file_busv1_sequence_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +652,7 @@ func (x *SequenceResolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequenceResolved.ProtoReflect.Descriptor instead.
 func (*SequenceResolved) Descriptor() ([]byte, []int) {
-	return file_busv1_sequence_proto_rawDescGZIP(), []int{8}
+	return file_busv1_sequence_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SequenceResolved) GetLost() []string {
@@ -681,7 +670,7 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\rCorrelationId\x12\x17\n" +
 	"\auint_id\x18\x01 \x01(\x04R\x06uintId\x12\x1b\n" +
 	"\tstring_id\x18\x02 \x01(\tR\bstringId\x12\x1b\n" +
-	"\tis_string\x18\x03 \x01(\bR\bisString\"\xb6\x01\n" +
+	"\tis_string\x18\x03 \x01(\bR\bisString\"\x87\x02\n" +
 	"\x0fSequenceRequest\x12,\n" +
 	"\x02id\x18\x01 \x01(\v2\x1c.nereid.bus.v1.CorrelationIdR\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\bR\x05start\x12\x10\n" +
@@ -689,7 +678,11 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\n" +
 	"timeout_us\x18\x04 \x01(\x04R\ttimeoutUs\x12\x18\n" +
 	"\arequest\x18\x05 \x01(\fR\arequest\x12\x14\n" +
-	"\x05token\x18\x06 \x01(\tR\x05token\"\xd8\x01\n" +
+	"\x05token\x18\x06 \x01(\tR\x05token\x12\x16\n" +
+	"\x06stream\x18\a \x01(\tR\x06stream\x12\x1d\n" +
+	"\n" +
+	"stream_seq\x18\b \x01(\x04R\tstreamSeq\x12\x18\n" +
+	"\aresolve\x18\t \x03(\tR\aresolve\"\xd8\x01\n" +
 	"\fSequencePull\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x1e\n" +
@@ -725,9 +718,7 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\fSequenceHeld\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x16\n" +
-	"\x06tokens\x18\x02 \x03(\tR\x06tokens\")\n" +
-	"\x0fSequenceResolve\x12\x16\n" +
-	"\x06tokens\x18\x01 \x03(\tR\x06tokens\"&\n" +
+	"\x06tokens\x18\x02 \x03(\tR\x06tokens\"&\n" +
 	"\x10SequenceResolved\x12\x12\n" +
 	"\x04lost\x18\x01 \x03(\tR\x04lostB-Z+github.com/nereid-io/nereid/api/busv1;busv1b\x06proto3"
 
@@ -743,7 +734,7 @@ func file_busv1_sequence_proto_rawDescGZIP() []byte {
 	return file_busv1_sequence_proto_rawDescData
 }
 
-var file_busv1_sequence_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_busv1_sequence_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_busv1_sequence_proto_goTypes = []any{
 	(*CorrelationId)(nil),         // 0: nereid.bus.v1.CorrelationId
 	(*SequenceRequest)(nil),       // 1: nereid.bus.v1.SequenceRequest
@@ -752,13 +743,12 @@ var file_busv1_sequence_proto_goTypes = []any{
 	(*SequenceWork)(nil),          // 4: nereid.bus.v1.SequenceWork
 	(*SequenceTakeover)(nil),      // 5: nereid.bus.v1.SequenceTakeover
 	(*SequenceHeld)(nil),          // 6: nereid.bus.v1.SequenceHeld
-	(*SequenceResolve)(nil),       // 7: nereid.bus.v1.SequenceResolve
-	(*SequenceResolved)(nil),      // 8: nereid.bus.v1.SequenceResolved
-	(*inference.ModelConfig)(nil), // 9: inference.ModelConfig
+	(*SequenceResolved)(nil),      // 7: nereid.bus.v1.SequenceResolved
+	(*inference.ModelConfig)(nil), // 8: inference.ModelConfig
 }
 var file_busv1_sequence_proto_depIdxs = []int32{
 	0, // 0: nereid.bus.v1.SequenceRequest.id:type_name -> nereid.bus.v1.CorrelationId
-	9, // 1: nereid.bus.v1.SequencePull.config:type_name -> inference.ModelConfig
+	8, // 1: nereid.bus.v1.SequencePull.config:type_name -> inference.ModelConfig
 	4, // 2: nereid.bus.v1.SequenceBatch.work:type_name -> nereid.bus.v1.SequenceWork
 	0, // 3: nereid.bus.v1.SequenceWork.id:type_name -> nereid.bus.v1.CorrelationId
 	4, // [4:4] is the sub-list for method output_type
@@ -779,7 +769,7 @@ func file_busv1_sequence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_busv1_sequence_proto_rawDesc), len(file_busv1_sequence_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -37,9 +37,26 @@ type DelegateFunc func(ctx context.Context, subject, reply string, data []byte)
 // fn runs on its own goroutine per request; a panic in fn is answered with
 // an INTERNAL error.
 func (c *Conn) HandleDelegated(subject, queue string, fn DelegateFunc) (*Subscription, error) {
+	return c.handleDelegated(subject, queue, fn, false)
+}
+
+// HandleDelegatedOrdered is HandleDelegated with fn called on the
+// subscription's own goroutine, one request at a time in arrival order
+// (which NATS keeps for the messages of one sender), so fn must not block.
+// Chunked requests are the exception: they are reassembled and served on
+// their own goroutine, out of order.
+func (c *Conn) HandleDelegatedOrdered(subject, queue string, fn DelegateFunc) (*Subscription, error) {
+	return c.handleDelegated(subject, queue, fn, true)
+}
+
+func (c *Conn) handleDelegated(subject, queue string, fn DelegateFunc, ordered bool) (*Subscription, error) {
 	s := &Subscription{}
 	cb := func(m *nats.Msg) {
 		s.inflight.Add(1)
+		if ordered && m.Header[HeaderSize] == nil {
+			c.serveDelegated(s, m, fn)
+			return
+		}
 		go c.serveDelegated(s, m, fn)
 	}
 	var sub *nats.Subscription
@@ -140,18 +157,31 @@ func (c *Conn) ReplyError(reply string, err error) {
 }
 
 // IsNoResponders reports whether err is the UNAVAILABLE error Request
-// returns when nothing listens on the subject: the request reached nobody,
-// so sending it again cannot run it twice.
+// returns when nothing listens on the subject, or one a handler returned
+// with NotTaken: the request reached nobody that will act on it, so sending
+// it again cannot run it twice.
 func IsNoResponders(err error) bool {
 	var te *tritonerr.Error
 	if !errors.As(err, &te) || te.Kind != tritonerr.Unavailable {
 		return false
 	}
-	return len(te.Msg) >= len(noRespondersPrefix) && te.Msg[:len(noRespondersPrefix)] == noRespondersPrefix ||
-		len(te.Msg) >= len(noExecutorPrefix) && te.Msg[:len(noExecutorPrefix)] == noExecutorPrefix
+	for _, p := range []string{noRespondersPrefix, noExecutorPrefix, notTakenPrefix} {
+		if len(te.Msg) >= len(p) && te.Msg[:len(p)] == p {
+			return true
+		}
+	}
+	return false
+}
+
+// NotTaken is the UNAVAILABLE error of a handler that received a request
+// it will not act on and has not acted on (it stopped serving the
+// subject): IsNoResponders reports it, so the requester may send it again.
+func NotTaken(format string, args ...any) error {
+	return tritonerr.Unavailablef(notTakenPrefix+format, args...)
 }
 
 const (
 	noRespondersPrefix = "no responders on "
 	noExecutorPrefix   = "no executor is serving "
+	notTakenPrefix     = "not taken: "
 )

@@ -264,16 +264,11 @@ func SequenceClaimSubject(model, version string) string {
 
 // SequenceTakeoverSubject is where a router that took a model's lease
 // announces its epoch (busv1.SequenceTakeover): executors fence older
-// epochs and say which requests they hold, gateways ask the new router
-// about requests the old one may have held: "nereid.v1.seq.<m>.<v>.takeover".
+// epochs and say which requests they hold, gateways ask the new router (on
+// the infer subject) about requests the old one may have held:
+// "nereid.v1.seq.<m>.<v>.takeover".
 func SequenceTakeoverSubject(model, version string) string {
 	return seqPrefix + Token(model) + "." + Token(version) + ".takeover"
-}
-
-// SequenceResolveSubject is where the router serving a model answers
-// busv1.SequenceResolve after a takeover: "nereid.v1.seq.<m>.<v>.resolve".
-func SequenceResolveSubject(model, version string) string {
-	return seqPrefix + Token(model) + "." + Token(version) + ".resolve"
 }
 
 // SequenceInferSubject is where gateways send requests for a model with a

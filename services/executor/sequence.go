@@ -195,7 +195,9 @@ func (s *seqRunner) prune(now time.Time) {
 func (s *seqRunner) refuse(batch *busv1.SequenceBatch) {
 	for _, w := range batch.GetWork() {
 		if !w.GetPadding() && w.GetReply() != "" {
-			s.mv.e.bus.ReplyError(w.GetReply(), tritonerr.Unavailablef(
+			// Not run: the gateway may send it again, to the router that
+			// serves the model now.
+			s.mv.e.bus.ReplyError(w.GetReply(), bus.NotTaken(
 				"the sequence router that sent this request of model '%s' no longer serves it (lease epoch %d, now %d); the request was not run",
 				s.mv.name, batch.GetEpoch(), s.epoch.Load()))
 		}

@@ -124,7 +124,7 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 		err  error
 	}
 	queue := make(chan *pending, streamWindow)
-	var order streamOrder // requests of one sequence go out one after the other
+	var order streamOrder // numbers the requests of each sequence (sequence.go)
 	var recvErr error
 	go func() {
 		defer close(queue)
@@ -151,7 +151,7 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 					case <-ctx.Done():
 					}
 				}
-				p.resp, p.err = s.g.inferGRPC(ctx, req, "ModelStreamInfer RPC")
+				p.resp, p.err = s.g.inferGRPC(order.context(ctx, req), req, "ModelStreamInfer RPC")
 				done()
 				close(p.done)
 			}()

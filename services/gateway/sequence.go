@@ -113,6 +113,9 @@ func (g *Gateway) routeSequence(ctx context.Context, vv *versionView, req *infer
 	token, w, rctx, done := g.seq.track(g, model, req.GetModelVersion(), ctx)
 	defer done()
 	sr := &busv1.SequenceRequest{Id: sp.id.Proto(), Start: sp.start, End: sp.end, TimeoutUs: sp.timeoutUs, Request: body, Token: token}
+	if st, ok := ctx.Value(streamStampKey{}).(streamStamp); ok {
+		sr.Stream, sr.StreamSeq = st.stream, st.seq
+	}
 	subject := bus.SequenceInferSubject(model, req.GetModelVersion())
 	var resp inference.ModelInferResponse
 	for {
@@ -140,13 +143,16 @@ func (g *Gateway) routeSequence(ctx context.Context, vv *versionView, req *infer
 }
 
 // streamOrder keeps the requests of one sequence in order on one
-// ModelStreamInfer stream: the stream runs requests concurrently, so a
-// request waits until the previous request of its sequence (same model,
-// same typed id) has been answered before it is sent. Other sequences and
-// stateless requests are not held back.
+// ModelStreamInfer stream without holding them back: the stream runs
+// requests concurrently, so enter, called in stream order, numbers the
+// requests of each sequence (same model, same typed id), and the router
+// enqueues them in that order. Like Triton, a stream's requests of one
+// sequence thus queue up at once and batch with other sequences' requests.
 type streamOrder struct {
-	mu   sync.Mutex
-	last map[streamSeqKey]chan struct{}
+	mu     sync.Mutex
+	id     string
+	next   map[streamSeqKey]uint64
+	stamps map[*inference.ModelInferRequest]uint64
 }
 
 type streamSeqKey struct {
@@ -154,31 +160,58 @@ type streamSeqKey struct {
 	id    seqbatch.ID
 }
 
-// wait is called in stream order, before the request goes out; it returns
-// after the previous request of the same sequence finished, and done must
-// be called when this one has.
+// streamStamp is a request's place in its sequence on its stream.
+type streamStamp struct {
+	stream string
+	seq    uint64
+}
+
+type streamStampKey struct{}
+
+// streamIDs names streams uniquely within the gateway process.
+var (
+	streamIDs      atomic.Uint64
+	streamIDPrefix = func() string {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:]) + "."
+	}()
+)
+
+// enter is called in stream order, before the request goes out; it never
+// waits (wait is nil) and done must be called when the request finished.
 func (o *streamOrder) enter(req *inference.ModelInferRequest) (wait <-chan struct{}, done func()) {
 	sp, err := sequenceParams(req)
 	if err != nil || sp.id.IsZero() {
 		return nil, func() {}
 	}
 	k := streamSeqKey{model: req.GetModelName(), id: sp.id}
-	ch := make(chan struct{})
 	o.mu.Lock()
-	if o.last == nil {
-		o.last = map[streamSeqKey]chan struct{}{}
+	if o.next == nil {
+		o.id = streamIDPrefix + strconv.FormatUint(streamIDs.Add(1), 36)
+		o.next = map[streamSeqKey]uint64{}
+		o.stamps = map[*inference.ModelInferRequest]uint64{}
 	}
-	prev := o.last[k]
-	o.last[k] = ch
+	o.next[k]++
+	o.stamps[req] = o.next[k]
 	o.mu.Unlock()
-	return prev, func() {
+	return nil, func() {
 		o.mu.Lock()
-		if o.last[k] == ch {
-			delete(o.last, k)
-		}
+		delete(o.stamps, req)
 		o.mu.Unlock()
-		close(ch)
 	}
+}
+
+// context carries req's stamp to routeSequence.
+func (o *streamOrder) context(ctx context.Context, req *inference.ModelInferRequest) context.Context {
+	o.mu.Lock()
+	n, ok := o.stamps[req]
+	id := o.id
+	o.mu.Unlock()
+	if !ok {
+		return ctx
+	}
+	return context.WithValue(ctx, streamStampKey{}, streamStamp{stream: id, seq: n})
 }
 
 // errRouterLost cancels a request the new sequence router says the old one
@@ -271,7 +304,9 @@ func (t *seqTracker) resolve(g *Gateway, name, version, key string, tokens []str
 	defer cancel()
 	var out busv1.SequenceResolved
 	for {
-		err := g.bus.Request(ctx, bus.SequenceResolveSubject(name, version), &busv1.SequenceResolve{Tokens: tokens}, &out)
+		// On the infer subject: the router sees it after every request
+		// sent before it.
+		err := g.bus.Request(ctx, bus.SequenceInferSubject(name, version), &busv1.SequenceRequest{Resolve: tokens}, &out)
 		if err == nil {
 			break
 		}

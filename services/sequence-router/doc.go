@@ -25,6 +25,12 @@
 // deadline. A router that does not know the model yet answers need_config;
 // the executor pulls again with its model config.
 //
+// Requests of one sequence on one ModelStreamInfer stream are numbered by
+// the gateway (SequenceRequest.stream, stream_seq) and sent without waiting
+// for answers; the router enqueues them in that order (waiting at most
+// 250 ms for a missing one), so a stream's requests queue up at once and
+// batch as Triton's do.
+//
 // A request in the middle of a sequence thus costs gateway -> router ->
 // executor (over the held pull's reply) -> gateway: one NATS leg more than a
 // stateless request, and no store access. Batches form while an instance is
@@ -58,7 +64,9 @@
 //     subscribes, and announces its epoch on bus.SequenceTakeoverSubject.
 //     Executors raise their fence and answer with the tokens of the
 //     requests they run or answered in the last seconds; gateways send the
-//     tokens of the requests they still wait for (SequenceResolve). Tokens
+//     tokens of the requests they still wait for (SequenceRequest.resolve,
+//     on the infer subject, which the router handles in arrival order, so
+//     it comes after every request the gateway sent before it). Tokens
 //     nobody holds were held by the dead router: the gateway fails them at
 //     once with UNAVAILABLE (never left to the client's timeout) and the
 //     router will never run them. No request runs twice; gateways resend

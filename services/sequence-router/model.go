@@ -2,6 +2,7 @@ package seqrouter
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,28 @@ type item struct {
 	start, end bool
 	timeout    time.Duration
 	token      string
+	// stream and seq: the request's place in its sequence on a gRPC
+	// stream (busv1.SequenceRequest.stream, stream_seq).
+	stream string
+	seq    uint64
+}
+
+// orderWait is how long a stream's request waits for an earlier one of its
+// sequence that has not arrived (the gateway failed it before sending).
+const orderWait = 250 * time.Millisecond
+
+type orderKey struct {
+	stream string
+	id     seqbatch.ID
+}
+
+// orderState puts the requests of one sequence on one stream back in
+// stream order: the router handles requests concurrently.
+type orderState struct {
+	next    uint64
+	parked  map[uint64]*item
+	touched time.Time
+	timer   *time.Timer
 }
 
 type pull struct {
@@ -64,6 +87,7 @@ type model struct {
 	claimers map[string]bool
 
 	mu        sync.Mutex
+	orders    map[orderKey]*orderState
 	core      *seqbatch.Model // nil until an executor sent the config
 	pre       []*item         // requests that arrived before the config
 	pulls     map[seqbatch.InstanceKey]*pull
@@ -102,8 +126,10 @@ func (m *model) valid(now time.Time) bool {
 	return now.Sub(time.Unix(0, m.leaseAt.Load())) < m.s.cfg.LeaseTTL/2
 }
 
+// errNotServing answers a request this router received but will not take:
+// the gateway sends it again (bus.IsNoResponders), to the next router.
 func (m *model) errNotServing() error {
-	return tritonerr.Unavailablef("the sequence router for model '%s' is not serving it any more (it lost the model's lease); the request was not run", m.name)
+	return bus.NotTaken("the sequence router for model '%s' is not serving it any more (it lost the model's lease); the request was not run", m.name)
 }
 
 func (m *model) infer(now time.Time, it *item) {
@@ -129,18 +155,95 @@ func (m *model) infer(now time.Time, it *item) {
 			m.seen[it.token] = true
 		}
 	}
+	var out []send
+	for _, r := range m.inOrder(now, it) {
+		out = append(out, m.accept(now, r)...)
+	}
+	if m.core != nil {
+		out = append(out, m.dispatch(now)...)
+	}
+	m.unlock()
+	m.deliver(out)
+}
+
+// accept enqueues one request (or keeps it until an executor introduced the
+// model: a takeover, or a start); m.mu is held.
+func (m *model) accept(now time.Time, it *item) []send {
 	if m.core == nil {
-		// No executor has introduced the model yet (a takeover, or a
-		// start): keep the request, in order, until one does.
 		m.pre = append(m.pre, it)
+		return nil
+	}
+	if err := m.enqueue(now, it); err != nil {
+		return []send{{reply: it.reply, err: err}}
+	}
+	return nil
+}
+
+// inOrder returns the requests to accept now, in stream order: it itself
+// when it is next on its stream (or not on a stream), followed by parked
+// successors; nothing when an earlier request of its sequence is missing
+// (it waits for it at most orderWait). m.mu is held.
+func (m *model) inOrder(now time.Time, it *item) []*item {
+	if it.stream == "" {
+		return []*item{it}
+	}
+	k := orderKey{it.stream, it.id}
+	if m.orders == nil {
+		m.orders = map[orderKey]*orderState{}
+	}
+	st := m.orders[k]
+	if st == nil {
+		// Streams number from 1; a router that took over mid-stream waits
+		// orderWait once for predecessors that will not come.
+		st = &orderState{next: 1, parked: map[uint64]*item{}}
+		m.orders[k] = st
+	}
+	st.touched = now
+	switch {
+	case it.seq < st.next:
+		return []*item{it}
+	case it.seq > st.next:
+		st.parked[it.seq] = it
+		if st.timer == nil {
+			st.timer = time.AfterFunc(orderWait, func() { m.flushOrder(k) })
+		}
+		return nil
+	}
+	out := []*item{it}
+	st.next++
+	for p := st.parked[st.next]; p != nil; p = st.parked[st.next] {
+		delete(st.parked, st.next)
+		out = append(out, p)
+		st.next++
+	}
+	return out
+}
+
+// flushOrder gives up waiting for a missing request of a stream: the
+// parked ones are accepted in their order.
+func (m *model) flushOrder(k orderKey) {
+	m.lock()
+	st := m.orders[k]
+	if st == nil || m.dead {
 		m.unlock()
 		return
 	}
-	var out []send
-	if err := m.enqueue(now, it); err != nil {
-		out = append(out, send{reply: it.reply, err: err})
+	st.timer = nil
+	seqs := make([]uint64, 0, len(st.parked))
+	for n := range st.parked {
+		seqs = append(seqs, n)
 	}
-	out = append(out, m.dispatch(now)...)
+	slices.Sort(seqs)
+	now := time.Now()
+	var out []send
+	for _, n := range seqs {
+		out = append(out, m.accept(now, st.parked[n])...)
+		delete(st.parked, n)
+		st.next = n + 1
+	}
+	if m.core != nil {
+		out = append(out, m.dispatch(now)...)
+	}
 	m.unlock()
 	m.deliver(out)
 }
@@ -358,6 +461,11 @@ func (m *model) expirePending(now time.Time) {
 		keep = append(keep, it)
 	}
 	m.pre = keep
+	for k, st := range m.orders {
+		if len(st.parked) == 0 && now.Sub(st.touched) > time.Minute {
+			delete(m.orders, k)
+		}
+	}
 	m.unlock()
 	m.deliver(out)
 }
@@ -381,6 +489,15 @@ func (m *model) shutdown(err error) {
 		out = append(out, send{reply: it.reply, err: err})
 	}
 	m.pre = nil
+	for _, st := range m.orders {
+		for _, it := range st.parked {
+			out = append(out, send{reply: it.reply, err: err})
+		}
+		if st.timer != nil {
+			st.timer.Stop()
+		}
+	}
+	m.orders = nil
 	if m.core != nil {
 		for _, r := range m.core.Drain() {
 			out = append(out, send{reply: r.Data.(*item).reply, err: err})

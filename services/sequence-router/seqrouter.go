@@ -259,11 +259,12 @@ func (s *Service) takeover(name, version string, claim *busv1.SequencePull) {
 	m.deliver(out)
 	bound := m.boundExecutors()
 
-	infer, err1 := s.bus.HandleDelegated(bus.SequenceInferSubject(name, version), bus.QueueRouters, s.handleInfer)
+	// Ordered: requests of one gateway reach the batcher in the order it
+	// sent them, and a resolve after every request sent before it.
+	infer, err1 := s.bus.HandleDelegatedOrdered(bus.SequenceInferSubject(name, version), bus.QueueRouters, s.handleInfer)
 	pullSub, err2 := s.bus.HandleDelegated(bus.SequencePullSubject(name, version), bus.QueueRouters, s.handlePull)
-	resolve, err3 := s.bus.Handle(bus.SequenceResolveSubject(name, version), bus.QueueRouters, m.resolve)
-	m.subs = []*bus.Subscription{infer, pullSub, resolve}
-	for _, e := range []error{err1, err2, err3} {
+	m.subs = []*bus.Subscription{infer, pullSub}
+	for _, e := range []error{err1, err2} {
 		if e != nil {
 			s.log.Error("cannot serve a model", "model", name, "err", e)
 			s.stepDown(m, "cannot subscribe", true)
@@ -343,23 +344,22 @@ func (m *model) boundExecutors() map[string]bool {
 	return out
 }
 
-// resolve answers a gateway's SequenceResolve after a takeover: the tokens
+// resolve answers a gateway's resolve tokens after a takeover: the tokens
 // that neither this router received nor an executor holds were held by the
 // previous router and are gone; they are marked lost (never run if they
-// turn up) and returned, so the gateway fails them at once.
-func (m *model) resolve(ctx context.Context, data []byte) (proto.Message, error) {
-	var r busv1.SequenceResolve
-	if err := proto.Unmarshal(data, &r); err != nil {
-		return nil, tritonerr.InvalidArgf("malformed sequence resolve for model '%s': %v", m.name, err)
-	}
+// turn up) and returned, so the gateway fails them at once. It runs after
+// every request the gateway sent before it was handled (ordered infer
+// subject), so "received" is complete for those.
+func (m *model) resolve(reply string, tokens []string) {
 	select {
 	case <-m.heldDone:
-	case <-ctx.Done():
-		return nil, tritonerr.Unavailablef("sequence router takeover of model '%s' still in progress", m.name)
+	case <-time.After(5 * time.Second):
+		m.s.bus.ReplyError(reply, tritonerr.Unavailablef("sequence router takeover of model '%s' still in progress", m.name))
+		return
 	}
 	out := &busv1.SequenceResolved{}
 	m.lock()
-	for _, t := range r.GetTokens() {
+	for _, t := range tokens {
 		if m.seen[t] || m.held[t] {
 			continue
 		}
@@ -370,7 +370,9 @@ func (m *model) resolve(ctx context.Context, data []byte) (proto.Message, error)
 	if len(out.Lost) > 0 {
 		m.s.log.Warn("requests held by the previous router are lost; their gateways fail them", "model", m.name, "count", len(out.Lost))
 	}
-	return out, nil
+	if err := m.s.bus.Reply(context.Background(), reply, out); err != nil {
+		m.s.log.Debug("resolve answer not delivered", "model", m.name, "err", err)
+	}
 }
 
 // leaseLoop renews a model's lease every LeaseTTL/4 and steps down when a
@@ -476,15 +478,24 @@ func (s *Service) handleInfer(ctx context.Context, subject, reply string, data [
 		s.bus.ReplyError(reply, tritonerr.InvalidArgf("malformed sequence request for model '%s': %v", name, err))
 		return
 	}
+	if len(sr.GetResolve()) > 0 {
+		if m := s.model(name, version); m != nil {
+			go m.resolve(reply, sr.GetResolve())
+		} else {
+			s.bus.ReplyError(reply, bus.NotTaken("the sequence router for model '%s' is not serving it any more", name))
+		}
+		return
+	}
 	now := time.Now()
 	it := &item{reply: reply, body: sr.GetRequest(), received: now, id: seqbatch.FromProto(sr.GetId()),
-		start: sr.GetStart(), end: sr.GetEnd(), timeout: time.Duration(sr.GetTimeoutUs()) * time.Microsecond, token: sr.GetToken()}
+		start: sr.GetStart(), end: sr.GetEnd(), timeout: time.Duration(sr.GetTimeoutUs()) * time.Microsecond, token: sr.GetToken(),
+		stream: sr.GetStream(), seq: sr.GetStreamSeq()}
 	if d, ok := ctx.Deadline(); ok {
 		it.deadline = d
 	}
 	m := s.model(name, version)
 	if m == nil {
-		s.bus.ReplyError(reply, tritonerr.Unavailablef("the sequence router for model '%s' is not serving it any more; the request was not run", name))
+		s.bus.ReplyError(reply, bus.NotTaken("the sequence router for model '%s' is not serving it any more; the request was not run", name))
 		return
 	}
 	m.infer(now, it)
@@ -505,7 +516,7 @@ func (s *Service) handlePull(_ context.Context, subject, reply string, data []by
 	s.seen(p.GetExecutorId(), p.GetGeneration(), now)
 	m := s.model(name, version)
 	if m == nil {
-		s.bus.ReplyError(reply, tritonerr.Unavailablef("the sequence router for model '%s' is not serving it any more", name))
+		s.bus.ReplyError(reply, bus.NotTaken("the sequence router for model '%s' is not serving it any more", name))
 		return
 	}
 	m.pull(now, reply, &p)
