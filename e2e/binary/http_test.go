@@ -3,9 +3,12 @@ package binary
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -79,6 +82,20 @@ func TestBinaryHTTP(t *testing.T) {
 	for i := range sum {
 		sum[i], diff[i] = in0[i]+in1[i], in0[i]-in1[i]
 	}
+
+	t.Run("server metadata lists binary_tensor_data", func(t *testing.T) {
+		resp, err := http.Get(c.gw.HTTP() + "/v2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var md struct {
+			Extensions []string `json:"extensions"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&md); err != nil || !slices.Contains(md.Extensions, "binary_tensor_data") {
+			t.Fatalf("extensions %v: %v", md.Extensions, err)
+		}
+	})
 
 	t.Run("curl-like binary input, JSON output", func(t *testing.T) {
 		body, hl := binaryBody(`{"id":"r1","inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,4],"parameters":{"binary_data_size":16}}]}`,
