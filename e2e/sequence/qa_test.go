@@ -1,0 +1,288 @@
+package sequence
+
+import (
+	"fmt"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nereid-io/nereid/api/inference"
+)
+
+// Triton's L0_sequence_batcher delay tests (MODEL_INSTANCES=1: one instance
+// of four slots) and L0_dyna_sequence_batcher backlog tests, with Triton's
+// expected statistics. As in Triton (check_sequence_async), every sequence
+// is one gRPC stream that sends all its requests without waiting for
+// answers; the delay hook holds the batcher until the requests are queued,
+// so the batches, and the statistics, are exact.
+
+// step is one request of a sequence: its value, flags, and how long to
+// wait before sending it (Triton's pre_delay_ms).
+type step struct {
+	v          int32
+	start, end bool
+	pause      time.Duration
+}
+
+// qaSeq is one sequence: its id, its requests, and when it starts (after
+// the previous sequence's start, so that it takes the next slot).
+type qaSeq struct {
+	id    uint64
+	steps []step
+	after time.Duration
+}
+
+// S, M and E build steps: START, middle, END.
+func S(v int32) step  { return step{v: v, start: true} }
+func M(v int32) step  { return step{v: v} }
+func E(v int32) step  { return step{v: v, end: true} }
+func SE(v int32) step { return step{v: v, start: true, end: true} }
+
+func (s step) wait(d time.Duration) step { s.pause = d; return s }
+
+// streamSequence sends one sequence on its own stream and returns the
+// outputs in order.
+func streamSequence(t *testing.T, c inference.GRPCInferenceServiceClient, model string, q qaSeq) ([]int32, error) {
+	stream, err := c.ModelStreamInfer(ctx(t))
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for i, s := range q.steps {
+			time.Sleep(s.pause)
+			if err := stream.Send(grpcRequest(model, fmt.Sprintf("%d_%d", q.id, i), q.id, s.v, s.start, s.end)); err != nil {
+				return
+			}
+		}
+		_ = stream.CloseSend()
+	}()
+	var out []int32
+	for range q.steps {
+		resp, err := stream.Recv()
+		if err != nil {
+			return out, err
+		}
+		if m := resp.GetErrorMessage(); m != "" {
+			return out, fmt.Errorf("%s", m)
+		}
+		out = append(out, output(resp.GetInferResponse()))
+	}
+	return out, nil
+}
+
+// expect is what the QA models answer: READY x (INPUT + START), plus
+// END x CORRID for dyna_sequence.
+func expect(q qaSeq, dyna bool) []int32 {
+	var out []int32
+	for _, s := range q.steps {
+		v := s.v + b2i(s.start)
+		if dyna {
+			v += b2i(s.end) * int32(q.id)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// runQA starts a constellation with the delay hooks, runs the sequences
+// concurrently (each starting after the previous one's `after`), checks
+// every output and then the model's statistics exactly: batch_stats as
+// batch size -> executions, execution_count, inference_count.
+func runQA(t *testing.T, model string, delay, backlogDelay int, seqs []qaSeq, batches map[uint64]uint64, execs, infers uint64) {
+	t.Helper()
+	var env []string
+	if delay > 0 {
+		env = append(env, fmt.Sprintf("TRITONSERVER_DELAY_SCHEDULER=%d", delay))
+	}
+	if backlogDelay > 0 {
+		env = append(env, fmt.Sprintf("TRITONSERVER_BACKLOG_DELAY_SCHEDULER=%d", backlogDelay))
+	}
+	e := start(t, opts{models: []string{model}, routerEnv: env})
+	c := grpcClient(t, e.g.GRPC())
+	dyna := model == "seq_dyna4"
+	var wg sync.WaitGroup
+	errs := make(chan string, len(seqs))
+	for _, q := range seqs {
+		time.Sleep(q.after)
+		wg.Go(func() {
+			got, err := streamSequence(t, c, model, q)
+			if want := expect(q, dyna); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+				errs <- fmt.Sprintf("sequence %d: %v %v, want %v", q.id, got, err, want)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for m := range errs {
+		t.Error(m)
+	}
+	exec, inf, got := stats(t, e.g.HTTP(), model)
+	if !maps.Equal(got, batches) || exec != execs || inf != infers {
+		t.Fatalf("statistics: batch_stats %v execution_count %d inference_count %d; want %v %d %d", got, exec, inf, batches, execs, infers)
+	}
+}
+
+// stagger is the pause between sequences whose slot order matters (Triton
+// starts their threads seconds apart).
+const stagger = 200 * time.Millisecond
+
+// test_half_batch: two sequences on four slots batch as pairs.
+func TestQAHalfBatch(t *testing.T) {
+	runQA(t, "seq4", 8, 0, []qaSeq{
+		{id: 987, steps: []step{S(1), M(2), M(3), E(4)}},
+		{id: 988, steps: []step{S(0), M(9), M(5), E(13)}, after: stagger},
+	}, map[uint64]uint64{2: 4}, 4, 8)
+}
+
+// test_skip_batch: the long sequences take slots 0 and 1, the short ones 2
+// and 3; once those end, batches shrink to the highest active slot.
+func TestQASkipBatch(t *testing.T) {
+	runQA(t, "seq4", 12, 0, []qaSeq{
+		{id: 1002, steps: []step{S(11), M(12), M(13), E(14)}},
+		{id: 1004, steps: []step{S(1111), M(1112), M(1113), E(1114)}, after: stagger},
+		{id: 1001, steps: []step{S(1), E(3)}, after: stagger},
+		{id: 1003, steps: []step{S(111), E(113)}, after: stagger},
+	}, map[uint64]uint64{2: 2, 4: 2}, 4, 12)
+}
+
+// test_full_batch: four sequences fill every slot of every batch.
+func TestQAFullBatch(t *testing.T) {
+	runQA(t, "seq4", 12, 0, []qaSeq{
+		{id: 1001, steps: []step{S(1), M(2), E(3)}},
+		{id: 1002, steps: []step{S(11), M(12), E(13)}},
+		{id: 1003, steps: []step{S(111), M(112), E(113)}},
+		{id: 1004, steps: []step{S(1111), M(1112), E(1113)}},
+	}, map[uint64]uint64{4: 3}, 3, 12)
+}
+
+// test_backlog_fill: two backlogged sequences take the slots of the two
+// short ones as soon as their END leaves in a batch.
+func TestQABacklogFill(t *testing.T) {
+	runQA(t, "seq4", 10, 2, []qaSeq{
+		{id: 1001, steps: []step{S(1), M(2), E(3)}},
+		{id: 1002, steps: []step{S(11), E(13)}, after: stagger},
+		{id: 1003, steps: []step{S(111), E(113)}, after: stagger},
+		{id: 1004, steps: []step{S(1111), M(1112), E(1113)}, after: stagger},
+		{id: 1005, steps: []step{SE(11111)}, after: stagger},
+		{id: 1006, steps: []step{SE(22222)}, after: stagger},
+	}, map[uint64]uint64{4: 3}, 3, 12)
+}
+
+// test_backlog_fill_no_end: one backlogged sequence has not ended when it
+// takes its slot; it then runs alone, padded up to its slot (2: size 3).
+func TestQABacklogFillNoEnd(t *testing.T) {
+	runQA(t, "seq4", 10, 3, []qaSeq{
+		{id: 1001, steps: []step{S(1), M(2), E(3)}},
+		{id: 1002, steps: []step{S(11), E(13)}, after: stagger},
+		{id: 1003, steps: []step{S(111), E(113)}, after: stagger},
+		{id: 1004, steps: []step{S(1111), M(1112), E(1113)}, after: stagger},
+		{id: 1005, steps: []step{SE(11111)}, after: stagger},
+		{id: 1006, steps: []step{S(22222), M(22223), E(22224).wait(500 * time.Millisecond)}, after: stagger},
+	}, map[uint64]uint64{4: 3, 3: 2}, 5, 14)
+}
+
+// test_backlog_same_correlation_id: a new sequence with the id of one whose
+// END is queued waits in the backlog, then runs alone in slot 0.
+func TestQABacklogSameCorrelationID(t *testing.T) {
+	runQA(t, "seq4", 12, 2, []qaSeq{
+		{id: 1001, steps: []step{S(1), M(2), E(3)}},
+		{id: 1002, steps: []step{S(11), M(12), E(13)}, after: stagger},
+		{id: 1003, steps: []step{S(111), M(112), E(113)}, after: stagger},
+		{id: 1004, steps: []step{S(1111), M(1112), E(1113)}, after: stagger},
+		{id: 1002, steps: []step{S(11111), E(11113)}, after: stagger},
+	}, map[uint64]uint64{4: 3, 1: 2}, 5, 14)
+}
+
+// test_backlog_same_correlation_id_no_end: a START on an active id with no
+// END (Triton's conflict) continues in the same slot, behind it.
+func TestQABacklogSameCorrelationIDNoEnd(t *testing.T) {
+	runQA(t, "seq4", 16, 0, []qaSeq{
+		{id: 1001, steps: []step{S(1), M(3)}},
+		{id: 1002, steps: []step{S(11), M(12), M(12), E(13)}, after: stagger},
+		{id: 1003, steps: []step{S(111), M(112), M(112), E(113)}, after: stagger},
+		{id: 1004, steps: []step{S(1111), M(1112), M(1112), E(1113)}, after: stagger},
+		{id: 1001, steps: []step{S(11111), E(11113)}, after: stagger},
+	}, map[uint64]uint64{4: 4}, 4, 16)
+}
+
+// L0_dyna_sequence_batcher test_backlog_fill: the oldest strategy with four
+// candidates and a preferred batch of four.
+func TestQADynaBacklogFill(t *testing.T) {
+	runQA(t, "seq_dyna4", 0, 0, []qaSeq{
+		{id: 1001, steps: []step{S(1), M(2), E(3)}},
+		{id: 1002, steps: []step{S(11), E(13)}},
+		{id: 1003, steps: []step{S(111), E(113)}},
+		{id: 1004, steps: []step{S(1111), M(1112).wait(time.Second), E(1113)}},
+		{id: 1005, steps: []step{SE(11111)}, after: 500 * time.Millisecond},
+		{id: 1006, steps: []step{SE(22222)}},
+	}, map[uint64]uint64{4: 3}, 3, 12)
+}
+
+// L0_dyna_sequence_batcher test_backlog_fill_no_end: the sequence that has
+// not ended runs its last two requests alone (one request per sequence in
+// flight), each after the queue delay.
+func TestQADynaBacklogFillNoEnd(t *testing.T) {
+	runQA(t, "seq_dyna4", 0, 0, []qaSeq{
+		{id: 1001, steps: []step{S(1), M(2), E(3)}},
+		{id: 1002, steps: []step{S(11), E(13)}},
+		{id: 1003, steps: []step{S(111), E(113)}},
+		{id: 1004, steps: []step{S(1111), M(1112).wait(time.Second), E(1113)}},
+		{id: 1005, steps: []step{SE(11111)}, after: 500 * time.Millisecond},
+		{id: 1006, steps: []step{S(22222), M(22223), E(22224).wait(500 * time.Millisecond)}},
+	}, map[uint64]uint64{4: 3, 1: 2}, 5, 14)
+}
+
+// test_no_sequence_end over HTTP, gRPC and a gRPC stream: a second START on
+// an active id restarts the sequence in the same slot (Triton's conflict);
+// one slot active, so every batch has size 1.
+func TestQANoSequenceEnd(t *testing.T) {
+	e := start(t, opts{models: []string{"seq4"}})
+	h := e.g.HTTP()
+	c := grpcClient(t, e.g.GRPC())
+	steps := []step{S(1), M(2), S(42), E(9)}
+	want := fmt.Sprint(expect(qaSeq{steps: steps}, false))
+	transports := []struct {
+		name string
+		run  func(id uint64) ([]int32, error)
+	}{
+		{"http", func(id uint64) ([]int32, error) {
+			var out []int32
+			for _, s := range steps {
+				v, code, msg := httpInfer(t, h, "seq4", id, s.v, s.start, s.end, nil)
+				if code != 200 {
+					return out, fmt.Errorf("%d %s", code, msg)
+				}
+				out = append(out, v)
+			}
+			return out, nil
+		}},
+		{"grpc", func(id uint64) ([]int32, error) {
+			var out []int32
+			for _, s := range steps {
+				resp, err := c.ModelInfer(ctx(t), grpcRequest("seq4", "", id, s.v, s.start, s.end))
+				if err != nil {
+					return out, err
+				}
+				out = append(out, output(resp))
+			}
+			return out, nil
+		}},
+		{"grpc stream", func(id uint64) ([]int32, error) {
+			return streamSequence(t, c, "seq4", qaSeq{id: id, steps: steps})
+		}},
+	}
+	for i, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			got, err := tr.run(4566 + uint64(i))
+			if err != nil || fmt.Sprint(got) != want {
+				t.Fatalf("outputs %v %v, want %s", got, err, want)
+			}
+			n := 4 * uint64(i+1)
+			exec, inf, batches := stats(t, h, "seq4")
+			if !maps.Equal(batches, map[uint64]uint64{1: n}) || exec != n || inf != n {
+				t.Fatalf("statistics: batch_stats %v execution_count %d inference_count %d; want {1:%d} %d %d", batches, exec, inf, n, n, n)
+			}
+		})
+	}
+}
