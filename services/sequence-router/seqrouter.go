@@ -357,16 +357,32 @@ func (m *model) resolve(reply string, tokens []string) {
 		m.s.bus.ReplyError(reply, tritonerr.Unavailablef("sequence router takeover of model '%s' still in progress", m.name))
 		return
 	}
-	out := &busv1.SequenceResolved{}
-	m.lock()
-	for _, t := range tokens {
-		if m.seen[t] || m.held[t] {
-			continue
+	missing := func() []string {
+		var out []string
+		for _, t := range tokens {
+			if !m.seen[t] && !m.held[t] {
+				out = append(out, t)
+			}
 		}
-		m.lost[t] = true
-		out.Lost = append(out.Lost, t)
+		return out
 	}
+	m.lock()
+	tokens = missing()
 	m.unlock()
+	var lost []string
+	if len(tokens) > 0 {
+		// A gateway marks a request sent just before it publishes it, so
+		// the request may trail its resolve by a moment: look again, and
+		// mark what is still missing in the same critical section.
+		time.Sleep(resolveGrace)
+		m.lock()
+		lost = missing()
+		for _, t := range lost {
+			m.lost[t] = true
+		}
+		m.unlock()
+	}
+	out := &busv1.SequenceResolved{Lost: lost}
 	if len(out.Lost) > 0 {
 		m.s.log.Warn("requests held by the previous router are lost; their gateways fail them", "model", m.name, "count", len(out.Lost))
 	}
@@ -374,6 +390,9 @@ func (m *model) resolve(reply string, tokens []string) {
 		m.s.log.Debug("resolve answer not delivered", "model", m.name, "err", err)
 	}
 }
+
+// resolveGrace is how long resolve waits for requests that trail it.
+const resolveGrace = 100 * time.Millisecond
 
 // leaseLoop renews a model's lease every LeaseTTL/4 and steps down when a
 // renewal is refused (another router holds it) or none succeeded for
