@@ -494,3 +494,21 @@ func TestDevShm(t *testing.T) {
 		t.Fatalf("left in /dev/shm: %v", matches)
 	}
 }
+
+func TestNewAnon(t *testing.T) {
+	r, err := NewAnon(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Shared() || r.Size() != 1<<20 {
+		t.Fatalf("shared %v size %d", r.Shared(), r.Size())
+	}
+	r.Bytes()[1<<20-1] = 7
+	if off, ok := r.Offset(r.Bytes()[10:20]); !ok || off != 10 {
+		t.Fatal("Offset")
+	}
+	r.Release()
+	if r.Bytes() != nil {
+		t.Fatal("not unmapped")
+	}
+}

@@ -29,7 +29,8 @@ const filePrefix = "nereid-handoff-"
 // file removed when the last reference is released, so whoever still reads
 // the bytes holds a reference.
 type Region struct {
-	name string // file name in Dir; "" for heap memory
+	name string // file name in Dir; "" for heap and anonymous memory
+	anon bool   // anonymous mapping (NewAnon)
 	data []byte
 	refs atomic.Int32
 
@@ -47,6 +48,24 @@ func NewHeap(size int) *Region {
 	r := &Region{data: make([]byte, size)}
 	r.refs.Store(1)
 	return r
+}
+
+// NewAnon maps size bytes of anonymous memory, outside the Go heap, in a
+// Region with one reference: memory that goes back to the system the
+// moment it is released, for a large tensor that no other process needs
+// to see (the garbage collector would keep a freed heap tensor resident,
+// and its pages might not be reusable for the next one).
+func NewAnon(size int) (*Region, error) {
+	if size <= 0 {
+		return NewHeap(max(size, 0)), nil
+	}
+	data, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	if err != nil {
+		return nil, fmt.Errorf("handoff: map %d bytes: %v", size, err)
+	}
+	r := &Region{anon: true, data: data}
+	r.refs.Store(1)
+	return r, nil
 }
 
 // Create makes a new file of exactly size bytes in Dir and maps it
@@ -192,7 +211,7 @@ func (r *Region) Release() {
 		panic("handoff: Region released more often than retained")
 	}
 	r.Unlink()
-	if r.name != "" && len(r.data) > 0 {
+	if (r.name != "" || r.anon) && len(r.data) > 0 {
 		_ = syscall.Munmap(r.data)
 	}
 	r.data = nil

@@ -172,7 +172,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.grpcSrv = grpc.NewServer(
 			grpc.MaxRecvMsgSize(cfg.GRPCMaxMessageSize),
 			grpc.MaxSendMsgSize(cfg.GRPCMaxMessageSize),
-			grpc.ForceServerCodecV2(newCodec(g.handoffThreshold())), // large tensors without extra copies
+			grpc.ForceServerCodecV2(g.grpcCodec()), // large tensors without extra copies
 		)
 		inference.RegisterGRPCInferenceServiceServer(g.grpcSrv, &grpcService{g: g})
 		health.RegisterHealthServer(g.grpcSrv, &healthService{g: g})

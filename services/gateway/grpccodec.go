@@ -21,8 +21,10 @@ import (
 //
 //   - ModelInferRequest with at least threshold bytes of raw_input_contents
 //     is decoded with every raw input copied once, from the received frames
-//     straight into one Region (a /dev/shm file an executor of this node can
-//     map, else the heap), attached to the request for forwardInfer;
+//     straight into one buffer: a Region (a /dev/shm file) attached to the
+//     request for forwardInfer when an executor of this node in another
+//     process serves the model, the heap for one of this process, else an
+//     anonymous mapping released as soon as the request is sent;
 //   - ModelInferResponse (alone or in a ModelStreamInferResponse) with large
 //     raw outputs is written as the encoded small fields followed by the
 //     outputs' own memory; the hand-off memory they lie in is released when
@@ -30,10 +32,27 @@ import (
 type codec struct {
 	proto     encoding.CodecV2
 	threshold int
+	// route says where a request for model/version goes; nil: always
+	// decode into a shared Region.
+	route func(model, version string) handoff.Route
 }
 
 func newCodec(threshold int) *codec {
 	return &codec{proto: encoding.GetCodecV2("proto"), threshold: threshold}
+}
+
+// grpcCodec is the gateway's codec, which decodes large inputs into shared
+// memory only for requests bound for another process of this node.
+func (g *Gateway) grpcCodec() *codec {
+	c := newCodec(g.handoffThreshold())
+	c.route = func(model, version string) handoff.Route {
+		vv, err := g.resolveRequest(model, version)
+		if err != nil {
+			return handoff.RouteBus
+		}
+		return g.handoffRoute(vv)
+	}
+	return c
 }
 
 func (c *codec) Name() string { return "proto" }
@@ -171,55 +190,30 @@ func walk(f *frames, fn func(num protowire.Number, typ protowire.Type, v uint64)
 }
 
 // unmarshalRequest decodes req from data in two passes over the frames: one
-// to size the raw inputs, one to copy them into a single Region and the
-// other fields into a small buffer for proto.Unmarshal. done is false when
-// the message is better left to the generic codec (small raw inputs, or a
-// form it does not expect), which then reports any error.
+// that copies the small fields into a buffer for proto.Unmarshal and sizes
+// the raw inputs, one that copies the raw inputs into a single buffer,
+// which is a shared Region when their executor is on this node (it maps
+// the file: no further copy), the heap when it is in this process, else an
+// anonymous mapping that goes back to the system as soon as the request
+// has been sent over the bus. done is false when the message
+// is better left to the generic codec (small raw inputs, or a form it does
+// not expect), which then reports any error.
 func (c *codec) unmarshalRequest(data mem.BufferSlice, req *inference.ModelInferRequest) (done bool, err error) {
 	bufs := make([][]byte, len(data))
 	for i, b := range data {
 		bufs[i] = b.ReadOnlyData()
 	}
 	rawTotal, count := 0, 0
+	var rest []byte
 	f := &frames{bufs: bufs}
 	err = walk(f, func(num protowire.Number, typ protowire.Type, v uint64) error {
-		switch typ {
-		case protowire.BytesType:
-			if v > uint64(data.Len()) {
-				return errTruncated
-			}
-			if num == fieldRawInputContents {
-				rawTotal += int(v)
-				count++
-			}
-			return f.read(nil, int(v))
-		case protowire.VarintType:
-			return nil
-		case protowire.Fixed32Type:
-			return f.read(nil, 4)
-		default:
-			return f.read(nil, 8)
+		if typ == protowire.BytesType && v > uint64(data.Len()) {
+			return errTruncated
 		}
-	})
-	if err != nil || rawTotal < c.threshold {
-		return false, nil
-	}
-
-	region, rerr := handoff.Create(rawTotal, true)
-	if rerr != nil {
-		region = handoff.NewHeap(rawTotal)
-	}
-	raw := make([][]byte, 0, count)
-	rest := make([]byte, 0, data.Len()-rawTotal)
-	pos := 0
-	dst := region.Bytes()
-	f = &frames{bufs: bufs}
-	err = walk(f, func(num protowire.Number, typ protowire.Type, v uint64) error {
 		if num == fieldRawInputContents && typ == protowire.BytesType {
-			b := dst[pos : pos+int(v) : pos+int(v)]
-			pos += int(v)
-			raw = append(raw, b)
-			return f.read(b, 0)
+			rawTotal += int(v)
+			count++
+			return f.read(nil, int(v))
 		}
 		rest = protowire.AppendTag(rest, num, typ)
 		switch typ {
@@ -237,17 +231,53 @@ func (c *codec) unmarshalRequest(data mem.BufferSlice, req *inference.ModelInfer
 		rest = append(rest, make([]byte, v)...)
 		return f.read(rest[n:], 0)
 	})
-	if err == nil {
-		err = proto.Unmarshal(rest, req)
+	if err != nil || rawTotal < c.threshold {
+		return false, nil
 	}
+	if err := proto.Unmarshal(rest, req); err != nil {
+		return false, nil
+	}
+
+	var region *handoff.Region
+	route := handoff.RouteNode
+	if c.route != nil {
+		route = c.route(req.GetModelName(), req.GetModelVersion())
+	}
+	switch route {
+	case handoff.RouteNode:
+		region, _ = handoff.Create(rawTotal, true)
+	case handoff.RouteBus:
+		region, _ = handoff.NewAnon(rawTotal)
+	}
+	if region == nil {
+		region = handoff.NewHeap(rawTotal)
+	}
+	raw := make([][]byte, 0, count)
+	pos := 0
+	dst := region.Bytes()
+	f = &frames{bufs: bufs}
+	err = walk(f, func(num protowire.Number, typ protowire.Type, v uint64) error {
+		switch {
+		case num == fieldRawInputContents && typ == protowire.BytesType:
+			b := dst[pos : pos+int(v) : pos+int(v)]
+			pos += int(v)
+			raw = append(raw, b)
+			return f.read(b, 0)
+		case typ == protowire.BytesType:
+			return f.read(nil, int(v))
+		case typ == protowire.Fixed32Type:
+			return f.read(nil, 4)
+		case typ == protowire.Fixed64Type:
+			return f.read(nil, 8)
+		}
+		return nil
+	})
 	if err != nil {
 		region.Release()
 		return false, nil
 	}
 	req.RawInputContents = raw
-	if region.Shared() {
-		handoff.AttachRegion(req, region)
-	}
+	handoff.AttachRegion(req, region) // released once forwarded
 	return true, nil
 }
 

@@ -69,6 +69,14 @@ func (g *Gateway) handoffRoute(vv *versionView) handoff.Route {
 // before a request goes over the bus.
 const busGCSize = 64 << 20
 
+func rawSize(req *inference.ModelInferRequest) int {
+	n := 0
+	for _, b := range req.GetRawInputContents() {
+		n += len(b)
+	}
+	return n
+}
+
 // routeForTest, when set, overrides the route (tests run the executor in
 // the gateway's process, which alone would always give RouteProcess).
 var routeForTest *handoff.Route
@@ -84,11 +92,13 @@ type handoffState struct {
 func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferRequest) (string, *handoffState, error) {
 	hs := &handoffState{body: handoff.TakeRegion(req)}
 	route := g.handoffRoute(vv)
-	if route == handoff.RouteBus && hs.body.Size() >= busGCSize {
+	if route == handoff.RouteBus && rawSize(req) >= busGCSize {
 		// A large gRPC request leaves its received frames in gRPC's buffer
 		// pool; the reply about to be reassembled is as large. Two
 		// collections (a pool survives one) hand those pages back first,
-		// so the process holds two copies of the tensor, not three.
+		// so the process holds two copies of the tensor, not three. (An
+		// HTTP request has no such garbage; the collections cost little,
+		// tensors being pointer-free.)
 		runtime.GC()
 		runtime.GC()
 	}
