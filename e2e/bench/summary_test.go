@@ -54,7 +54,7 @@ func printSummary(w io.Writer) {
 		case latency:
 			r50, r99 := ratio(p.P50, base.P50), ratio(p.P99, base.P99)
 			got = fmt.Sprintf("p50 %.2fx (%s vs %s), p99 %.2fx (%s vs %s)", r50, dur(p.P50), dur(base.P50), r99, dur(p.P99), dur(base.P99))
-			if c.target > 0 && (r50 > c.target || r99 > c.targetP99) {
+			if c.target > 0 && (r50 > c.target || c.targetP99 > 0 && r99 > c.targetP99) {
 				flag = "  <- over target"
 			}
 		case throughput:
@@ -73,6 +73,12 @@ func printSummary(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s%s\t\n", c.path, c.base, got, target(c), flag)
 	}
 	_ = tw.Flush()
+	if ns := summaryNotes(); len(ns) > 0 { // numbers that are not ratios (sequence_test.go)
+		fmt.Fprintln(w, "\n== nereid bench: other numbers")
+		for _, n := range ns {
+			fmt.Fprintln(w, n)
+		}
+	}
 	fmt.Fprintln(w)
 }
 
@@ -80,6 +86,8 @@ func target(c comparison) string {
 	switch {
 	case c.target == 0:
 		return "report"
+	case c.kind == latency && c.targetP99 == 0: // a p50 target only
+		return fmt.Sprintf("p50 <= %.2fx", c.target)
 	case c.kind == latency:
 		return fmt.Sprintf("p50 <= %.2fx, p99 <= %.2fx", c.target, c.targetP99)
 	case c.kind == throughput:

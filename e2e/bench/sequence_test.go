@@ -1,0 +1,433 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/services/executor"
+	"github.com/nereid-io/nereid/services/standalone"
+)
+
+// The sequence benchmarks (issue 5) run the standalone server on
+// testdata/sequence_repository with a second executor in this process and,
+// when redis-server is installed, the router's state in a Redis started for
+// the run:
+//
+//   - a request in the middle of a sequence against a stateless request to
+//     a model of the same shape, c=1, alternating (target: p50 <= 1.3x);
+//   - 64 concurrent sequences of 20 requests on the two executors
+//     (sequences per second);
+//   - Redis commands per request over that run (INFO commandstats before
+//     and after; target: well under 1).
+
+const (
+	seqModel       = "seq_bench"
+	statelessModel = "stateless_bench"
+	seqLength      = 20
+	seqConc        = 64
+)
+
+func init() {
+	comparisons = append(comparisons,
+		comparison{"seq-mid-grpc-unary/c1", "stateless-grpc-unary/c1", latency, 1.30, 0},
+	)
+}
+
+type seqFixture struct {
+	grpcAddr string
+	redis    *redisServer // nil without redis-server
+	close    func()
+}
+
+var seqOnce struct {
+	sync.Mutex
+	f   *seqFixture
+	err error
+}
+
+func seqNereid(b *testing.B) *seqFixture {
+	seqOnce.Lock()
+	defer seqOnce.Unlock()
+	if seqOnce.f == nil && seqOnce.err == nil {
+		seqOnce.f, seqOnce.err = startSeqNereid()
+		if seqOnce.f != nil {
+			fx.mu.Lock()
+			fx.onClose = append(fx.onClose, seqOnce.f.close)
+			fx.mu.Unlock()
+		}
+	}
+	if seqOnce.err != nil {
+		b.Fatalf("starting the sequence fixture: %v", seqOnce.err)
+	}
+	return seqOnce.f
+}
+
+// startSeqNereid starts Redis (if installed), the standalone server with its
+// NATS open on loopback, and a second executor joining it.
+func startSeqNereid() (f *seqFixture, err error) {
+	f = &seqFixture{}
+	var closers []func()
+	f.close = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			f.close()
+		}
+	}()
+	if _, lerr := exec.LookPath("redis-server"); lerr == nil {
+		if f.redis, err = startRedis(); err != nil {
+			return nil, err
+		}
+		closers = append(closers, f.redis.stop)
+	}
+	repo, err := filepath.Abs(filepath.Join("testdata", "sequence_repository"))
+	if err != nil {
+		return nil, err
+	}
+	cfg := standalone.DefaultConfig()
+	cfg.ModelRepository = repo
+	cfg.Models = []string{seqModel, statelessModel}
+	cfg.Host = "127.0.0.1"
+	cfg.HTTPPort, cfg.GRPCPort = 0, 0
+	cfg.AllowMetrics = false
+	cfg.NATSListen = "127.0.0.1:-1"
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	if f.redis != nil {
+		cfg.RedisURL = f.redis.url()
+	}
+	srv, err := standalone.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	closers = append(closers, func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		return nil, fmt.Errorf("standalone server stopped while starting: %v", err)
+	case <-time.After(60 * time.Second):
+		return nil, errors.New("standalone server not ready after 60s")
+	}
+	f.grpcAddr = srv.Gateway().GRPCAddr()
+
+	nc, err := nats.Connect(srv.NATSURL())
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, nc.Close)
+	ex, err := executor.New(executor.Config{Conn: nc, RepositoryPath: repo, Models: []string{seqModel}, ID: "bench-exec-2",
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	ectx, ecancel := context.WithCancel(context.Background())
+	edone := make(chan error, 1)
+	go func() { edone <- ex.Run(ectx) }()
+	closers = append(closers, func() {
+		ecancel()
+		select {
+		case <-edone:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	select {
+	case <-ex.Ready():
+	case err := <-edone:
+		return nil, fmt.Errorf("second executor stopped while starting: %v", err)
+	case <-time.After(30 * time.Second):
+		return nil, errors.New("second executor not ready after 30s")
+	}
+	for _, m := range cfg.Models {
+		if err := waitReady("http://"+srv.Gateway().HTTPAddr()+"/v2/models/"+m+"/ready", 30*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func waitReady(url string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s (last: %v)", url, limit, statusOr(resp, err))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// int32Request is one INT32 value for model, with sequence parameters when
+// id is not 0.
+func int32Request(model string, v int32, id uint64, start, end bool) (*inference.ModelInferRequest, []byte) {
+	raw := binary.LittleEndian.AppendUint32(nil, uint32(v))
+	req := &inference.ModelInferRequest{
+		ModelName: model,
+		Inputs: []*inference.ModelInferRequest_InferInputTensor{{
+			Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, 1},
+		}},
+		RawInputContents: [][]byte{raw},
+	}
+	if id != 0 {
+		req.Parameters = map[string]*inference.InferParameter{
+			"sequence_id":    {ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: int64(id)}},
+			"sequence_start": {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: start}},
+			"sequence_end":   {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: end}},
+		}
+	}
+	return req, raw
+}
+
+// midSequence is a worker whose sequence starts when the worker does and
+// ends at cleanup: every timed request is one in the middle of a sequence
+// (the model echoes it).
+func midSequence(c inference.GRPCInferenceServiceClient, base uint64) Worker {
+	return func(id int) (Op, func(), error) {
+		seq := base + uint64(id)
+		start, _ := int32Request(seqModel, 7, seq, true, false)
+		if _, err := c.ModelInfer(context.Background(), start); err != nil {
+			return nil, nil, fmt.Errorf("sequence start: %w", err)
+		}
+		req, want := int32Request(seqModel, 7, seq, false, false)
+		end, _ := int32Request(seqModel, 7, seq, false, true)
+		return func(full bool) error {
+				resp, err := c.ModelInfer(context.Background(), req)
+				if err != nil {
+					return err
+				}
+				return checkInferResponse(resp, want, full)
+			}, func() {
+				_, _ = c.ModelInfer(context.Background(), end)
+			}, nil
+	}
+}
+
+// sequences is a worker that runs whole sequences of seqLength requests one
+// after the other (START, middles, END), each with a new id.
+func sequences(c inference.GRPCInferenceServiceClient, base uint64) Worker {
+	return func(id int) (Op, func(), error) {
+		var k uint64
+		seq := func() uint64 { return base + uint64(id)<<24 + k/seqLength + 1 }
+		return func(full bool) error {
+				pos := k % seqLength
+				v := int32(pos + 1)
+				req, _ := int32Request(seqModel, v, seq(), pos == 0, pos == seqLength-1)
+				k++
+				resp, err := c.ModelInfer(context.Background(), req)
+				if err != nil {
+					return err
+				}
+				want := v
+				if pos == 0 {
+					want++ // START adds 1
+				}
+				return checkInferResponse(resp, binary.LittleEndian.AppendUint32(nil, uint32(want)), full)
+			}, func() {
+				if pos := k % seqLength; pos != 0 { // end the open sequence
+					req, _ := int32Request(seqModel, 1, seq(), false, true)
+					_, _ = c.ModelInfer(context.Background(), req)
+				}
+			}, nil
+	}
+}
+
+// seqBase gives each benchmark run its own range of sequence ids.
+var seqBase struct {
+	sync.Mutex
+	next uint64
+}
+
+func nextBase() uint64 {
+	seqBase.Lock()
+	defer seqBase.Unlock()
+	seqBase.next += 1 << 40
+	return seqBase.next
+}
+
+// BenchmarkSequence measures the sequence paths (see the top of this file).
+func BenchmarkSequence(b *testing.B) {
+	b.Run("mid-vs-stateless/c=1", func(b *testing.B) {
+		f := seqNereid(b)
+		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, f.grpcAddr))
+		stateless, _ := int32Request(statelessModel, 7, 0, false, false)
+		measurePair(b, "stateless-grpc-unary/c1", "seq-mid-grpc-unary/c1", 1, warmSmall,
+			InferUnary(c, stateless), midSequence(c, nextBase()))
+	})
+	b.Run(fmt.Sprintf("%dx%d-on-2-executors", seqConc, seqLength), func(b *testing.B) {
+		f := seqNereid(b)
+		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, f.grpcAddr))
+		// Whole sequences: round b.N up to every worker's share ending
+		// a sequence, give or take the workers' uneven shares.
+		n := max(b.N, seqConc*seqLength)
+		before, err := f.redis.commands()
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := Drive(b, n, seqConc, seqLength, sequences(c, nextBase()))
+		if err != nil {
+			b.Fatalf("sequences: %v", err)
+		}
+		after, err := f.redis.commands()
+		if err != nil {
+			b.Fatal(err)
+		}
+		key := fmt.Sprintf("seq-%dx%d-2exec/c%d", seqConc, seqLength, seqConc)
+		report(b, key, res, false)
+		seqPerSec := res.PerSec / seqLength
+		b.ReportMetric(seqPerSec, "sequences/s")
+		requests := n + seqConc*seqLength // timed + warm-up
+		note := fmt.Sprintf("%s: %.0f sequences/s (%.0f req/s, p50 %s, p99 %s)", key, seqPerSec, res.PerSec, dur(res.P50), dur(res.P99))
+		if f.redis != nil {
+			total, scripts := after.total-before.total, after.scripts-before.scripts
+			perReq, scriptsPerReq := float64(total)/float64(requests), float64(scripts)/float64(requests)
+			b.ReportMetric(perReq, "redis-cmds/req")
+			b.ReportMetric(scriptsPerReq, "redis-roundtrips/req")
+			note += fmt.Sprintf("; Redis over %d requests: %d commands (%.3f per request, Lua-internal commands included), %d scripts/round trips (%.3f per request; target well under 1)",
+				requests, total, perReq, scripts, scriptsPerReq)
+		} else {
+			note += "; Redis not measured (redis-server not installed: memory store)"
+		}
+		setNote(key, note)
+	})
+}
+
+// notes are extra summary lines, by key (the last run of a benchmark wins).
+var notes = struct {
+	sync.Mutex
+	m     map[string]string
+	order []string
+}{m: map[string]string{}}
+
+func setNote(key, line string) {
+	notes.Lock()
+	defer notes.Unlock()
+	if _, ok := notes.m[key]; !ok {
+		notes.order = append(notes.order, key)
+	}
+	notes.m[key] = line
+}
+
+// summaryNotes returns the notes in the order first set (printSummary
+// prints them after the ratios).
+func summaryNotes() []string {
+	notes.Lock()
+	defer notes.Unlock()
+	out := make([]string, 0, len(notes.order))
+	for _, k := range notes.order {
+		out = append(out, notes.m[k])
+	}
+	return out
+}
+
+// redisServer is a redis-server started for the run, without persistence.
+type redisServer struct {
+	port int
+	cmd  *exec.Cmd
+}
+
+func startRedis() (*redisServer, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir, err := os.MkdirTemp("", "nereid-bench-redis-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	r := &redisServer{port: port, cmd: cmd}
+	for i := 0; ; i++ {
+		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "ping").Output()
+		if err == nil && strings.TrimSpace(string(out)) == "PONG" {
+			return r, nil
+		}
+		if i > 100 {
+			r.stop()
+			return nil, fmt.Errorf("redis-server did not start: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (r *redisServer) url() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
+
+func (r *redisServer) stop() {
+	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Wait()
+}
+
+// commandCount is what INFO commandstats says so far: every command's
+// calls (commands run by Lua scripts included), and the script calls
+// (EVAL, EVALSHA: one round trip each), INFO itself left out.
+type commandCount struct{ total, scripts int64 }
+
+func (r *redisServer) commands() (commandCount, error) {
+	var c commandCount
+	if r == nil {
+		return c, nil
+	}
+	out, err := exec.Command("redis-cli", "-p", strconv.Itoa(r.port), "INFO", "commandstats").Output()
+	if err != nil {
+		return c, fmt.Errorf("redis-cli INFO commandstats: %w", err)
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch cmd := strings.TrimPrefix(name, "cmdstat_"); cmd {
+		case "info":
+		case "eval", "evalsha":
+			c.scripts += n
+			c.total += n
+		default:
+			c.total += n
+		}
+	}
+	return c, nil
+}
