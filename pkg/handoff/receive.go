@@ -3,7 +3,6 @@ package handoff
 import (
 	"bytes"
 	"context"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -162,7 +161,7 @@ func (in *Incoming) Reply(ctx context.Context, resp *inference.ModelInferRespons
 	}
 	if out != nil {
 		out.unmapKeepFile()
-		removeLater(ctx, out.name)
+		removeLater(ctx, out.path)
 	}
 }
 
@@ -178,12 +177,11 @@ func (in *Incoming) copySmall(raw [][]byte) {
 
 // removeLater removes a response file once the gateway can no longer want
 // it: it gives up at the request's deadline.
-func removeLater(ctx context.Context, name string) {
+func removeLater(ctx context.Context, path string) {
 	after := defaultOrphanAfter
 	if d, ok := ctx.Deadline(); ok {
 		after = time.Until(d) + orphanGrace
 	}
-	path := filepath.Join(Dir, name)
 	time.AfterFunc(max(after, 0), func() { _ = syscall.Unlink(path) })
 }
 

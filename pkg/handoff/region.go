@@ -30,6 +30,7 @@ const filePrefix = "nereid-handoff-"
 // the bytes holds a reference.
 type Region struct {
 	name string // file name in Dir; "" for heap and anonymous memory
+	path string // the file's path, fixed when it was made
 	anon bool   // anonymous mapping (NewAnon)
 	data []byte
 	refs atomic.Int32
@@ -103,7 +104,7 @@ func Create(size int, reserve bool) (*Region, error) {
 	if err != nil {
 		return fail(err)
 	}
-	r := &Region{name: name, data: data}
+	r := &Region{name: name, path: path, data: data}
 	r.refs.Store(1)
 	return r, nil
 }
@@ -135,7 +136,7 @@ func Open(name string, size int64) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("handoff: map %s: %v", path, err)
 	}
-	r := &Region{name: name, data: data}
+	r := &Region{name: name, path: path, data: data}
 	r.refs.Store(1)
 	return r, nil
 }
@@ -189,7 +190,7 @@ func (r *Region) Unlink() {
 	if r.name == "" {
 		return
 	}
-	r.unlinkOnce.Do(func() { _ = syscall.Unlink(filepath.Join(Dir, r.name)) })
+	r.unlinkOnce.Do(func() { _ = syscall.Unlink(r.path) })
 }
 
 // Retain adds a reference and returns r.
