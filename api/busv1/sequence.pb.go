@@ -115,7 +115,11 @@ type SequenceRequest struct {
 	// still waits for. Sent on the infer subject so that the router sees it
 	// after every request the gateway sent before it; answered with
 	// SequenceResolved.
-	Resolve       []string `protobuf:"bytes,9,rep,name=resolve,proto3" json:"resolve,omitempty"`
+	Resolve []string `protobuf:"bytes,9,rep,name=resolve,proto3" json:"resolve,omitempty"`
+	// The request's input shapes as a key (inputs that allow a ragged batch
+	// left out): requests with different keys never share a batch, as in
+	// Triton. Empty matches only empty.
+	Shape         string `protobuf:"bytes,10,opt,name=shape,proto3" json:"shape,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -211,6 +215,13 @@ func (x *SequenceRequest) GetResolve() []string {
 		return x.Resolve
 	}
 	return nil
+}
+
+func (x *SequenceRequest) GetShape() string {
+	if x != nil {
+		return x.Shape
+	}
+	return ""
 }
 
 // Executor instance -> router on bus.SequencePullSubject: "I am idle, give me
@@ -670,7 +681,7 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\rCorrelationId\x12\x17\n" +
 	"\auint_id\x18\x01 \x01(\x04R\x06uintId\x12\x1b\n" +
 	"\tstring_id\x18\x02 \x01(\tR\bstringId\x12\x1b\n" +
-	"\tis_string\x18\x03 \x01(\bR\bisString\"\x87\x02\n" +
+	"\tis_string\x18\x03 \x01(\bR\bisString\"\x9d\x02\n" +
 	"\x0fSequenceRequest\x12,\n" +
 	"\x02id\x18\x01 \x01(\v2\x1c.nereid.bus.v1.CorrelationIdR\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\bR\x05start\x12\x10\n" +
@@ -682,7 +693,9 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\x06stream\x18\a \x01(\tR\x06stream\x12\x1d\n" +
 	"\n" +
 	"stream_seq\x18\b \x01(\x04R\tstreamSeq\x12\x18\n" +
-	"\aresolve\x18\t \x03(\tR\aresolve\"\xd8\x01\n" +
+	"\aresolve\x18\t \x03(\tR\aresolve\x12\x14\n" +
+	"\x05shape\x18\n" +
+	" \x01(\tR\x05shape\"\xd8\x01\n" +
 	"\fSequencePull\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x1e\n" +

@@ -3,6 +3,7 @@ package sequence
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,7 @@ type qaSeq struct {
 	id    uint64
 	steps []step
 	after time.Duration
+	width int // elements per request (a [1, width] INPUT), default 1
 }
 
 // S, M and E build steps: START, middle, END.
@@ -51,7 +53,12 @@ func streamSequence(t *testing.T, c inference.GRPCInferenceServiceClient, model 
 	go func() {
 		for i, s := range q.steps {
 			time.Sleep(s.pause)
-			if err := stream.Send(grpcRequest(model, fmt.Sprintf("%d_%d", q.id, i), q.id, s.v, s.start, s.end)); err != nil {
+			req := grpcRequest(model, fmt.Sprintf("%d_%d", q.id, i), q.id, s.v, s.start, s.end)
+			if q.width > 1 {
+				req.Inputs[0].Shape = []int64{1, int64(q.width)}
+				req.Inputs[0].Contents.IntContents = slices.Repeat([]int32{s.v}, q.width)
+			}
+			if err := stream.Send(req); err != nil {
 				return
 			}
 		}
@@ -154,6 +161,18 @@ func TestQAFullBatch(t *testing.T) {
 		{id: 1003, steps: []step{S(111), M(112), E(113)}},
 		{id: 1004, steps: []step{S(1111), M(1112), E(1113)}},
 	}, map[uint64]uint64{4: 3}, 3, 12)
+}
+
+// test_ragged_batch: requests of different shapes (the input does not allow
+// a ragged batch) never share a batch: the two [1,2] sequences batch
+// together, the [1,1] and [1,3] ones alone, each padded to the four slots.
+func TestQARaggedBatch(t *testing.T) {
+	runQA(t, "seq4_var", 12, 0, []qaSeq{
+		{id: 1001, steps: []step{S(1), M(2), E(3)}, width: 2},
+		{id: 1002, steps: []step{S(11), M(12), E(13)}, width: 2},
+		{id: 1003, steps: []step{S(111), M(112), E(113)}, width: 1},
+		{id: 1004, steps: []step{S(1111), M(1112), E(1113)}, width: 3, after: stagger},
+	}, map[uint64]uint64{4: 9}, 9, 12)
 }
 
 // test_backlog_fill: two backlogged sequences take the slots of the two

@@ -29,6 +29,11 @@ type Request struct {
 	// Timeout is the request's timeout parameter; 0 means none. It
 	// expires a sequence waiting in the backlog.
 	Timeout time.Duration
+	// Shape is the request's input shapes as a key: requests whose keys
+	// differ never share a batch (Triton batches only equal shapes, unless
+	// the inputs allow a ragged batch, which the caller leaves out of the
+	// key).
+	Shape   string
 	Arrived time.Time
 	// Data is the caller's: how to run and answer the request.
 	Data any
@@ -362,16 +367,19 @@ func (m *Model) Next(now time.Time, k InstanceKey) (*Batch, time.Duration) {
 }
 
 // nextDirect takes one request per slot, from slot 0 to the highest active
-// slot, padding the slots with nothing to run.
+// slot, padding the slots with nothing to run, and the slots whose next
+// request has another shape than the lowest slot's (they wait for a batch
+// of their shape).
 func (m *Model) nextDirect(in *instance) *Batch {
 	top, queued := -1, false
+	var shape string
 	for i := range in.slots {
 		s := &in.slots[i]
 		if s.owner != nil || len(s.queue) > 0 {
 			top = i
 		}
-		if len(s.queue) > 0 {
-			queued = true
+		if len(s.queue) > 0 && !queued {
+			queued, shape = true, s.queue[0].Shape
 		}
 	}
 	if !queued {
@@ -380,7 +388,7 @@ func (m *Model) nextDirect(in *instance) *Batch {
 	b := &Batch{Instance: in.key, Entries: make([]Entry, 0, top+1)}
 	for i := 0; i <= top; i++ {
 		s := &in.slots[i]
-		if len(s.queue) == 0 {
+		if len(s.queue) == 0 || s.queue[0].Shape != shape {
 			b.Entries = append(b.Entries, Entry{Slot: i})
 			continue
 		}
@@ -409,6 +417,9 @@ func (m *Model) nextOldest(now time.Time, in *instance) (*Batch, time.Duration) 
 	slices.SortStableFunc(ready, func(a, b int) int {
 		return in.slots[a].queue[0].Arrived.Compare(in.slots[b].queue[0].Arrived)
 	})
+	// Only requests of the oldest one's shape batch with it.
+	shape := in.slots[ready[0]].queue[0].Shape
+	ready = slices.DeleteFunc(ready, func(i int) bool { return in.slots[i].queue[0].Shape != shape })
 	n := min(len(ready), m.cfg.MaxBatch)
 	best := 0
 	for _, p := range m.cfg.Preferred {

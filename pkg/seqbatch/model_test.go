@@ -329,3 +329,15 @@ func TestDrain(t *testing.T) {
 		t.Fatal("drain dropped the stored binding")
 	}
 }
+
+func TestRaggedShapesDoNotBatch(t *testing.T) {
+	m, _, k := direct(3)
+	shaped := func(id uint64, start, end bool, shape string) *Request {
+		r := req(id, start, end)
+		r.Shape = shape
+		return r
+	}
+	mustEnqueue(t, m, t0, shaped(1, true, false, "2"), shaped(2, true, false, "1"), shaped(3, true, false, "2"))
+	wantBatch(t, m, t0, k, "1S _ 3S")
+	wantBatch(t, m, t0, k, "_ 2S _")
+}

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,7 +114,8 @@ func (g *Gateway) routeSequence(ctx context.Context, vv *versionView, req *infer
 	}
 	token, w, rctx, done := g.seq.track(g, model, req.GetModelVersion(), ctx)
 	defer done()
-	sr := &busv1.SequenceRequest{Id: sp.id.Proto(), Start: sp.start, End: sp.end, TimeoutUs: sp.timeoutUs, Request: body, Token: token}
+	sr := &busv1.SequenceRequest{Id: sp.id.Proto(), Start: sp.start, End: sp.end, TimeoutUs: sp.timeoutUs, Request: body, Token: token,
+		Shape: shapeKey(cfg, r)}
 	if st, ok := ctx.Value(streamStampKey{}).(streamStamp); ok {
 		sr.Stream, sr.StreamSeq = st.stream, st.seq
 	}
@@ -140,6 +143,32 @@ func (g *Gateway) routeSequence(ctx context.Context, vv *versionView, req *infer
 		return nil, true, err
 	}
 	return &resp, true, nil
+}
+
+// shapeKey names a request's input shapes, leaving out the inputs that
+// allow a ragged batch: the sequence batcher batches only requests with
+// equal keys, as Triton batches only equal shapes.
+func shapeKey(cfg *inference.ModelConfig, r *backend.Request) string {
+	ragged := map[string]bool{}
+	for _, in := range cfg.GetInput() {
+		if in.GetAllowRaggedBatch() {
+			ragged[in.GetName()] = true
+		}
+	}
+	parts := make([]string, 0, len(r.Inputs))
+	for _, in := range r.Inputs {
+		if ragged[in.Name] {
+			continue
+		}
+		b := append([]byte(nil), in.Name...)
+		for _, d := range in.Shape {
+			b = append(b, ',')
+			b = strconv.AppendInt(b, d, 10)
+		}
+		parts = append(parts, string(b))
+	}
+	slices.Sort(parts) // the key does not depend on the request's input order
+	return strings.Join(parts, ";")
 }
 
 // streamOrder keeps the requests of one sequence in order on one

@@ -29,6 +29,7 @@ type item struct {
 	// stream (busv1.SequenceRequest.stream, stream_seq).
 	stream string
 	seq    uint64
+	shape  string // busv1.SequenceRequest.shape
 }
 
 // orderWait is how long a stream's request waits for an earlier one of its
@@ -249,7 +250,7 @@ func (m *model) flushOrder(k orderKey) {
 }
 
 func (m *model) enqueue(now time.Time, it *item) error {
-	return m.core.Enqueue(now, &seqbatch.Request{ID: it.id, Start: it.start, End: it.end, Timeout: it.timeout, Data: it})
+	return m.core.Enqueue(now, &seqbatch.Request{ID: it.id, Start: it.start, End: it.end, Timeout: it.timeout, Shape: it.shape, Data: it})
 }
 
 // init builds the batcher from the config an executor sent, restores the
