@@ -21,6 +21,7 @@ import (
 	"github.com/nereid-io/nereid/api/health"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
 )
 
@@ -118,6 +119,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Node == "" {
 		cfg.Node, _ = os.Hostname()
 	}
+	handoff.Sweep() // hand-off files left in /dev/shm by crashed processes
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
