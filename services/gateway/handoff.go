@@ -69,6 +69,22 @@ func (g *Gateway) handoffRoute(vv *versionView) handoff.Route {
 // before a request goes over the bus.
 const busGCSize = 64 << 20
 
+// usesSharedMemory reports whether an input or output of req lies in a
+// registered shared-memory region.
+func usesSharedMemory(req *inference.ModelInferRequest) bool {
+	for _, in := range req.GetInputs() {
+		if _, ok := in.GetParameters()["shared_memory_region"]; ok {
+			return true
+		}
+	}
+	for _, out := range req.GetOutputs() {
+		if _, ok := out.GetParameters()["shared_memory_region"]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 func rawSize(req *inference.ModelInferRequest) int {
 	n := 0
 	for _, b := range req.GetRawInputContents() {
@@ -92,6 +108,11 @@ type handoffState struct {
 func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferRequest) (string, *handoffState, error) {
 	hs := &handoffState{body: handoff.TakeRegion(req)}
 	route := g.handoffRoute(vv)
+	if usesSharedMemory(req) {
+		// The request goes to its regions' node (shmRoute), which need not
+		// be this one: its other tensors ride the bus.
+		route = handoff.RouteBus
+	}
 	if route == handoff.RouteBus && rawSize(req) >= busGCSize {
 		// A large gRPC request leaves its received frames in gRPC's buffer
 		// pool; the reply about to be reassembled is as large. Two
