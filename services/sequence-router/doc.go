@@ -41,8 +41,8 @@
 // The store sees START (bind or backlog), END and idle releases, backlog
 // moves and executor losses; nothing else. Each model version has its own
 // lease in the store, so one router at a time serves a model and models
-// spread over routers. A router serves a model (subscribes to its infer,
-// pull and resolve subjects) only while it holds the model's lease:
+// spread over routers. A router serves a model (subscribes to its infer and
+// pull subjects) only while it holds the model's lease:
 //
 //   - Claim: an executor instance whose pull finds no router (or no answer)
 //     publishes it on bus.SequenceClaimSubject; every router hears it and
