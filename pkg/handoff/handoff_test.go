@@ -512,3 +512,49 @@ func TestNewAnon(t *testing.T) {
 		t.Fatal("not unmapped")
 	}
 }
+
+// TestUndo: inputs handed off can be put back for the bus, until an
+// executor of this process has taken them.
+func TestUndo(t *testing.T) {
+	useDir(t)
+	for _, route := range []Route{RouteNode, RouteProcess} {
+		t.Run(route.String(), func(t *testing.T) {
+			req, want := request(10, 5000, 3000)
+			o, err := Prepare(req, route, nil, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			late := wire(t, req)
+			if !o.Undo(req) {
+				t.Fatal("Undo refused")
+			}
+			if _, ok := req.Parameters[Param]; ok {
+				t.Fatal("the descriptor stayed")
+			}
+			for i, w := range want {
+				if !bytes.Equal(req.RawInputContents[i], w) {
+					t.Fatalf("input %d not put back", i)
+				}
+			}
+			if route == RouteProcess {
+				if _, err := Accept(late); err == nil {
+					t.Fatal("an executor took tensors the gateway took back")
+				}
+			}
+			o.Release()
+			noLeaks(t)
+		})
+	}
+	req, _ := request(5000)
+	o, _ := Prepare(req, RouteProcess, nil, 1000)
+	in, err := Accept(wire(t, req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Undo(req) {
+		t.Fatal("Undo after the executor took the tensors")
+	}
+	in.Release()
+	o.Release()
+	noLeaks(t)
+}

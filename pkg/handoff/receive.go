@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -53,12 +54,13 @@ func Accept(req *inference.ModelInferRequest) (*Incoming, error) {
 	case ModeProcess:
 		ex := lookupExchange(d.Name)
 		if ex == nil {
-			return nil, tritonerr.Unavailablef("handoff: no tensors under key %s in this process (the gateway gave up, or the request reached another process)", d.Name)
+			// Not run: the gateway may send it again over the bus.
+			return nil, bus.NotTaken("handoff: no tensors under key %s in this process (the gateway gave up, or the request reached another process)", d.Name)
 		}
 		ex.mu.Lock()
 		if ex.closed || ex.taken {
 			ex.mu.Unlock()
-			return nil, tritonerr.Unavailablef("handoff: the tensors under key %s are gone", d.Name)
+			return nil, bus.NotTaken("handoff: the tensors under key %s are gone", d.Name)
 		}
 		ex.taken = true
 		in.req, ex.region = ex.region, nil
@@ -76,7 +78,10 @@ func Accept(req *inference.ModelInferRequest) (*Incoming, error) {
 		}
 		r, err := Open(d.Name, d.Size)
 		if err != nil {
-			return nil, tritonerr.Unavailablef("%v", err)
+			// Not run: the gateway may send it again over the bus (this
+			// executor claims the gateway's node but does not share its
+			// /dev/shm, or the gateway gave up).
+			return nil, bus.NotTaken("%v", err)
 		}
 		r.Unlink()
 		in.req = r

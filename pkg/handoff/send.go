@@ -49,8 +49,9 @@ type Outgoing struct {
 	req  *Region // the request's file (ModeFile) or memory; one reference
 	resp *Region // the response's file, once mapped; one reference
 
-	key string // ModeProcess
-	ex  *exchange
+	key   string // ModeProcess
+	ex    *exchange
+	spans []Span // ModeFile: where the inputs went, for Undo
 
 	once sync.Once
 }
@@ -141,12 +142,51 @@ func Prepare(req *inference.ModelInferRequest, route Route, body *Region, thresh
 		for _, s := range d.Spans {
 			raw[s.Index] = []byte{}
 		}
+		o.spans = d.Spans
 	}
 	if req.Parameters == nil {
 		req.Parameters = map[string]*inference.InferParameter{}
 	}
 	req.Parameters[Param] = &inference.InferParameter{ParameterChoice: &inference.InferParameter_StringParam{StringParam: d.String()}}
 	return o, nil
+}
+
+// Undo puts the handed-off inputs back into req and removes Param, so that
+// the request can go over the bus after all: the executors of this node went
+// away, or do not share its /dev/shm (bus.IsNoResponders on the node
+// subject, or the executor's bus.NotTaken from Accept). The inputs still
+// lie in o's memory: release o only once req has been sent. It reports
+// false when the tensors can no longer be taken back (an executor of this
+// process took them).
+func (o *Outgoing) Undo(req *inference.ModelInferRequest) bool {
+	if o == nil {
+		return false
+	}
+	raw := req.GetRawInputContents()
+	switch o.mode {
+	case ModeProcess:
+		ex := o.ex
+		ex.mu.Lock()
+		taken := ex.taken
+		ex.mu.Unlock()
+		if taken {
+			return false
+		}
+		closeExchange(o.key, ex) // no executor can take them now
+		for i, b := range ex.inputs {
+			if b != nil && i < len(raw) {
+				raw[i] = b
+			}
+		}
+	case ModeFile:
+		for _, s := range o.spans {
+			if s.Index < len(raw) {
+				raw[s.Index] = o.req.data[s.Offset : s.Offset+s.Len : s.Offset+s.Len]
+			}
+		}
+	}
+	delete(req.Parameters, Param)
+	return true
 }
 
 // Finish moves the outputs the executor handed off into

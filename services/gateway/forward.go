@@ -26,7 +26,7 @@ func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *infere
 	}
 	defer release()
 	var resp inference.ModelInferResponse
-	if err := hs.finish(&resp, g.bus.Request(ctx, subject, req, &resp)); err != nil {
+	if err := hs.finish(&resp, hs.request(ctx, g.bus, subject, req, &resp)); err != nil {
 		return nil, err
 	}
 	return &resp, nil

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -133,6 +134,18 @@ func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferReque
 		return bus.InferNodeSubject(req.GetModelName(), req.GetModelVersion(), g.cfg.Node), hs, nil
 	}
 	return bus.InferSubject(req.GetModelName(), req.GetModelVersion()), hs, nil
+}
+
+// request sends req on subject; when the hand-off cannot happen (this
+// node's executors went away, or one that claims this node does not share
+// its /dev/shm: the request was not run) the inputs are put back and the
+// request goes over the bus to any executor of the model.
+func (hs *handoffState) request(ctx context.Context, bc busConn, subject string, req *inference.ModelInferRequest, resp *inference.ModelInferResponse) error {
+	err := bc.Request(ctx, subject, req, resp)
+	if err == nil || hs.out == nil || !bus.IsNoResponders(err) || !hs.out.Undo(req) {
+		return err
+	}
+	return bc.Request(ctx, bus.InferSubject(req.GetModelName(), req.GetModelVersion()), req, resp)
 }
 
 // finish takes the handed-off outputs into resp once the request returned

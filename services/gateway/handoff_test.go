@@ -3,10 +3,12 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/handoff"
 )
@@ -161,4 +164,33 @@ func TestLargeRequestRefused(t *testing.T) {
 	if f := handoffFiles(); len(f) > 0 {
 		t.Fatalf("left in /dev/shm: %v", f)
 	}
+}
+
+// TestHandoffFallsBackToTheBus: an executor that claims the gateway's node
+// but does not take requests on the node's subject (it does not share the
+// node's /dev/shm, or went away) does not make large requests fail: they
+// go over the bus, inputs put back.
+func TestHandoffFallsBackToTheBus(t *testing.T) {
+	ns := startNATS(t)
+	// The fake executor reports node "test" and serves only the model's
+	// subject, not the node's.
+	g := startGateway(t, ns, func(c *Config) { c.Node = "test"; c.HandoffThreshold = 16 })
+	ex := newFakeExecutor(t, ns, "ex1",
+		&busv1.ModelVersionState{Name: "simple", Version: "1", State: "READY", Config: simpleConfig("simple")})
+	ex.start()
+	waitModelReady(t, g, "simple")
+	r := do(t, "POST", "http://"+g.HTTPAddr()+"/v2/models/simple/infer", []byte(simpleRequestJSON("")), nil)
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	var out struct {
+		Outputs []struct {
+			Data []int `json:"data"`
+		} `json:"outputs"`
+	}
+	if err := json.Unmarshal(r.body, &out); err != nil || len(out.Outputs) != 2 ||
+		!slices.Equal(out.Outputs[0].Data, sum) || !slices.Equal(out.Outputs[1].Data, diff) {
+		t.Fatalf("%s: %v", r.body, err)
+	}
+	waitFor(t, "hand-off files to go", 5*time.Second, func() bool { return len(handoffFiles()) == 0 })
 }
