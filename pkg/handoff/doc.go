@@ -19,7 +19,11 @@
 //   - RouteBus (no executor on this node): no hand-off; the bus chunks the
 //     bytes. It is also the fallback whenever a file cannot be made.
 //
-// Gateway side: Prepare, Outgoing.Finish, Outgoing.Release. Executor side:
+// Gateway side: Prepare, Outgoing.Finish, Outgoing.Release (and
+// Outgoing.Undo: when no executor of the node takes the request, or the one
+// that does cannot open the file — it claims the node without sharing its
+// /dev/shm — Accept answers bus.NotTaken, nothing has run, and the gateway
+// puts the inputs back and sends the request over the bus). Executor side:
 // Accept, Incoming.Reply, Incoming.Release. Memory is reference counted
 // (Region), so bytes stay mapped while anyone reads them.
 //
