@@ -1,11 +1,15 @@
 package sharedmemory
 
 import (
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/nereid-io/nereid/e2e/constellation"
+	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -40,6 +44,20 @@ func TestConstellationRegistryRestart(t *testing.T) {
 	inferSimple(t, gc, m)
 
 	reg.Kill()
+	// nats-server drops a killed client's subscriptions when it reads the
+	// closed socket, a moment after the kill; a request sent before that
+	// would go to the dead registry and time out instead.
+	nc, err := nats.Connect(c.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if !constellation.WaitFor(10*time.Second, func() bool {
+		_, err := nc.Request(bus.ShmStatusSubject, nil, 500*time.Millisecond)
+		return errors.Is(err, nats.ErrNoResponders)
+	}) {
+		t.Fatal("nats-server still routes to the killed registry")
+	}
 	_, err = hc.status("")
 	wantErr(t, hc, err, tritonerr.Unavailable, "shared memory is unavailable: no shm-registry is running")
 	_, err = gc.infer("simple", []tensorIn{simpleIn("INPUT0", ref("input0_data", 0, 64), nil), simpleIn("INPUT1", nil, in1)}, nil)
