@@ -214,6 +214,7 @@ func (c *Conn) Subscribe(subject string, fn func(ctx context.Context, data []byt
 		return nil, err
 	}
 	s.init(sub)
+	c.confirm()
 	return s, nil
 }
 
@@ -303,4 +304,13 @@ func (b *inbox) next(ctx context.Context, idle time.Duration) (*nats.Msg, error)
 			return nil, errIdle
 		}
 	}
+}
+
+// confirm waits until the server has processed what this connection sent,
+// subscriptions included, so that a subscriber is reachable as soon as
+// Handle or Subscribe returns: a request another connection sends right
+// after must not find "no responders". Without a connection the
+// subscription is sent on reconnect, so a failure here changes nothing.
+func (c *Conn) confirm() {
+	_ = c.nc.FlushTimeout(5 * time.Second)
 }

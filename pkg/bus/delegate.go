@@ -74,6 +74,7 @@ func (c *Conn) handleDelegated(subject, queue string, fn DelegateFunc, ordered b
 		return nil, err
 	}
 	s.init(sub)
+	c.confirm()
 	return s, nil
 }
 

@@ -48,6 +48,7 @@ func (c *Conn) Handle(subject, queue string, h HandlerFunc) (*Subscription, erro
 		return nil, err
 	}
 	s.init(sub)
+	c.confirm()
 	return s, nil
 }
 
