@@ -34,6 +34,7 @@ type Conn struct {
 	seq     atomic.Uint64
 
 	cancels cancels // handlers in flight, for requesters' cancellations
+	workers workers // goroutines serving handled requests
 }
 
 type options struct {

@@ -57,7 +57,7 @@ func (c *Conn) handleDelegated(subject, queue string, fn DelegateFunc, ordered b
 			c.serveDelegated(s, m, fn)
 			return
 		}
-		go c.serveDelegated(s, m, fn)
+		c.workers.run(func() { c.serveDelegated(s, m, fn) })
 	}
 	var sub *nats.Subscription
 	var err error

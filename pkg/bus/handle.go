@@ -31,7 +31,7 @@ func (c *Conn) Handle(subject, queue string, h HandlerFunc) (*Subscription, erro
 	s := &Subscription{}
 	cb := func(m *nats.Msg) {
 		s.inflight.Add(1)
-		go c.serve(s, m, h)
+		c.workers.run(func() { c.serve(s, m, h) })
 	}
 	var sub *nats.Subscription
 	var err error

@@ -100,6 +100,10 @@ type Gateway struct {
 
 // New checks cfg, connects the bus and opens the listeners, so that port
 // conflicts surface here and the actual addresses are known before Run.
+// grpcStreamWorkers is the size of the gRPC server's goroutine pool; RPCs
+// beyond it get goroutines of their own.
+const grpcStreamWorkers = 64
+
 func New(cfg Config) (*Gateway, error) {
 	if cfg.Conn == nil {
 		return nil, errors.New("gateway: Config.Conn is required")
@@ -175,6 +179,10 @@ func New(cfg Config) (*Gateway, error) {
 			grpc.MaxRecvMsgSize(cfg.GRPCMaxMessageSize),
 			grpc.MaxSendMsgSize(cfg.GRPCMaxMessageSize),
 			grpc.ForceServerCodecV2(g.grpcCodec()), // large tensors without extra copies
+			// Pooled goroutines serve the RPCs: a goroutine started per RPC
+			// grows (copies) its stack on every request on the way through
+			// decoding and the bus; a pooled one keeps its stack.
+			grpc.NumStreamWorkers(grpcStreamWorkers),
 		)
 		inference.RegisterGRPCInferenceServiceServer(g.grpcSrv, &grpcService{g: g})
 		health.RegisterHealthServer(g.grpcSrv, &healthService{g: g})
