@@ -200,7 +200,7 @@ func (c *Conn) Publish(subject string, m proto.Message) error {
 // carries the trace context of the message, if any.
 func (c *Conn) Subscribe(subject string, fn func(ctx context.Context, data []byte)) (*Subscription, error) {
 	s := &Subscription{}
-	sub, err := c.nc.Subscribe(subject, func(m *nats.Msg) {
+	err := c.subscribe(s, subject, "", func(m *nats.Msg) {
 		ctx := context.Background()
 		if len(m.Header) > 0 {
 			ctx = otel.GetTextMapPropagator().Extract(ctx, HeaderCarrier(m.Header))
@@ -208,15 +208,50 @@ func (c *Conn) Subscribe(subject string, fn func(ctx context.Context, data []byt
 		fn(ctx, m.Data)
 	})
 	if err != nil {
-		return nil, tritonerr.Unavailablef("bus: cannot subscribe to %s: %v", subject, err)
+		return nil, err
+	}
+	return s, nil
+}
+
+// subscribe registers cb on subject (in queue, when not empty) for s, with
+// the pending limits large transfers need, and returns once the server has
+// the subscription.
+func (c *Conn) subscribe(s *Subscription, subject, queue string, cb nats.MsgHandler) error {
+	var sub *nats.Subscription
+	var err error
+	if queue == "" {
+		sub, err = c.nc.Subscribe(subject, cb)
+	} else {
+		sub, err = c.nc.QueueSubscribe(subject, queue, cb)
+	}
+	if err != nil {
+		return tritonerr.Unavailablef("bus: cannot subscribe to %s: %v", subject, err)
 	}
 	if err := c.setLimits(sub); err != nil {
 		_ = sub.Unsubscribe()
-		return nil, err
+		return err
 	}
 	s.init(sub)
 	c.confirm()
-	return s, nil
+	return nil
+}
+
+// requestContext is the context a handler of m runs in: the requester's
+// trace context and deadline. ok is false, and the requester told so, when
+// the deadline has already passed.
+func (c *Conn) requestContext(m *nats.Msg) (ctx context.Context, cancel context.CancelFunc, ok bool) {
+	ctx, cancel = context.Background(), func() {}
+	if len(m.Header) > 0 {
+		ctx = otel.GetTextMapPropagator().Extract(ctx, HeaderCarrier(m.Header))
+	}
+	if d, has := deadline(m.Header); has {
+		if !time.Now().Before(d) {
+			c.respondError(m.Reply, tritonerr.Unavailablef("request to %s timed out before it was handled", target(m.Subject)))
+			return nil, nil, false
+		}
+		ctx, cancel = context.WithDeadline(ctx, d)
+	}
+	return ctx, cancel, true
 }
 
 // Subscription is a Handle or Subscribe registration.

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"runtime/debug"
-	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -59,40 +57,19 @@ func (c *Conn) handleDelegated(subject, queue string, fn DelegateFunc, ordered b
 		}
 		c.workers.run(func() { c.serveDelegated(s, m, fn) })
 	}
-	var sub *nats.Subscription
-	var err error
-	if queue == "" {
-		sub, err = c.nc.Subscribe(subject, cb)
-	} else {
-		sub, err = c.nc.QueueSubscribe(subject, queue, cb)
-	}
-	if err != nil {
-		return nil, tritonerr.Unavailablef("bus: cannot subscribe to %s: %v", subject, err)
-	}
-	if err := c.setLimits(sub); err != nil {
-		_ = sub.Unsubscribe()
+	if err := c.subscribe(s, subject, queue, cb); err != nil {
 		return nil, err
 	}
-	s.init(sub)
-	c.confirm()
 	return s, nil
 }
 
 func (c *Conn) serveDelegated(s *Subscription, m *nats.Msg, fn DelegateFunc) {
 	defer s.inflight.Done()
-	ctx := context.Background()
-	if len(m.Header) > 0 {
-		ctx = otel.GetTextMapPropagator().Extract(ctx, HeaderCarrier(m.Header))
+	ctx, cancel, ok := c.requestContext(m)
+	if !ok {
+		return
 	}
-	if d, ok := deadline(m.Header); ok {
-		if !time.Now().Before(d) {
-			c.respondError(m.Reply, tritonerr.Unavailablef("request to %s timed out before it was handled", target(m.Subject)))
-			return
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d)
-		defer cancel()
-	}
+	defer cancel()
 	data := m.Data
 	if m.Header[HeaderSize] != nil {
 		if m.Reply == "" {
