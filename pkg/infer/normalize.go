@@ -28,6 +28,20 @@ var reserved = map[string]bool{
 // the gateway sends it over the bus. Every error is an INVALID_ARG
 // *tritonerr.Error.
 func Normalize(cfg *inference.ModelConfig, req *inference.ModelInferRequest, r *backend.Request) error {
+	return normalize(cfg, req, r, nil)
+}
+
+// NormalizeShm is Normalize for a caller that cannot read the inputs kept
+// in shared memory (the gateway, before a sequence request goes to the
+// router): shmSizes gives, by input index, the byte size such an input
+// declares. Its data is not looked at: a fixed-size input's declared size
+// must still be exact (Triton's byte size mismatch), a BYTES input is
+// checked by the executor, which reads it.
+func NormalizeShm(cfg *inference.ModelConfig, req *inference.ModelInferRequest, r *backend.Request, shmSizes map[int]uint64) error {
+	return normalize(cfg, req, r, shmSizes)
+}
+
+func normalize(cfg *inference.ModelConfig, req *inference.ModelInferRequest, r *backend.Request, shmSizes map[int]uint64) error {
 	model := cfg.GetName()
 	v := validator{model: model, prefix: logRequest(req.GetId())}
 
@@ -136,6 +150,19 @@ func Normalize(cfg *inference.ModelConfig, req *inference.ModelInferRequest, r *
 	// ValidateRequestInputs: the data must be exactly what the shape says.
 	for _, i := range order {
 		bi := &r.Inputs[i]
+		if size, ok := shmSizes[i]; ok {
+			if bi.DataType == tensor.Bytes {
+				continue
+			}
+			want, err := tensor.ByteSize(bi.Name, bi.DataType, bi.Shape)
+			if err != nil {
+				return err
+			}
+			if uint64(want) != size {
+				return v.errf("input byte size mismatch for input '%s' for model '%s'. Expected %d, got %d", bi.Name, model, want, size)
+			}
+			continue
+		}
 		if err := tensor.ValidateInput(req.GetId(), bi.Name, model, bi.DataType, bi.Shape, bi.Data); err != nil {
 			return err
 		}

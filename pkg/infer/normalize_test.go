@@ -3,6 +3,7 @@ package infer
 import (
 	"bytes"
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/prototext"
@@ -222,6 +223,42 @@ func TestNormalizeShapes(t *testing.T) {
 			}
 			if !slices.Equal(r.Inputs[0].Shape, tt.wantShape) || r.BatchSize != tt.wantBatch {
 				t.Errorf("shape %v batch %d, want %v %d", r.Inputs[0].Shape, r.BatchSize, tt.wantShape, tt.wantBatch)
+			}
+		})
+	}
+}
+
+// TestNormalizeShm: inputs in shared memory have no data here; a fixed-size
+// one's declared byte size must be exact, a BYTES one is not looked at.
+func TestNormalizeShm(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   string
+		ins   []in
+		sizes map[int]uint64
+		err   string
+	}{
+		{"exact", simpleCfg, []in{{"INPUT0", "INT32", []int64{1, 16}, nil}, {"INPUT1", "INT32", []int64{1, 16}, zeros(64)}}, map[int]uint64{0: 64}, ""},
+		{"too big", simpleCfg, []in{{"INPUT0", "INT32", []int64{1, 16}, nil}, {"INPUT1", "INT32", []int64{1, 16}, zeros(64)}}, map[int]uint64{0: 128},
+			"input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 128"},
+		{"raw input still checked", simpleCfg, []in{{"INPUT0", "INT32", []int64{1, 16}, nil}, {"INPUT1", "INT32", []int64{1, 16}, zeros(4)}}, map[int]uint64{0: 64},
+			"input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 4"},
+		{"bytes not looked at", stringCfg, []in{{"INPUT0", "BYTES", []int64{1, 16}, nil}, {"INPUT1", "BYTES", []int64{1, 16}, strs(16, "x")}}, map[int]uint64{0: 3}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := backend.NewRequest(nil, nil)
+			err := NormalizeShm(config(t, tc.cfg), request("", tc.ins), r, tc.sizes)
+			if tc.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.BatchSize != 1 {
+					t.Fatalf("batch size %d", r.BatchSize)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("got %v, want %q", err, tc.err)
 			}
 		})
 	}

@@ -272,6 +272,7 @@ type seqItem struct {
 	p     *pending
 	cctx  context.CancelFunc
 	reply string
+	sh    *shmRequest // tensors in shared memory (shm.go), nil for none
 }
 
 func (s *seqRunner) execute(ctx context.Context, in *instance, batch *busv1.SequenceBatch) {
@@ -309,9 +310,18 @@ func (s *seqRunner) execute(ctx context.Context, in *instance, batch *busv1.Sequ
 		it.req = &inference.ModelInferRequest{}
 		err := proto.Unmarshal(src.GetRequest(), it.req)
 		if err == nil {
+			// Inputs in shared memory become slices of their mappings, as
+			// on the stateless path; padding maps its template's regions.
+			it.sh, err = mv.e.shm.attach(it.req)
+			if err == nil && it.sh != nil && !w.GetPadding() && pastDeadline(w) {
+				err = errSeqTimedOut(mv.name)
+			}
+		}
+		if err == nil {
 			err = infer.Normalize(mv.cfg, it.req, r)
 		}
 		if err != nil {
+			it.sh.releaseNow()
 			if !w.GetPadding() {
 				mv.stats.failed(received)
 				mv.e.bus.ReplyError(it.reply, err)
@@ -346,6 +356,9 @@ func (s *seqRunner) execute(ctx context.Context, in *instance, batch *busv1.Sequ
 		reqs = append(reqs, r)
 	}
 	if real == 0 {
+		for _, it := range items {
+			it.sh.releaseNow()
+		}
 		return
 	}
 
@@ -389,6 +402,9 @@ func (s *seqRunner) execute(ctx context.Context, in *instance, batch *busv1.Sequ
 		if it.cctx != nil {
 			defer it.cctx()
 		}
+		// The batch has run (Execute returned): nothing touches the
+		// mappings once the answers are written.
+		defer it.sh.releaseNow()
 		if it.p == nil {
 			continue
 		}
@@ -397,10 +413,32 @@ func (s *seqRunner) execute(ctx context.Context, in *instance, batch *busv1.Sequ
 			continue
 		}
 		out := mv.response(it.req, it.p.req, it.p.resp)
+		if it.sh != nil && pastDeadline(it.w) {
+			// The gateway stopped waiting and released its holds: the
+			// client may have unregistered and reused the region.
+			mv.e.bus.ReplyError(it.reply, errSeqTimedOut(mv.name))
+			continue
+		}
+		if err := it.sh.finish(out); err != nil { // outputs into their shared-memory regions
+			mv.e.bus.ReplyError(it.reply, err)
+			continue
+		}
 		if err := mv.e.bus.Reply(ctx, it.reply, out); err != nil {
 			mv.e.log.Debug("sequence reply not delivered", "model", mv.name, "err", err)
 		}
 	}
+}
+
+// pastDeadline reports whether the client's deadline for w has passed:
+// the gateway no longer waits and no longer holds w's shared-memory
+// regions, so nothing may be read from or written into them.
+func pastDeadline(w *busv1.SequenceWork) bool {
+	d := w.GetDeadlineUnixNano()
+	return d > 0 && time.Now().UnixNano() >= d
+}
+
+func errSeqTimedOut(model string) error {
+	return tritonerr.Unavailablef("inference request for model '%s' timed out", model)
 }
 
 // call runs Execute, turning a panic into an error for the batch.

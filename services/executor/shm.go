@@ -461,6 +461,16 @@ func (s *shmState) attach(req *inference.ModelInferRequest) (*shmRequest, error)
 	if s == nil {
 		return nil, tritonerr.Internalf("executor has no shared memory support running")
 	}
+	// Regions are node-local. The gateway addresses stateless requests to
+	// the regions' node; a sequence request goes wherever the sequence
+	// router's batch goes, which, in the standalone server and single-node
+	// constellations, is this node.
+	for _, r := range lease.GetRegions() {
+		if r.GetNode() != s.e.cfg.Node {
+			return nil, tritonerr.Unavailablef("shared memory region '%s' is on node '%s', but the executor that got the request ('%s') runs on node '%s' and cannot map it: requests that use shared memory must be served on the region's node",
+				r.GetName(), r.GetNode(), s.e.cfg.ID, s.e.cfg.Node)
+		}
+	}
 	regions := map[string]*busv1.ShmRegion{}
 	for _, r := range lease.GetRegions() {
 		regions[r.GetName()] = r
@@ -613,6 +623,9 @@ func (sr *shmRequest) release(p *pending) {
 }
 
 func (sr *shmRequest) releaseNow() {
+	if sr == nil {
+		return
+	}
 	for i, m := range sr.sys {
 		sr.s.unuseSystem(sr.sysIDs[i], m)
 	}

@@ -37,6 +37,13 @@ func sysRegion(name, key string, offset, size uint64) *busv1.ShmRegion {
 	return &busv1.ShmRegion{Name: name, Kind: busv1.ShmKind_SHM_KIND_SYSTEM, Node: "node-a", Id: "id-" + name, Key: key, Offset: offset, ByteSize: size}
 }
 
+// otherNode is r registered on node-b.
+func otherNode(r *busv1.ShmRegion) *busv1.ShmRegion {
+	c := proto.Clone(r).(*busv1.ShmRegion)
+	c.Node = "node-b"
+	return c
+}
+
 // shmInfer sends req as a gateway would: on the node's subject with a lease.
 func (h *harness) shmInfer(model string, req *inference.ModelInferRequest, regions ...*busv1.ShmRegion) (*inference.ModelInferResponse, error) {
 	req.ModelName, req.ModelVersion = model, "1"
@@ -128,6 +135,10 @@ func TestShmInPlace(t *testing.T) {
 			tritonerr.Internal, "shared memory size specified with the request for output 'OUTPUT0' (32 bytes) should be at least 64 bytes to hold the results"},
 		{"region not in the lease", shm.Ref{Region: "in", ByteSize: 64}, shm.Ref{Region: "nope", ByteSize: 64}, []*busv1.ShmRegion{regIn, regOut},
 			tritonerr.NotFound, "Unable to find shared memory region: 'nope'"},
+		// Sequence requests go wherever the router's batch goes; a region
+		// of another node cannot be mapped here.
+		{"region on another node", shm.Ref{Region: "in", ByteSize: 64}, shm.Ref{Region: "out", ByteSize: 64}, []*busv1.ShmRegion{regIn, otherNode(regOut)},
+			tritonerr.Unavailable, "shared memory region 'out' is on node 'node-b', but the executor that got the request"},
 		{"offset past the region", shm.Ref{Region: "in", Offset: uint64(page), ByteSize: 64}, shm.Ref{Region: "out", ByteSize: 64}, []*busv1.ShmRegion{regIn, regOut},
 			tritonerr.InvalidArg, "Invalid offset for shared memory region: 'in'"},
 		{"no lease", shm.Ref{Region: "in", ByteSize: 64}, shm.Ref{Region: "out", ByteSize: 64}, nil,

@@ -95,8 +95,19 @@ func (g *Gateway) routeSequence(ctx context.Context, vv *versionView, req *infer
 		return nil, false, nil
 	}
 	model := req.GetModelName()
+	// Tensors in shared memory: hold their regions and check the ranges
+	// as for a stateless request (shm.go); the lease travels inside the
+	// encoded request through the router to the executor, which reads the
+	// inputs from and writes the outputs into the regions. The router's
+	// executors must be on the regions' node: the executor refuses the
+	// request otherwise (UNAVAILABLE, naming the node).
+	_, _, release, err := g.shmHold(ctx, req)
+	if err != nil {
+		return nil, true, err
+	}
+	defer release()
 	r := backend.NewRequest(nil, nil)
-	if err := infer.Normalize(cfg, req, r); err != nil {
+	if err := infer.NormalizeShm(cfg, req, r, shmInputSizes(req)); err != nil {
 		return nil, true, err
 	}
 	if err := seqbatch.ValidateCorrelationID(cfg, sp.id); err != nil {

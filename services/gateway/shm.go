@@ -171,21 +171,37 @@ type shmUse struct {
 	ref    shm.Ref
 }
 
-// shmRoute prepares a request whose tensors use shared memory: it holds
-// the regions for the request (so an unregister waits for it), checks
-// every tensor's offset and size against its region before anything is
-// sent (Triton's messages, inputs first, in request order), puts the
-// lease in the request for the executor, and picks the subject of the
-// executors on the regions' node (the device's executor for CUDA). The
-// returned release ends the holds; call it once the answer is back. A
-// request without shared memory keeps subject.
+// shmRoute prepares a request whose tensors use shared memory (shmHold)
+// and picks the subject of the executors on the regions' node (the
+// device's executor for CUDA). The returned release ends the holds; call
+// it once the answer is back. A request without shared memory keeps
+// subject.
 func (g *Gateway) shmRoute(ctx context.Context, req *inference.ModelInferRequest, subject string) (string, func(), error) {
+	first, cuda, release, err := g.shmHold(ctx, req)
+	if err != nil || first == nil {
+		return subject, release, err
+	}
+	model, version := req.GetModelName(), req.GetModelVersion()
+	if cuda != nil {
+		return bus.InferDeviceSubject(model, version, cuda.GetNode(), cuda.GetDeviceId()), release, nil
+	}
+	return bus.InferNodeSubject(model, version, first.GetNode()), release, nil
+}
+
+// shmHold holds the regions a request's tensors use for the request (so an
+// unregister waits for it), checks every tensor's offset and size against
+// its region before anything is sent (Triton's messages, inputs first, in
+// request order) and puts the lease in the request for the executor. It
+// returns the first region used (nil: the request uses no shared memory)
+// and the CUDA region if any; all are on one node (one device for CUDA).
+// release ends the holds (never nil without an error).
+func (g *Gateway) shmHold(ctx context.Context, req *inference.ModelInferRequest) (first, cuda *busv1.ShmRegion, release func(), err error) {
 	delete(req.Parameters, shm.LeaseParam) // only a gateway sets it
 	var uses []shmUse
 	for _, in := range req.GetInputs() {
 		ref, ok, err := shm.FromParams(in.GetName(), in.GetParameters(), false)
 		if err != nil {
-			return "", nil, err
+			return nil, nil, nil, err
 		}
 		if ok {
 			uses = append(uses, shmUse{in.GetName(), ref})
@@ -194,14 +210,14 @@ func (g *Gateway) shmRoute(ctx context.Context, req *inference.ModelInferRequest
 	for _, out := range req.GetOutputs() {
 		ref, ok, err := shm.FromParams(out.GetName(), out.GetParameters(), false)
 		if err != nil {
-			return "", nil, err
+			return nil, nil, nil, err
 		}
 		if ok {
 			uses = append(uses, shmUse{out.GetName(), ref})
 		}
 	}
 	if len(uses) == 0 {
-		return subject, func() {}, nil
+		return nil, nil, func() {}, nil
 	}
 
 	names := make([]string, 0, len(uses))
@@ -217,9 +233,9 @@ func (g *Gateway) shmRoute(ctx context.Context, req *inference.ModelInferRequest
 	if err := g.shmCall(ctx, bus.ShmAcquireSubject, &busv1.ShmAcquireRequest{
 		Holder: holder, Names: names, ExpiresUnixMs: expires.Add(shmHoldMargin).UnixMilli(),
 	}, &acq); err != nil {
-		return "", nil, err
+		return nil, nil, nil, err
 	}
-	release := func() { g.shmRelease(holder, names) }
+	release = func() { g.shmRelease(holder, names) }
 	if len(acq.GetRegions()) == 0 {
 		release = func() {} // nothing was held
 	}
@@ -227,11 +243,10 @@ func (g *Gateway) shmRoute(ctx context.Context, req *inference.ModelInferRequest
 	for _, r := range acq.GetRegions() {
 		regions[r.GetName()] = r
 	}
-	fail := func(err error) (string, func(), error) {
+	fail := func(err error) (*busv1.ShmRegion, *busv1.ShmRegion, func(), error) {
 		release()
-		return "", nil, err
+		return nil, nil, nil, err
 	}
-	var first, cuda *busv1.ShmRegion
 	for _, u := range uses {
 		r, ok := regions[u.ref.Region]
 		if !ok {
@@ -258,11 +273,22 @@ func (g *Gateway) shmRoute(ctx context.Context, req *inference.ModelInferRequest
 	if err := shm.SetLease(req, lease); err != nil {
 		return fail(err)
 	}
-	model, version := req.GetModelName(), req.GetModelVersion()
-	if cuda != nil {
-		return bus.InferDeviceSubject(model, version, cuda.GetNode(), cuda.GetDeviceId()), release, nil
+	return first, cuda, release, nil
+}
+
+// shmInputSizes gives, by input index, the byte size of each input kept in
+// shared memory (for infer.NormalizeShm); nil when there is none.
+func shmInputSizes(req *inference.ModelInferRequest) map[int]uint64 {
+	var sizes map[int]uint64
+	for i, in := range req.GetInputs() {
+		if ref, ok, err := shm.FromParams(in.GetName(), in.GetParameters(), false); err == nil && ok {
+			if sizes == nil {
+				sizes = map[int]uint64{}
+			}
+			sizes[i] = ref.ByteSize
+		}
 	}
-	return bus.InferNodeSubject(model, version, first.GetNode()), release, nil
+	return sizes
 }
 
 // shmRelease ends a request's holds. It runs after the client's context

@@ -36,6 +36,21 @@
 // stateless request, and no store access. Batches form while an instance is
 // busy, because it asks for the next one only when it is done.
 //
+// # Shared memory
+//
+// A request whose tensors are in registered shared-memory regions is held
+// and checked by the gateway as a stateless one is (the regions stay held,
+// so an unregister waits, until the answer is back); the shm lease travels
+// inside the encoded ModelInferRequest, which the router carries unread,
+// and the executor that runs the batch reads the inputs from and writes
+// the outputs into the regions in place. Regions are node-local and the
+// router does not place batches by node: in the standalone server and in
+// single-node constellations its executors are on the regions' node. An
+// executor on another node fails such a request with UNAVAILABLE naming
+// the region's node and its own (the rest of the batch runs). The executor
+// also neither reads nor writes a region once the client's deadline has
+// passed, since the gateway then no longer holds it.
+//
 // # State and failover
 //
 // The store sees START (bind or backlog), END and idle releases, backlog
