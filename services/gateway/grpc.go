@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -105,44 +106,38 @@ func (g *Gateway) inferGRPC(ctx context.Context, req *inference.ModelInferReques
 // request gets its message in error_message and the stream stays open, as in
 // Triton; a stream opened with the header "triton_grpc_error: true" ends
 // with the failed request's gRPC status instead. Requests run concurrently
-// (up to streamWindow at a time) while their answers keep request order.
+// (up to streamWindow at a time) while their answers keep request order:
+// the goroutine that completes the oldest request sends its answer and any
+// later ones already complete, so an answer goes out from the goroutine
+// that received the executor's reply rather than after one more wake-up.
 func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference.ModelInferRequest, inference.ModelStreamInferResponse]) error {
 	ctx := stream.Context()
-	grpcErrors := false
+	st := &streamState{stream: stream, end: make(chan error, 1), window: make(chan struct{}, streamWindow)}
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		for _, v := range md.Get("triton_grpc_error") {
 			if v == "true" {
-				grpcErrors = true
+				st.grpcErrors = true
 			}
 		}
 	}
-
-	type pending struct {
-		done chan struct{}
-		req  *inference.ModelInferRequest
-		resp *inference.ModelInferResponse
-		err  error
-	}
-	queue := make(chan *pending, streamWindow)
 	var order streamOrder // numbers the requests of each sequence (sequence.go)
-	var recvErr error
 	go func() {
-		defer close(queue)
 		for {
 			req, err := stream.Recv()
 			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					recvErr = err
+				if errors.Is(err, io.EOF) {
+					err = nil
 				}
+				st.closeRecv(err)
 				return
 			}
-			p := &pending{done: make(chan struct{}), req: req}
-			// Queue first: the queue's capacity is what bounds the window.
+			// The window's capacity bounds the requests in flight.
 			select {
-			case queue <- p:
+			case st.window <- struct{}{}:
 			case <-ctx.Done():
-				return
+				return // the handler returns ctx's error
 			}
+			p := st.push(req)
 			wait, done := order.enter(req)
 			go func() {
 				if wait != nil {
@@ -153,31 +148,138 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 				}
 				p.resp, p.err = s.g.inferGRPC(order.context(ctx, req), req, "ModelStreamInfer RPC")
 				done()
-				close(p.done)
+				st.complete(p)
 			}()
 		}
 	}()
-	for p := range queue {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return ctx.Err()
+	select {
+	case err := <-st.end:
+		st.stop()
+		return err
+	case <-ctx.Done():
+		st.stop()
+		return ctx.Err()
+	}
+}
+
+// streamState orders one stream's answers.
+type streamState struct {
+	stream     grpc.BidiStreamingServer[inference.ModelInferRequest, inference.ModelStreamInferResponse]
+	grpcErrors bool
+	window     chan struct{} // one token per request in flight
+	end        chan error    // the handler's result, sent once
+
+	sendMu sync.Mutex // held while sending: stop waits for it
+
+	mu       sync.Mutex
+	queue    []*streamPending // requests in stream order, answers not yet sent
+	sending  bool             // a goroutine is sending answers
+	recvDone bool             // the receiver stopped
+	recvErr  error
+	stopped  bool // the handler returned or is about to: send nothing more
+	ended    bool // end has its value
+}
+
+type streamPending struct {
+	req      *inference.ModelInferRequest
+	resp     *inference.ModelInferResponse
+	err      error
+	finished bool
+}
+
+func (st *streamState) push(req *inference.ModelInferRequest) *streamPending {
+	p := &streamPending{req: req}
+	st.mu.Lock()
+	st.queue = append(st.queue, p)
+	st.mu.Unlock()
+	return p
+}
+
+// closeRecv records that the receiver stopped (err: why, nil at the
+// stream's end); the handler returns once every answer is out.
+func (st *streamState) closeRecv(err error) {
+	st.mu.Lock()
+	st.recvDone, st.recvErr = true, err
+	st.mu.Unlock()
+	st.drain()
+}
+
+// complete records p's outcome and sends what is now in order.
+func (st *streamState) complete(p *streamPending) {
+	st.mu.Lock()
+	p.finished = true
+	st.mu.Unlock()
+	st.drain()
+}
+
+// drain sends the completed answers at the head of the queue, one
+// goroutine at a time, and ends the handler when nothing more can come.
+func (st *streamState) drain() {
+	st.mu.Lock()
+	if st.sending {
+		st.mu.Unlock()
+		return
+	}
+	st.sending = true
+	for !st.stopped && len(st.queue) > 0 && st.queue[0].finished {
+		p := st.queue[0]
+		st.queue[0] = nil
+		st.queue = st.queue[1:]
+		st.mu.Unlock()
+		st.sendMu.Lock()
+		st.mu.Lock()
+		stopped := st.stopped
+		st.mu.Unlock()
+		var err error
+		if !stopped {
+			err = st.send(p)
 		}
-		out := &inference.ModelStreamInferResponse{InferResponse: p.resp}
-		if p.err != nil {
-			if grpcErrors {
-				return p.err
-			}
-			out.ErrorMessage = tritonerr.From(p.err).Msg
-			out.InferResponse = &inference.ModelInferResponse{
-				ModelName: p.req.GetModelName(), ModelVersion: p.req.GetModelVersion(), Id: p.req.GetId()}
-		}
-		if err := stream.Send(out); err != nil {
-			return err
+		st.sendMu.Unlock()
+		<-st.window
+		st.mu.Lock()
+		if err != nil {
+			st.finish(err)
 		}
 	}
-	// The queue is closed only after the receiver stored recvErr.
-	return recvErr
+	if st.recvDone && len(st.queue) == 0 {
+		st.finish(st.recvErr)
+	}
+	st.sending = false
+	st.mu.Unlock()
+}
+
+// send writes p's answer; an error ends the stream.
+func (st *streamState) send(p *streamPending) error {
+	out := &inference.ModelStreamInferResponse{InferResponse: p.resp}
+	if p.err != nil {
+		if st.grpcErrors {
+			return p.err
+		}
+		out.ErrorMessage = tritonerr.From(p.err).Msg
+		out.InferResponse = &inference.ModelInferResponse{
+			ModelName: p.req.GetModelName(), ModelVersion: p.req.GetModelVersion(), Id: p.req.GetId()}
+	}
+	return st.stream.Send(out)
+}
+
+// finish gives the handler its result (the first one counts) and stops
+// further sends; st.mu is held.
+func (st *streamState) finish(err error) {
+	st.stopped = true
+	if !st.ended {
+		st.ended = true
+		st.end <- err
+	}
+}
+
+// stop, as the handler returns, lets no send begin and waits for one in
+// progress: the stream may not be written after its handler returned.
+func (st *streamState) stop() {
+	st.mu.Lock()
+	st.stopped = true
+	st.mu.Unlock()
+	st.sendMu.Lock()
+	st.sendMu.Unlock()
 }
 
 // allowedTritonParams are the reserved "triton_" request parameters a gRPC
