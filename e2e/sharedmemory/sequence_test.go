@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
 // TestSequence runs simple_sequence with INPUT and OUTPUT in system shared
@@ -47,6 +48,63 @@ func TestSequence(t *testing.T) {
 	}
 }
 
+// TestSequenceStreamAndErrors: the same over a gRPC stream (each request
+// waits for the previous answer), and a sequence request naming an unknown
+// region fails with Triton's NOT_FOUND before it reaches the router.
+func TestSequenceStreamAndErrors(t *testing.T) {
+	s := startServer(t, true)
+	waitReady(t, s.http, "simple_sequence")
+	cs := s.clients(t)
+	g := cs[1].(*grpcClient)
+	key, m := object(t, 2*page)
+	must(t, g.register("seq_input", key, 0, 4))
+	must(t, g.register("seq_output", key, page, 4))
+
+	cx, cancel := ctx()
+	defer cancel()
+	stream, err := g.c.ModelStreamInfer(cx)
+	must(t, err)
+	for i, v := range []int32{0, 9, -3, 4} {
+		binary.LittleEndian.PutUint32(m.Data[0:4], uint32(v))
+		binary.LittleEndian.PutUint32(m.Data[page:page+4], 0xdeadbeef)
+		req := seqRequest(8000, i == 0, i == 3)
+		must(t, stream.Send(req))
+		resp, err := stream.Recv()
+		must(t, err)
+		if msg := resp.GetErrorMessage(); msg != "" {
+			t.Fatalf("input %d: %s", v, msg)
+		}
+		want := v
+		if i == 0 {
+			want = 1
+		}
+		if got := int32(binary.LittleEndian.Uint32(m.Data[page : page+4])); got != want {
+			t.Fatalf("input %d: OUTPUT in shared memory %d, want %d", v, got, want)
+		}
+	}
+	must(t, stream.CloseSend())
+
+	must(t, g.unregister("seq_output"))
+	for _, c := range cs {
+		_, err := seqInfer(c, 8001, true, true)
+		wantErr(t, c, err, tritonerr.NotFound, "Unable to find shared memory region: 'seq_output'")
+	}
+}
+
+// seqRequest is simple_sequence's gRPC request with INPUT in seq_input and
+// OUTPUT in seq_output.
+func seqRequest(id uint64, start, end bool) *inference.ModelInferRequest {
+	return &inference.ModelInferRequest{ModelName: "simple_sequence",
+		Parameters: map[string]*inference.InferParameter{
+			"sequence_id":    {ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: int64(id)}},
+			"sequence_start": {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: start}},
+			"sequence_end":   {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: end}},
+		},
+		Inputs:  []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT", Datatype: "INT32", Shape: []int64{1, 1}, Parameters: grpcParams(ref("seq_input", 0, 4))}},
+		Outputs: []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT", Parameters: grpcParams(ref("seq_output", 0, 4))}},
+	}
+}
+
 // seqInfer sends one simple_sequence request with INPUT in seq_input and
 // OUTPUT in seq_output.
 func seqInfer(c client, id uint64, start, end bool) (*result, error) {
@@ -67,15 +125,7 @@ func seqInfer(c client, id uint64, start, end bool) (*result, error) {
 		}
 		return &result{data: map[string][]byte{}}, nil
 	case *grpcClient:
-		req := &inference.ModelInferRequest{ModelName: "simple_sequence",
-			Parameters: map[string]*inference.InferParameter{
-				"sequence_id":    {ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: int64(id)}},
-				"sequence_start": {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: start}},
-				"sequence_end":   {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: end}},
-			},
-			Inputs:  []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT", Datatype: "INT32", Shape: []int64{1, 1}, Parameters: grpcParams(in)}},
-			Outputs: []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT", Parameters: grpcParams(out)}},
-		}
+		req := seqRequest(id, start, end)
 		cx, cancel := ctx()
 		defer cancel()
 		resp, err := c.c.ModelInfer(cx, req)
