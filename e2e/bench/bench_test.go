@@ -141,7 +141,7 @@ const (
 )
 
 // comparison is one ratio the summary prints: path over base. Targets are
-// issue 3's; a ratio outside its target is flagged, never failed — timing
+// the project's performance goals; a ratio outside its target is flagged, never failed — timing
 // on a shared 2-core machine is no pass/fail criterion.
 type comparison struct {
 	path, base string
@@ -161,7 +161,7 @@ var comparisons = []comparison{
 	{"nats-inproc/c1", "nats-tcp/c1", latency, 0, 0},
 	{"nats-inproc/c16", "nats-tcp/c16", throughput, 0, 0},
 	// Nereid against the floor of its architecture, each path against its
-	// own chain (issue 3: p50 <= 1.1x, p99 <= 1.25x, req/s >= 0.85x).
+	// own chain (goals: p50 <= 1.1x, p99 <= 1.25x, req/s >= 0.85x).
 	{"nereid-grpc-unary/c1", "chain-grpc-unary/c1", latency, 1.10, 1.25},
 	{"nereid-grpc-stream/c1", "chain-grpc-stream/c1", latency, 1.10, 1.25},
 	{"nereid-http-binary/c1", "chain-http-binary/c1", latency, 1.10, 1.25},

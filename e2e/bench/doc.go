@@ -9,5 +9,5 @@
 //
 // Nothing here asserts a time: a request that fails fails the benchmark
 // (so a broken server never shows a fast number), and ratios outside
-// issue 3's targets are flagged in the summary, not failed.
+// the performance targets are flagged in the summary, not failed.
 package bench

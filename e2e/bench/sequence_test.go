@@ -25,7 +25,7 @@ import (
 	"github.com/nereid-io/nereid/services/standalone"
 )
 
-// The sequence benchmarks (issue 5) run the standalone server on
+// The sequence benchmarks run the standalone server on
 // testdata/sequence_repository with a second executor in this process and,
 // when redis-server is installed, the router's state in a Redis started for
 // the run:

@@ -18,7 +18,7 @@ import (
 	"github.com/nereid-io/nereid/services/standalone"
 )
 
-// Shared memory (issue 4): a 64 MiB identity inference whose input and
+// Shared memory: a 64 MiB identity inference whose input and
 // output live in registered system shared memory, against a plain memcpy
 // of 64 MiB and against the same tensor over HTTP binary and gRPC, each
 // pair measured in alternation in the same run. The executor maps the
