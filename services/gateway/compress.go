@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -125,6 +126,15 @@ func responseEncoding(acceptEncoding string) string {
 // compress encodes body with the given coding (gzip or deflate = zlib, as
 // Triton's DataCompressor writes it).
 func compress(encoding string, body []byte) ([]byte, error) {
+	if encoding != encGzip && encoding != encDeflate {
+		return body, nil
+	}
+	return compressParts(encoding, [][]byte{body})
+}
+
+// compressParts compresses parts as one body (gzip, or deflate = zlib as
+// Triton writes it) without joining them first.
+func compressParts(encoding string, parts [][]byte) ([]byte, error) {
 	var buf bytes.Buffer
 	var w io.WriteCloser
 	switch encoding {
@@ -133,10 +143,12 @@ func compress(encoding string, body []byte) ([]byte, error) {
 	case encDeflate:
 		w = zlib.NewWriter(&buf)
 	default:
-		return body, nil
+		return nil, fmt.Errorf("unknown encoding %q", encoding)
 	}
-	if _, err := w.Write(body); err != nil {
-		return nil, err
+	for _, p := range parts {
+		if _, err := w.Write(p); err != nil {
+			return nil, err
+		}
 	}
 	if err := w.Close(); err != nil {
 		return nil, err

@@ -1,16 +1,11 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"runtime"
 	"strconv"
-
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zlib"
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
@@ -230,28 +225,4 @@ func (g *Gateway) writeInferResponse(w http.ResponseWriter, r *http.Request, res
 			return
 		}
 	}
-}
-
-// compressParts compresses parts as one body (gzip, or deflate = zlib as
-// Triton writes it) without joining them first.
-func compressParts(encoding string, parts [][]byte) ([]byte, error) {
-	var buf bytes.Buffer
-	var w io.WriteCloser
-	switch encoding {
-	case encGzip:
-		w = gzip.NewWriter(&buf)
-	case encDeflate:
-		w = zlib.NewWriter(&buf)
-	default:
-		return nil, fmt.Errorf("unknown encoding %q", encoding)
-	}
-	for _, p := range parts {
-		if _, err := w.Write(p); err != nil {
-			return nil, err
-		}
-	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
