@@ -396,7 +396,7 @@ func (s *seqRunner) execute(ctx context.Context, in *instance, batch *busv1.Sequ
 	if !batchReported {
 		// Padding counts in the batch size, not in inference_count, as
 		// Triton reports a direct sequence batch with null requests.
-		mv.stats.sequenceBatch(real, len(reqs), ts)
+		mv.stats.execution(real, len(reqs), ts)
 	}
 	for _, it := range items {
 		if it.cctx != nil {
@@ -456,22 +456,4 @@ func correlation(id seqbatch.ID) backend.CorrelationID {
 		return backend.CorrelationString(id.Str)
 	}
 	return backend.CorrelationUint(id.Uint)
-}
-
-// sequenceBatch records one sequence-batch execution: size entries, of which
-// real are requests and the rest padding.
-func (s *stats) sequenceBatch(real, size int, t backend.Timestamps) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.executionCount++
-	s.inferenceCount += uint64(real)
-	b := s.batches[uint64(size)]
-	if b == nil {
-		b = &batchStats{}
-		s.batches[uint64(size)] = b
-	}
-	b.input.add(t.ComputeStart.Sub(t.ExecStart))
-	b.infer.add(t.ComputeEnd.Sub(t.ComputeStart))
-	b.output.add(t.ExecEnd.Sub(t.ComputeEnd))
-	s.touch(time.Now())
 }

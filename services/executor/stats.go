@@ -70,14 +70,21 @@ func (s *stats) failed(received time.Time) {
 // batch records one execution (ReportBatchStatistics): it is what
 // execution_count, inference_count and batch_stats count.
 func (s *stats) batch(total int, t backend.Timestamps) {
+	s.execution(total, total, t)
+}
+
+// execution records one execution of size entries, of which real are
+// requests and the rest padding (the direct sequence strategy's empty
+// slots): batch_stats counts size, inference_count only real.
+func (s *stats) execution(real, size int, t backend.Timestamps) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.executionCount++
-	s.inferenceCount += uint64(total)
-	b := s.batches[uint64(total)]
+	s.inferenceCount += uint64(real)
+	b := s.batches[uint64(size)]
 	if b == nil {
 		b = &batchStats{}
-		s.batches[uint64(total)] = b
+		s.batches[uint64(size)] = b
 	}
 	b.input.add(t.ComputeStart.Sub(t.ExecStart))
 	b.infer.add(t.ComputeEnd.Sub(t.ComputeStart))
