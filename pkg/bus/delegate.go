@@ -70,36 +70,12 @@ func (c *Conn) serveDelegated(s *Subscription, m *nats.Msg, fn DelegateFunc) {
 		return
 	}
 	defer cancel()
-	data := m.Data
-	if m.Header[HeaderSize] != nil {
-		if m.Reply == "" {
-			return
-		}
-		total, err := c.parseSize(m.Header, len(m.Data))
-		if err != nil {
-			c.respondError(m.Reply, tritonerr.InvalidArgf("bus: request to %s: %v", target(m.Subject), err))
-			return
-		}
-		buf := make([]byte, total)
-		n := copy(buf, m.Data)
-		ackTo, in := c.register()
+	data, ackTo, _, ok := c.receiveRequest(ctx, m)
+	if !ok {
+		return
+	}
+	if ackTo != "" {
 		defer c.unregister(ackTo)
-		if n < total {
-			if err := c.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{HeaderContinue: []string{ackTo}}}); err != nil {
-				return
-			}
-			if err := c.collect(ctx, in, buf, n, 1); err != nil {
-				switch {
-				case errors.Is(err, errAborted), errors.Is(err, errPeerGone), errors.Is(err, errClosed):
-				case errors.Is(err, errProtocol):
-					c.respondError(m.Reply, tritonerr.InvalidArgf("%v", err))
-				default:
-					c.respondError(m.Reply, transferError(err, m.Subject))
-				}
-				return
-			}
-		}
-		data = buf
 	}
 	defer func() {
 		if r := recover(); r != nil {

@@ -47,39 +47,12 @@ func (c *Conn) serve(s *Subscription, m *nats.Msg, h HandlerFunc) {
 	ctx, untrack := c.trackHandler(ctx, m.Reply)
 	defer untrack()
 
-	data := m.Data
-	var ackTo string // our private subject for the rest of a transfer
-	var in *inbox
-	if m.Header[HeaderSize] != nil {
-		if m.Reply == "" {
-			return // nobody to continue with
-		}
-		total, err := c.parseSize(m.Header, len(m.Data))
-		if err != nil {
-			c.respondError(m.Reply, tritonerr.InvalidArgf("bus: request to %s: %v", target(m.Subject), err))
-			return
-		}
-		buf := make([]byte, total)
-		n := copy(buf, m.Data)
-		ackTo, in = c.register()
+	data, ackTo, in, ok := c.receiveRequest(ctx, m)
+	if !ok {
+		return
+	}
+	if ackTo != "" {
 		defer c.unregister(ackTo)
-		if n < total {
-			if err := c.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{HeaderContinue: []string{ackTo}}}); err != nil {
-				return
-			}
-			if err := c.collect(ctx, in, buf, n, 1); err != nil {
-				switch {
-				case errors.Is(err, errAborted), errors.Is(err, errPeerGone), errors.Is(err, errClosed):
-					// The requester gave up; nobody waits for an answer.
-				case errors.Is(err, errProtocol):
-					c.respondError(m.Reply, tritonerr.InvalidArgf("%v", err))
-				default:
-					c.respondError(m.Reply, transferError(err, m.Subject))
-				}
-				return
-			}
-		}
-		data = buf
 	}
 
 	resp, err := c.invoke(ctx, m.Subject, h, data)
@@ -154,4 +127,45 @@ func (c *Conn) respondError(reply string, err error) {
 		return
 	}
 	_ = c.nc.PublishMsg(&nats.Msg{Subject: reply, Header: errorHeader(err)})
+}
+
+// receiveRequest returns m's whole body: m.Data, or for a chunked request
+// the body reassembled through a private inbox (ackTo, in: the caller
+// unregisters it when done, and answers acknowledgements through it). ok is
+// false when there is nothing to serve; the requester has been told why
+// where it still listens.
+func (c *Conn) receiveRequest(ctx context.Context, m *nats.Msg) (data []byte, ackTo string, in *inbox, ok bool) {
+	if m.Header[HeaderSize] == nil {
+		return m.Data, "", nil, true
+	}
+	if m.Reply == "" {
+		return nil, "", nil, false // nobody to continue with
+	}
+	total, err := c.parseSize(m.Header, len(m.Data))
+	if err != nil {
+		c.respondError(m.Reply, tritonerr.InvalidArgf("bus: request to %s: %v", target(m.Subject), err))
+		return nil, "", nil, false
+	}
+	buf := make([]byte, total)
+	n := copy(buf, m.Data)
+	ackTo, in = c.register()
+	if n < total {
+		if err := c.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{HeaderContinue: []string{ackTo}}}); err != nil {
+			c.unregister(ackTo)
+			return nil, "", nil, false
+		}
+		if err := c.collect(ctx, in, buf, n, 1); err != nil {
+			switch {
+			case errors.Is(err, errAborted), errors.Is(err, errPeerGone), errors.Is(err, errClosed):
+				// The requester gave up; nobody waits for an answer.
+			case errors.Is(err, errProtocol):
+				c.respondError(m.Reply, tritonerr.InvalidArgf("%v", err))
+			default:
+				c.respondError(m.Reply, transferError(err, m.Subject))
+			}
+			c.unregister(ackTo)
+			return nil, "", nil, false
+		}
+	}
+	return buf, ackTo, in, true
 }
