@@ -83,8 +83,10 @@ var routes = []Route{
 	{Pattern: SolicitSubject, Publishers: gw, Subscribers: ex},
 	{Pattern: execPrefix + "*.catalog", Publishers: []Role{RoleGateway, RoleExecutor}, Subscribers: ex, Repliers: ex},
 	{Pattern: execPrefix + "*.stats", Publishers: gw, Subscribers: ex, Repliers: ex},
-	// Model control: a gateway asks every executor to load or unload.
-	{Pattern: ModelControlSubject, Publishers: gw, Subscribers: ex, Repliers: ex},
+	// Model control: a gateway (the repository API) or an executor (a
+	// Triton backend loading or unloading a model) asks every executor to
+	// load or unload.
+	{Pattern: ModelControlSubject, Publishers: []Role{RoleGateway, RoleExecutor}, Subscribers: ex, Repliers: ex},
 	// An executor starting in explicit mode asks the others what they
 	// have loaded.
 	{Pattern: LoadedModelsSubject, Publishers: ex, Subscribers: ex, Repliers: ex},

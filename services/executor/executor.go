@@ -145,7 +145,7 @@ type Executor struct {
 	cb        *cbackend.Loader
 
 	peersMu sync.Mutex
-	peers   map[string]bool // other executors, by id, from their heartbeats
+	peers   map[string]time.Time // other executors, by id: when last heard
 	// peersHeard is closed once every live peer has had a heartbeat
 	// interval to be heard: before, an empty or partial peer set would make
 	// a backend's query call a model served elsewhere unknown.
