@@ -83,7 +83,10 @@ func (e *Executor) loadVersions(ctx context.Context, m repository.Model, version
 	slices.Sort(versions)
 	var out []*modelVersion
 	for _, v := range versions {
-		mv := &modelVersion{e: e, name: m.Name, version: v, vstr: strconv.FormatInt(v, 10), dir: m.Dir, cfg: m.Config, source: m.Config}
+		// Stamped before loading: a file changed while the version loads
+		// makes the next poll or load load it again.
+		mv := &modelVersion{e: e, name: m.Name, version: v, vstr: strconv.FormatInt(v, 10), dir: m.Dir, cfg: m.Config, source: m.Config,
+			stamp: repository.Stamp(m.Dir, v)}
 		if m.Err != nil {
 			mv.state, mv.reason = StateUnavailable, m.Err.Error()
 		} else if err := mv.load(ctx); err != nil {
@@ -180,8 +183,9 @@ func (e *Executor) changed() {
 }
 
 // loadModel loads (or reloads) one model: versions whose configuration and
-// files did not change keep serving, the others are loaded anew; a version
-// that fails to reload keeps its previous instance serving, as Triton does.
+// files (their modification times) did not change keep serving, the others
+// are loaded anew; a version that fails to reload keeps its previous
+// instance serving, as Triton does.
 func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest) error {
 	name := req.GetName()
 	if name == "" || !filepath.IsLocal(name) || strings.ContainsAny(name, `/\`) {
@@ -243,7 +247,7 @@ func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest
 	var toLoad []int64
 	for _, v := range m.Versions {
 		o, ok := old[v]
-		if ok && !overridden && prevTmp == "" && proto.Equal(o.source, m.Config) {
+		if ok && !overridden && prevTmp == "" && proto.Equal(o.source, m.Config) && o.stamp == repository.Stamp(m.Dir, v) {
 			next = append(next, o) // unchanged: keeps serving
 			continue
 		}
@@ -484,8 +488,8 @@ func (e *Executor) poll(ctx context.Context) func(context.Context) {
 	}
 }
 
-// pollOnce loads the models on disk (a reload only where a configuration
-// changed) and unloads those whose directory is gone.
+// pollOnce loads the models on disk (a reload only of the versions whose
+// configuration or files changed) and unloads those whose directory is gone.
 func (e *Executor) pollOnce() {
 	found, err := e.scan()
 	if err != nil {

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -466,17 +467,66 @@ func (e *Executor) handleCatalog(context.Context, []byte) (proto.Message, error)
 	return e.catalog(), nil
 }
 
-// catalog lists every model version this executor knows, with its state.
+// catalog lists every model version this executor knows, with its state,
+// then the other models of its repositories as Triton's repository index
+// shows them: by name alone when never loaded, and UNAVAILABLE with
+// Triton's reason when the name is in two repositories.
 func (e *Executor) catalog() *busv1.ExecutorCatalog {
+	onDisk := e.repositoryNames()
 	e.modelsMu.RLock()
 	defer e.modelsMu.RUnlock()
 	cat := &busv1.ExecutorCatalog{ExecutorId: e.cfg.ID, Node: e.cfg.Node, Generation: e.generation, Revision: e.revision.Load()}
+	known := map[string]bool{}
 	for _, mv := range e.models {
+		known[mv.name] = true
+		if onDisk[mv.name] > 1 && mv.state != StateReady {
+			continue // listed below as a duplicate
+		}
 		cat.Models = append(cat.Models, &busv1.ModelVersionState{
 			Name: mv.name, Version: mv.vstr, State: mv.state, Reason: mv.reason, Config: mv.cfg,
 		})
 	}
+	names := make([]string, 0, len(onDisk))
+	for n := range onDisk {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		switch {
+		case onDisk[n] > 1:
+			cat.Models = append(cat.Models, &busv1.ModelVersionState{Name: n, State: StateUnavailable, Reason: reasonDuplicate})
+		case !known[n]:
+			cat.Models = append(cat.Models, &busv1.ModelVersionState{Name: n}) // in the repository, not loaded
+		}
+	}
 	return cat
+}
+
+// reasonDuplicate is Triton's index reason for a model directory found in
+// more than one repository.
+const reasonDuplicate = "model appears in two or more repositories"
+
+// repositoryNames counts, by name, the repositories holding a directory of
+// that name: each one is a model as far as the repository index goes.
+func (e *Executor) repositoryNames() map[string]int {
+	out := map[string]int{}
+	for _, root := range e.repositories() {
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			continue
+		}
+		for _, d := range entries {
+			if isDir(filepath.Join(root, d.Name())) { // symlinks followed, as Scan does
+				out[d.Name()]++
+			}
+		}
+	}
+	return out
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
 }
 
 // handleStats answers for the READY versions matching the request (empty

@@ -103,13 +103,19 @@ func identInferJSON(vals [4]int) string {
 // checkIdent infers on ident (version "" = latest) and checks the echo.
 func checkIdent(t testing.TB, base, version string, vals [4]int) {
 	t.Helper()
-	path := base + "/v2/models/ident"
+	checkModel(t, base, "ident", version, vals)
+}
+
+// checkModel infers on an identity model of identConfig and checks the echo.
+func checkModel(t testing.TB, base, model, version string, vals [4]int) {
+	t.Helper()
+	path := base + "/v2/models/" + model
 	if version != "" {
 		path += "/versions/" + version
 	}
 	r := post(t, path+"/infer", identInferJSON(vals))
 	if r.status != 200 {
-		t.Fatalf("infer ident %q: %d %s", version, r.status, r.body)
+		t.Fatalf("infer %s %q: %d %s", model, version, r.status, r.body)
 	}
 	var resp struct {
 		Outputs []struct {
@@ -117,7 +123,7 @@ func checkIdent(t testing.TB, base, version string, vals [4]int) {
 		} `json:"outputs"`
 	}
 	if err := json.Unmarshal(r.body, &resp); err != nil || len(resp.Outputs) != 1 || fmt.Sprint(resp.Outputs[0].Data) != fmt.Sprint(vals[:]) {
-		t.Fatalf("infer ident %q: wrong answer %s", version, r.body)
+		t.Fatalf("infer %s %q: wrong answer %s", model, version, r.body)
 	}
 }
 
@@ -173,6 +179,20 @@ func TestModelControlHTTP(t *testing.T) {
 	if ready(t, base, "ident", "") {
 		t.Fatal("ident ready before it was loaded")
 	}
+	t.Run("index lists models never loaded", func(t *testing.T) {
+		// Triton's index shows every model of the repository: one never
+		// loaded by its name alone, and one added on disk at once.
+		writeModel(t, repo, "ondisk", identConfig, 1)
+		defer os.RemoveAll(filepath.Join(repo, "ondisk"))
+		r := post(t, base+"/v2/repository/index", "")
+		jsonEqual(t, r.body, `[{"name":"ident"},{"name":"ondisk"},{"name":"simple","version":"1","state":"READY"}]`)
+		r = post(t, base+"/v2/repository/index", `{"ready":true}`)
+		jsonEqual(t, r.body, `[{"name":"simple","version":"1","state":"READY"}]`)
+		if r := post(t, base+"/v2/models/ident/infer", identInferJSON([4]int{})); r.status != 404 ||
+			!strings.Contains(string(r.body), "Request for unknown model: 'ident' is not found") {
+			t.Fatalf("infer on a model never loaded: %d %s", r.status, r.body)
+		}
+	})
 	t.Run("load", func(t *testing.T) {
 		if r := post(t, base+"/v2/repository/models/ident/load", ""); r.status != 200 {
 			t.Fatalf("load: %d %s", r.status, r.body)
@@ -191,6 +211,19 @@ func TestModelControlHTTP(t *testing.T) {
 		if got := inferenceCount(t, base, "ident", "2"); got != before || before == 0 {
 			t.Fatalf("inference count after an unchanged load: %d, want %d (not reloaded)", got, before)
 		}
+	})
+	t.Run("reload of the version whose file changed", func(t *testing.T) {
+		before := inferenceCount(t, base, "ident", "2")
+		if err := os.WriteFile(filepath.Join(repo, "ident", "2", "weights.bin"), []byte("w"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := post(t, base+"/v2/repository/models/ident/load", ""); r.status != 200 {
+			t.Fatalf("load: %d %s", r.status, r.body)
+		}
+		if got := inferenceCount(t, base, "ident", "2"); got != 0 || before == 0 {
+			t.Fatalf("inference count after a load with a changed file: %d (before %d), want 0 (reloaded)", got, before)
+		}
+		checkIdent(t, base, "2", [4]int{2, 4, 6, 8})
 	})
 	t.Run("reload on config change", func(t *testing.T) {
 		writeModel(t, repo, "ident", identConfig+`parameters { key: "execute_delay_ms" value { string_value: "1" } }`+"\n")
@@ -673,6 +706,28 @@ func TestModelControlPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "removed model unloaded", 10*time.Second, func() bool { return !ready(t, base, "added", "1") })
+
+	// A file changed in a version directory reloads that version alone, as
+	// Triton's poll mode does (it compares modification times).
+	writeModel(t, repo, "multi", identConfig+"version_policy: { all { } }\n", 1, 2)
+	waitFor(t, "multi versions 1 and 2", 10*time.Second, func() bool { return ready(t, base, "multi", "1") && ready(t, base, "multi", "2") })
+	checkModel(t, base, "multi", "1", [4]int{1, 1, 1, 1})
+	checkModel(t, base, "multi", "2", [4]int{2, 2, 2, 2})
+	if err := os.WriteFile(filepath.Join(repo, "multi", "2", "weights.bin"), []byte("new weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "version 2 reloaded", 10*time.Second, func() bool { return inferenceCount(t, base, "multi", "2") == 0 })
+	if n := inferenceCount(t, base, "multi", "1"); n != 1 {
+		t.Fatalf("version 1 was reloaded with version 2 (inference count %d, want 1)", n)
+	}
+	// A file of the model itself concerns every version.
+	checkModel(t, base, "multi", "2", [4]int{2, 2, 2, 2})
+	if err := os.WriteFile(filepath.Join(repo, "multi", "labels.txt"), []byte("a\nb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both versions reloaded", 10*time.Second, func() bool {
+		return inferenceCount(t, base, "multi", "1") == 0 && inferenceCount(t, base, "multi", "2") == 0
+	})
 	if !ready(t, base, "simple", "1") {
 		t.Fatal("simple lost while polling")
 	}
@@ -701,10 +756,10 @@ func TestModelControlRepositories(t *testing.T) {
 	if !ready(t, base, "simple", "1") {
 		t.Fatal("simple from the first repository not ready")
 	}
-	want := "failed to poll model 'ident': not unique across all model repositories"
-	if e := index(t, base)["ident/"]; e.State != "UNAVAILABLE" || e.Reason != want {
+	if e := index(t, base)["ident/"]; e.State != "UNAVAILABLE" || e.Reason != "model appears in two or more repositories" {
 		t.Fatalf("index entry of a model in two repositories: %+v", e)
 	}
+	want := "failed to poll model 'ident': not unique across all model repositories"
 	r := post(t, base+"/v2/repository/models/ident/load", "")
 	if r.status != 500 || !strings.Contains(string(r.body), want) {
 		t.Fatalf("load of a model in two repositories: %d %s", r.status, r.body)

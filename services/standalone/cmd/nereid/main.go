@@ -28,7 +28,7 @@ func main() {
 	var strictCfg, noAutoComplete, exitOnError bool
 	tritonflag.BoolVar(fs, &strictCfg, "strict-model-config", false, "every model needs its config.pbtxt (no auto-completion)")
 	tritonflag.BoolVar(fs, &noAutoComplete, "disable-auto-complete-config", false, "do not auto-complete model configurations: every model needs its config.pbtxt")
-	tritonflag.BoolVar(fs, &exitOnError, "exit-on-error", false, "exit when a model fails to load at start (default false: it is listed UNAVAILABLE with the reason)")
+	tritonflag.BoolVar(fs, &exitOnError, "exit-on-error", true, "exit when a model named at start fails to load, as tritonserver does (false: it is listed UNAVAILABLE with the reason and the others serve)")
 	fs.Func("model-control-mode", "none, poll or explicit (Triton's model control modes; default none)", func(v string) (err error) {
 		cfg.ControlMode, err = executor.ParseControlMode(v)
 		return err
