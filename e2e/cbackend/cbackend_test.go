@@ -36,6 +36,7 @@ var backends = map[string]string{
 	"nbls":          "bls.c",
 	"nstate":        "state.c",
 	"ndecoupled":    "decoupled.c",
+	"ncontrol":      "control.c",
 }
 
 const identityConfig = `

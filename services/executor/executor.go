@@ -143,6 +143,9 @@ type Executor struct {
 	execCtx context.Context
 	// controlMu serializes repository loads and unloads.
 	controlMu sync.Mutex
+	// set keeps the models loaded through the repository API for executors
+	// that start later (explicit mode, JetStream available; else nil).
+	set *loadedSet
 	// overrides are the temporary repositories of models loaded with file
 	// overrides, by model (under mu).
 	overrides map[string]string
@@ -151,7 +154,7 @@ type Executor struct {
 	cb        *cbackend.Loader
 
 	peersMu sync.Mutex
-	peers   map[string]bool // other executors, by id, from their heartbeats
+	peers   map[string]time.Time // other executors, by id: when last heard
 	// peersHeard is closed once every live peer has had a heartbeat
 	// interval to be heard: before, an empty or partial peer set would make
 	// a backend's query call a model served elsewhere unknown.
@@ -231,17 +234,32 @@ func (e *Executor) Run(ctx context.Context) error {
 	defer e.states.close() // after the models using it are finalized
 
 	defer e.removeOverrides() // after the models using them are finalized
+	// In explicit mode the models loaded through the repository API before
+	// this start are loaded too: from the constellation's set when NATS has
+	// JetStream, else from what the running executors serve.
+	var restore []*busv1.ModelControlRequest
+	fromPeers := map[string]bool{}
 	if e.cfg.ControlMode == ControlExplicit {
-		e.cfg.Models = append(e.cfg.Models, e.loadedByPeers(ctx)...)
+		if restore, err = e.openSet(ctx); err != nil {
+			e.log.Info("no loaded-model set in JetStream: loading what the other executors serve", "err", err)
+			for _, name := range e.loadedByPeers(ctx) {
+				if !slices.Contains(e.cfg.Models, name) {
+					fromPeers[name] = true
+					e.cfg.Models = append(e.cfg.Models, name)
+				}
+			}
+		}
 	}
 	if err := e.load(execCtx); err != nil {
 		return err
 	}
 	defer e.unload()
 	if e.cfg.ExitOnError {
+		// The models named at start must load, as in tritonserver; those
+		// loaded at run time before (restored) only say why they failed.
 		for _, mv := range e.snapshot() {
-			if mv.state != StateReady {
-				return fmt.Errorf("executor: failed to load all models: '%s' version %s: %s", mv.name, mv.vstr, mv.reason)
+			if mv.state != StateReady && !fromPeers[mv.name] {
+				return fmt.Errorf("executor: failed to load all models: %s", mv.describe())
 			}
 		}
 	}
@@ -299,6 +317,9 @@ func (e *Executor) Run(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	subs = append(subs, solicit)
+	if len(restore) > 0 {
+		e.restore(execCtx, restore)
+	}
 	// Make sure the server has our subscriptions before anyone is told to
 	// route here.
 	if err := bc.Flush(ctx); err != nil {
@@ -475,7 +496,8 @@ func (e *Executor) catalog() *busv1.ExecutorCatalog {
 	onDisk := e.repositoryNames()
 	e.modelsMu.RLock()
 	defer e.modelsMu.RUnlock()
-	cat := &busv1.ExecutorCatalog{ExecutorId: e.cfg.ID, Node: e.cfg.Node, Generation: e.generation, Revision: e.revision.Load()}
+	cat := &busv1.ExecutorCatalog{ExecutorId: e.cfg.ID, Node: e.cfg.Node, Generation: e.generation, Revision: e.revision.Load(),
+		ExplicitControl: e.cfg.ControlMode == ControlExplicit}
 	known := map[string]bool{}
 	for _, mv := range e.models {
 		known[mv.name] = true

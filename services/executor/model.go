@@ -102,6 +102,14 @@ func (mv *modelVersion) load(ctx context.Context) (err error) {
 	return nil
 }
 
+// describe names the version and why it is not READY, for a log or an error.
+func (mv *modelVersion) describe() string {
+	if mv.vstr == "" {
+		return fmt.Sprintf("'%s': %s", mv.name, mv.reason)
+	}
+	return fmt.Sprintf("'%s' version %s: %s", mv.name, mv.vstr, mv.reason)
+}
+
 // responseParameter is a backend's response parameter on the wire.
 func responseParameter(v any) *inference.InferParameter {
 	switch x := v.(type) {

@@ -898,3 +898,93 @@ func TestModelControlOtherGateway(t *testing.T) {
 	base2 := "http://" + g2.HTTPAddr()
 	waitFor(t, "ident unloaded on the other gateway", 10*time.Second, func() bool { return !ready(t, base2, "ident", "") })
 }
+
+// startNATSJetStream runs an embedded nats-server with JetStream, which
+// keeps the set of models loaded through the repository API.
+func startNATSJetStream(t testing.TB) *server.Server {
+	t.Helper()
+	leakcheck.Check(t)
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}
+
+// TestModelControlSetSurvivesRestarts: with JetStream, the models loaded
+// through the repository API (overrides included) come back when every
+// executor restarts at once; an unloaded model stays unloaded.
+func TestModelControlSetSurvivesRestarts(t *testing.T) {
+	ns := startNATSJetStream(t)
+	g := startGateway(t, ns)
+	repoA, repoB := controlRepo(t), controlRepo(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	a := startExplicitExecutor(t, ns, "exA", repoA)
+	b := startExplicitExecutor(t, ns, "exB", repoB)
+	waitExecutors(t, g, 2)
+	base := "http://" + g.HTTPAddr()
+
+	// All versions: the disk's config serves only the latest.
+	override := `{"backend":"identity","version_policy":{"all":{}},` +
+		`"input":[{"name":"IN","data_type":"TYPE_INT32","dims":[4]}],` +
+		`"output":[{"name":"OUT","data_type":"TYPE_INT32","dims":[4]}]}`
+	withConfig, _ := json.Marshal(map[string]any{"parameters": map[string]any{"config": override}})
+	withFiles, _ := json.Marshal(map[string]any{"parameters": map[string]any{
+		"config":             strings.Replace(override, `"backend"`, `"name":"fresh","backend"`, 1),
+		"file:5/weights.bin": base64.StdEncoding.EncodeToString([]byte("kept weights")),
+	}})
+	// A load whose files fill a NATS message reaches the executors, but its
+	// record could not hold them: a restart says so.
+	big, _ := json.Marshal(map[string]any{"parameters": map[string]any{
+		"config":       strings.Replace(override, `"backend"`, `"name":"big","backend"`, 1),
+		"file:1/w.bin": base64.StdEncoding.EncodeToString(make([]byte, 1<<20-3000)),
+	}})
+	loads := []struct{ model, body string }{{"ident", string(withConfig)}, {"simple", ""}, {"fresh", string(withFiles)}, {"big", string(big)}}
+	for _, l := range loads {
+		if r := post(t, base+"/v2/repository/models/"+l.model+"/load", l.body); r.status != 200 {
+			t.Fatalf("load %s: %d %s", l.model, r.status, r.body)
+		}
+	}
+	if r := post(t, base+"/v2/repository/models/simple/unload", ""); r.status != 200 {
+		t.Fatalf("unload simple: %d %s", r.status, r.body)
+	}
+
+	a.stop()
+	b.stop()
+	waitExecutors(t, g, 0)
+	startExplicitExecutor(t, ns, "exA", repoA)
+	startExplicitExecutor(t, ns, "exB", repoB)
+	waitExecutors(t, g, 2)
+	for _, id := range []string{"exA", "exB"} {
+		waitFor(t, id+" serving ident and fresh", 10*time.Second, func() bool {
+			return servesReady(g, id, "ident") && servesReady(g, id, "fresh")
+		})
+		if servesReady(g, id, "simple") {
+			t.Fatalf("%s loaded simple, which was unloaded before the restart", id)
+		}
+	}
+	checkIdent(t, base, "1", [4]int{8, 6, 4, 2}) // only the override serves version 1
+	checkIdent(t, base, "2", [4]int{2, 4, 6, 8})
+	checkModel(t, base, "fresh", "5", [4]int{5, 5, 5, 5})
+	written, _ := filepath.Glob(filepath.Join(tmp, "*", "fresh", "5", "weights.bin"))
+	if len(written) != 2 {
+		t.Fatalf("restored file overrides: %v, want one per executor", written)
+	}
+	if data, _ := os.ReadFile(written[0]); string(data) != "kept weights" {
+		t.Fatalf("restored override file holds %q", data)
+	}
+	idx := index(t, base)
+	if e := idx["simple/"]; e.State != "" {
+		t.Fatalf("index entry of simple after the restart: %+v, want its name alone", e)
+	}
+	if e := idx["big/"]; e.State != "UNAVAILABLE" || !strings.Contains(e.Reason, "too large to keep") {
+		t.Fatalf("index entry of a model whose files could not be kept: %+v (index %v)", e, idx)
+	}
+}
