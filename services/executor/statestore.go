@@ -195,6 +195,11 @@ func (s *redisStates) load(ctx context.Context, key string) (*seqstate.Record, e
 // run sends one script per element in a pipeline (EVALSHA), and those
 // Redis did not know (NOSCRIPT: a restarted server) again with their text.
 func (s *redisStates) run(ctx context.Context, script *redis.Script, keys []string, args [][]any) ([]*redis.Cmd, error) {
+	if len(keys) == 1 {
+		// One sequence (c=1, or a batch of one): no pipeline to build.
+		c := script.Run(ctx, s.rdb, keys, args[0]...)
+		return []*redis.Cmd{c}, c.Err()
+	}
 	cmds := make([]*redis.Cmd, len(keys))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range keys {
