@@ -166,7 +166,7 @@ func TestComposeBusAndStore(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"shm-registry", "sequence-router"} {
+	for _, name := range []string{"shm-registry", "sequence-router", "executor"} {
 		if _, ok := argValue(p.Services[name].Command, "redis-url"); !ok {
 			t.Errorf("%s: no --redis-url: its state would be lost with the container", name)
 		}
@@ -322,7 +322,7 @@ func TestComposeSecured(t *testing.T) {
 	if v, ok := argValue(redis.Command, "aclfile"); !ok || v == "" {
 		t.Errorf("redis: no --aclfile: %v", redis.Command)
 	}
-	for _, name := range []string{"sequence-router", "shm-registry"} {
+	for _, name := range []string{"sequence-router", "shm-registry", "executor"} {
 		env := p.Services[name].Environment
 		if u := env["NEREID_REDIS_USER"]; u == nil || *u != name {
 			t.Errorf("%s: NEREID_REDIS_USER %v, want %s", name, u, name)
