@@ -140,7 +140,11 @@ func (e *Executor) retire(mv *modelVersion) {
 			_ = s.Drain()
 		}
 	}
+	seq := mv.seq
 	mv.unload()
+	if seq != nil {
+		seq.dropDurable() // unloading frees the model's sequence states
+	}
 }
 
 // handleControl serves ModelControlRequest: load or unload one model, then

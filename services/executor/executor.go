@@ -51,6 +51,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
+	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/repository"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -109,6 +110,13 @@ type Config struct {
 	// ServerLibrary is the libtritonserver.so Triton backends link against;
 	// empty looks next to the executable, then on the loader's path.
 	ServerLibrary string
+	// RedisURL is where the durable states of sequences live (models with
+	// the parameter state_durability "redis"): redis://host:port/db or
+	// rediss://. Empty keeps them in this process's memory (the standalone
+	// server), where they do not survive the executor.
+	RedisURL string
+	// RedisAuth are the ACL user, password and TLS material for RedisURL.
+	RedisAuth redisconn.Options
 }
 
 // Executor serves a model repository over NATS.
@@ -141,7 +149,8 @@ type Executor struct {
 	// overrides are the temporary repositories of models loaded with file
 	// overrides, by model (under mu).
 	overrides map[string]string
-	shm       *shmState // shared memory and GPUs (shm.go)
+	shm       *shmState  // shared memory and GPUs (shm.go)
+	states    stateStore // durable sequence states (statestore.go)
 	cb        *cbackend.Loader
 
 	peersMu sync.Mutex
@@ -212,6 +221,17 @@ func (e *Executor) Run(ctx context.Context) error {
 	e.group = routines.New(execCtx)
 	defer e.group.Stop()
 	e.execCtx = execCtx
+
+	if e.cfg.RedisURL != "" {
+		rdb, err := redisconn.Open(ctx, e.cfg.RedisURL, e.cfg.RedisAuth)
+		if err != nil {
+			return fmt.Errorf("executor: durable sequence state: %w", err)
+		}
+		e.states = &redisStates{rdb: rdb}
+	} else {
+		e.states = newMemStates()
+	}
+	defer e.states.close() // after the models using it are finalized
 
 	defer e.removeOverrides() // after the models using them are finalized
 	// In explicit mode the models loaded through the repository API before

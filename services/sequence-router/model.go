@@ -61,7 +61,7 @@ type flight struct {
 	executor   string
 	generation uint64
 	instance   int
-	items      []*item
+	reqs       []*seqbatch.Request // Data: *item
 }
 
 // model is the router's state for one model version whose lease it holds.
@@ -413,12 +413,12 @@ func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
 		}
 		it := e.Req.Data.(*item)
 		w := &busv1.SequenceWork{Slot: uint32(e.Slot), Id: e.ID.Proto(), Start: e.Start, End: e.End,
-			Reply: it.reply, Request: it.body, ReceivedUnixNano: it.received.UnixNano(), Token: it.token}
+			Reply: it.reply, Request: it.body, ReceivedUnixNano: it.received.UnixNano(), Token: it.token, Resume: e.Resume}
 		if !it.deadline.IsZero() {
 			w.DeadlineUnixNano = it.deadline.UnixNano()
 		}
 		msg.Work = append(msg.Work, w)
-		f.items = append(f.items, it)
+		f.reqs = append(f.reqs, e.Req)
 	}
 	m.inflight[msg.BatchId] = f
 	return msg
@@ -441,7 +441,8 @@ func (m *model) unloaded(now time.Time, p *busv1.SequencePull) {
 	}
 	for id, f := range m.inflight {
 		if f.executor == key.Executor && f.generation == key.Generation && f.instance == key.Index {
-			for _, it := range f.items {
+			for _, r := range f.reqs {
+				it := r.Data.(*item)
 				out = append(out, send{reply: it.reply, err: tritonerr.Unavailablef(
 					"sequence %s of model '%s' ended: %s before the request ran", it.id.String(), m.name, why)})
 			}
@@ -455,17 +456,43 @@ func (m *model) unloaded(now time.Time, p *busv1.SequencePull) {
 }
 
 // lose withdraws an executor's instances (all generations but keep).
+// Without durable state, its sequences are forgotten and the requests it
+// was running fail with UNAVAILABLE naming it. With durable state the
+// sequences move to other instances, and the request each instance was
+// running (the newest batch it got and did not report done) runs again
+// there from the last durable state; older batches were answered before
+// their instance pulled again, so their requests are not run again.
 func (m *model) lose(executor string, keep uint64, why string) {
 	m.lock()
 	var out []send
+	lost := func(f *flight) bool { return f.executor == executor && (keep == 0 || f.generation != keep) }
+	var rerun []*seqbatch.Request
+	if m.core != nil && m.core.Config().Durable {
+		newest := map[int]uint64{}
+		for id, f := range m.inflight {
+			if lost(f) && id > newest[f.instance] {
+				newest[f.instance] = id
+			}
+		}
+		ids := make([]uint64, 0, len(newest))
+		for _, id := range newest {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			rerun = append(rerun, m.inflight[id].reqs...)
+			delete(m.inflight, id)
+		}
+	}
 	if m.core != nil {
-		for _, f := range m.core.RemoveExecutor(executor, keep) {
+		for _, f := range m.core.RemoveExecutor(time.Now(), executor, keep, rerun) {
 			out = append(out, send{reply: f.Req.Data.(*item).reply, err: f.Err})
 		}
 	}
 	for id, f := range m.inflight {
-		if f.executor == executor && (keep == 0 || f.generation != keep) {
-			for _, it := range f.items {
+		if lost(f) {
+			for _, r := range f.reqs {
+				it := r.Data.(*item)
 				out = append(out, send{reply: it.reply, err: tritonerr.Unavailablef(
 					"executor '%s' running sequence %s of model '%s' %s before answering", executor, it.id.String(), m.name, why)})
 			}
