@@ -21,11 +21,22 @@ import (
 // repository root.
 func loadCompose(t *testing.T, env ...string) *types.Project {
 	t.Helper()
+	return loadComposeFiles(t, []string{"docker-compose.yml"}, env...)
+}
+
+// loadComposeFiles loads compose files (relative to the repository root) merged
+// in order, as docker compose -f a -f b does.
+func loadComposeFiles(t *testing.T, files []string, env ...string) *types.Project {
+	t.Helper()
 	root, err := filepath.Abs(repoRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = filepath.Join(root, f)
+	}
+	opts, err := cli.NewProjectOptions(paths,
 		cli.WithWorkingDirectory(root),
 		cli.WithEnv(env),
 		cli.WithInterpolation(true),
@@ -36,7 +47,7 @@ func loadCompose(t *testing.T, env ...string) *types.Project {
 	}
 	p, err := opts.LoadProject(context.Background())
 	if err != nil {
-		t.Fatalf("docker-compose.yml does not load: %v", err)
+		t.Fatalf("%s does not load: %v", strings.Join(files, " + "), err)
 	}
 	return p
 }
