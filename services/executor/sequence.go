@@ -429,11 +429,11 @@ func (s *seqRunner) updateState(it *seqItem) {
 	}
 	next := it.state.st
 	if updated := it.r.UpdatedStates(); len(updated) > 0 {
-		next = c.Next(it.state.st, updated)
 		if s.durable && !it.w.GetEnd() {
+			next = c.Next(it.state.st, updated)
 			it.next = next
 		} else {
-			it.state.st = next
+			c.Update(it.state.st, updated)
 		}
 	}
 	it.state.used = time.Now()
