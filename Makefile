@@ -7,7 +7,7 @@ BENCHTIME ?= 2s
 
 SERVICES := gateway executor shm-registry sequence-router
 
-.PHONY: all build run test unit e2e bench proto proto-check lint deps compose-config helm-lint clean
+.PHONY: all build run test unit e2e bench proto proto-check lint deps images compose-config helm-lint clean
 
 all: build
 
@@ -22,8 +22,13 @@ build:
 run: build
 	$(BIN)/nereid --model-repository $(REPO) --http-port 8000 --grpc-port 8001 --metrics-port 8002 --allow-client-shm true
 
-# Unit, integration (embedded NATS) and e2e (real binaries, nats-server, redis-server).
+# Unit, integration (embedded NATS) and e2e (real binaries, nats-server, redis-server),
+# and the container e2e suite (e2e/containers) when a Docker engine answers: its
+# images are built first (make images). NEREID_DOCKER=required (set by .ci/run,
+# implied by CI=true) makes a machine without an engine fail; NEREID_DOCKER=off
+# skips the images and the suite.
 test: deps
+	@bash scripts/images.sh --if-docker
 	$(GO) vet $$($(GO) list work)
 	$(GO) test $(TESTFLAGS) work
 	@# The Triton C backend bridge and the bus's concurrent machinery (streams,
@@ -55,6 +60,13 @@ lint:
 
 deps:
 	@bash scripts/deps.sh
+
+# Every service image (nereid-<service>:$${NEREID_TAG:-dev}) with Docker Compose
+# v2, from deploy/docker/Dockerfile and docker-compose.yml, on an engine with no
+# images and no registry: local equivalents of the golang, debian, nats and
+# redis images are made from Debian's packages first (deploy/docker/compose.offline.yml).
+images:
+	@bash scripts/images.sh
 
 # docker-compose.yml through compose-go (docker compose's own loader and schema),
 # the Dockerfile's context against .dockerignore, and every flag the compose

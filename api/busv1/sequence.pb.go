@@ -244,7 +244,12 @@ type SequencePull struct {
 	// The newest lease epoch this executor has seen for the model (its
 	// fence): a router taking the model's lease takes a higher one, even from
 	// a store that lost its epoch counter.
-	FenceEpoch    uint64 `protobuf:"varint,7,opt,name=fence_epoch,json=fenceEpoch,proto3" json:"fence_epoch,omitempty"`
+	FenceEpoch uint64 `protobuf:"varint,7,opt,name=fence_epoch,json=fenceEpoch,proto3" json:"fence_epoch,omitempty"`
+	// The executor unloaded the model version (repository API or poll): this
+	// instance leaves for good, the sequences in its slots end and their
+	// later requests fail saying so. Published, not sent as a request: no
+	// batch answers it. done_batch is the last batch the instance ran.
+	Unloaded      bool `protobuf:"varint,8,opt,name=unloaded,proto3" json:"unloaded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -326,6 +331,13 @@ func (x *SequencePull) GetFenceEpoch() uint64 {
 		return x.FenceEpoch
 	}
 	return 0
+}
+
+func (x *SequencePull) GetUnloaded() bool {
+	if x != nil {
+		return x.Unloaded
+	}
+	return false
 }
 
 type SequenceBatch struct {
@@ -421,7 +433,14 @@ type SequenceWork struct {
 	// When the router received the request, Unix nanoseconds (queue time).
 	ReceivedUnixNano int64 `protobuf:"varint,9,opt,name=received_unix_nano,json=receivedUnixNano,proto3" json:"received_unix_nano,omitempty"`
 	// SequenceRequest.token.
-	Token         string `protobuf:"bytes,10,opt,name=token,proto3" json:"token,omitempty"`
+	Token string `protobuf:"bytes,10,opt,name=token,proto3" json:"token,omitempty"`
+	// The sequence was moved to this instance after the executor that ran it
+	// was lost (a model with durable state): the executor loads the
+	// sequence's state from the durable store instead of its memory. When the
+	// request is the one the lost executor was running, the store tells
+	// whether its state was already written (the store's token is this
+	// request's) and the request runs again from the state before it.
+	Resume        bool `protobuf:"varint,11,opt,name=resume,proto3" json:"resume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -524,6 +543,13 @@ func (x *SequenceWork) GetToken() string {
 		return x.Token
 	}
 	return ""
+}
+
+func (x *SequenceWork) GetResume() bool {
+	if x != nil {
+		return x.Resume
+	}
+	return false
 }
 
 // Router -> executors and gateways on bus.SequenceTakeoverSubject, with a
@@ -716,7 +742,7 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"stream_seq\x18\b \x01(\x04R\tstreamSeq\x12\x18\n" +
 	"\aresolve\x18\t \x03(\tR\aresolve\x12\x14\n" +
 	"\x05shape\x18\n" +
-	" \x01(\tR\x05shape\"\xf9\x01\n" +
+	" \x01(\tR\x05shape\"\x95\x02\n" +
 	"\fSequencePull\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x1e\n" +
@@ -729,13 +755,14 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\n" +
 	"done_batch\x18\x06 \x01(\x04R\tdoneBatch\x12\x1f\n" +
 	"\vfence_epoch\x18\a \x01(\x04R\n" +
-	"fenceEpoch\"\x92\x01\n" +
+	"fenceEpoch\x12\x1a\n" +
+	"\bunloaded\x18\b \x01(\bR\bunloaded\"\x92\x01\n" +
 	"\rSequenceBatch\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\x04R\abatchId\x12/\n" +
 	"\x04work\x18\x02 \x03(\v2\x1b.nereid.bus.v1.SequenceWorkR\x04work\x12\x1f\n" +
 	"\vneed_config\x18\x03 \x01(\bR\n" +
 	"needConfig\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xb4\x02\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xcc\x02\n" +
 	"\fSequenceWork\x12\x18\n" +
 	"\apadding\x18\x01 \x01(\bR\apadding\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12,\n" +
@@ -747,7 +774,8 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\arequest\x18\b \x01(\fR\arequest\x12,\n" +
 	"\x12received_unix_nano\x18\t \x01(\x03R\x10receivedUnixNano\x12\x14\n" +
 	"\x05token\x18\n" +
-	" \x01(\tR\x05token\"E\n" +
+	" \x01(\tR\x05token\x12\x16\n" +
+	"\x06resume\x18\v \x01(\bR\x06resume\"E\n" +
 	"\x10SequenceTakeover\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\trouter_id\x18\x02 \x01(\tR\brouterId\"]\n" +

@@ -72,6 +72,9 @@ func batchString(b *Batch) string {
 		if e.End {
 			s += "E"
 		}
+		if e.Resume {
+			s += "R"
+		}
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, " ")
@@ -291,11 +294,18 @@ func TestRemoveExecutorAndRestore(t *testing.T) {
 	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false))
 	wantBatch(t, m, t0, k, "1S 2S")
 	mustEnqueue(t, m, t0, req(1, false, false))
-	f := m.RemoveExecutor("e1", 0)
+	f := m.RemoveExecutor(t0, "e1", 0, nil)
 	if len(f) != 1 || !strings.Contains(f[0].Err.Error(), "was lost") {
 		t.Fatalf("failures %v", f)
 	}
-	if err := m.Enqueue(t0, req(2, false, false)); err == nil || !strings.Contains(err.Error(), "START flag") {
+	if err := m.Enqueue(t0, req(2, false, false)); err == nil || !strings.Contains(err.Error(), "START flag") ||
+		!strings.Contains(err.Error(), "lost with executor 'e1'") {
+		t.Fatalf("got %v", err)
+	}
+	// A new START on the id forgets the loss: once that sequence ended, a
+	// request without START gets Triton's message alone.
+	mustEnqueue(t, m, t0, req(2, true, true))
+	if err := m.Enqueue(t0, req(2, false, false)); err == nil || strings.Contains(err.Error(), "lost with") {
 		t.Fatalf("got %v", err)
 	}
 	if len(st.bound) != 0 {
@@ -309,6 +319,68 @@ func TestRemoveExecutorAndRestore(t *testing.T) {
 	wantBatch(t, n, t0, k, "x 8")
 	n.AddInstance(t0, k) // a pull from the known instance changes nothing
 	wantBatch(t, n, t0, k, "<nil>")
+}
+
+// With durable state, the sequences of a lost executor move to the other
+// instances: the request that was running goes first, then those queued,
+// and the first request on the new slot is marked Resume. Sequences that
+// find no free slot wait at the front of the backlog; nothing fails.
+func TestRemoveExecutorDurable(t *testing.T) {
+	st := &memStore{}
+	m := NewModel(Config{Model: "m", SlotsPerInstance: 2, MaxBatch: 2, Idle: time.Second, Durable: true}, st, quiet)
+	a, b := InstanceKey{Executor: "a", Index: 0}, InstanceKey{Executor: "b", Index: 0}
+	m.AddInstance(t0, a)
+	m.AddInstance(t0, b)
+	// Slots fill slot number first: 1 on a/0, 2 on b/0, 3 on a/1.
+	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false), req(3, true, false))
+	wantBatch(t, m, t0, a, "1S 3S")
+	wantBatch(t, m, t0, b, "2S")
+	running1, running3 := req(1, false, false), req(3, false, true)
+	mustEnqueue(t, m, t0, running1, running3)
+	wantBatch(t, m, t0, a, "1 3E") // running on a when a is lost
+	mustEnqueue(t, m, t0, req(1, false, false))
+	mustEnqueue(t, m, t0, req(4, true, false)) // a/1 is free again: 4 takes it
+
+	f := m.RemoveExecutor(t0, "a", 0, []*Request{running1, running3})
+	if len(f) != 0 {
+		t.Fatalf("failures %v", f)
+	}
+	// 1 takes b's free slot 1, its running request first; 3 (its END was
+	// running) and 4 (never ran) find no slot and wait at the front of the
+	// backlog in that order.
+	if ref, ok := m.Where(UintID(1)); !ok || ref != (SlotRef{b, 1}) {
+		t.Fatalf("sequence 1 at %+v %v", ref, ok)
+	}
+	if st.bound[UintID(1)] != (SlotRef{b, 1}) {
+		t.Fatalf("store binding of 1: %+v", st.bound[UintID(1)])
+	}
+	if s := m.Snapshot(); s.Backlog != 2 {
+		t.Fatalf("backlog %+v", s)
+	}
+	wantBatch(t, m, t0, b, "_ 1R")
+	wantBatch(t, m, t0, b, "_ 1")
+	wantBatch(t, m, t0, b, "<nil>")
+	mustEnqueue(t, m, t0, req(1, false, true))
+	wantBatch(t, m, t0, b, "_ 1E")
+	// The slot freed by 1's END goes to 3, whose END runs again, then to 4.
+	wantBatch(t, m, t0, b, "_ 3ER")
+	wantBatch(t, m, t0, b, "_ 4SR")
+	if s := m.Snapshot(); s.Backlog != 0 || s.Queued != 0 {
+		t.Fatalf("left: %+v", s)
+	}
+
+	// A running request whose id has started again elsewhere since is
+	// failed, not run again.
+	old := req(2, false, true)
+	mustEnqueue(t, m, t0, old)
+	wantBatch(t, m, t0, b, "2E _")
+	mustEnqueue(t, m, t0, req(2, true, false))
+	c := InstanceKey{Executor: "c", Index: 0}
+	m.AddInstance(t0, c)
+	f = m.RemoveExecutor(t0, "c", 0, []*Request{old})
+	if len(f) != 1 || !strings.Contains(f[0].Err.Error(), "has started again") {
+		t.Fatalf("failures %v", f)
+	}
 }
 
 func TestDrain(t *testing.T) {
@@ -340,4 +412,56 @@ func TestRaggedShapesDoNotBatch(t *testing.T) {
 	mustEnqueue(t, m, t0, shaped(1, true, false, "2"), shaped(2, true, false, "1"), shaped(3, true, false, "2"))
 	wantBatch(t, m, t0, k, "1S _ 3S")
 	wantBatch(t, m, t0, k, "_ 2S _")
+}
+
+// TestRemoveInstanceOnUnload: an instance whose model version was unloaded
+// leaves; its sequences end with the reason, now and for their later
+// requests, until they START again or the idle time passes. Sequences of
+// the other instance go on; once no instance is left the backlog ends too.
+func TestRemoveInstanceOnUnload(t *testing.T) {
+	m, st, k := direct(1)
+	k2 := InstanceKey{Executor: "e2", Index: 0}
+	m.AddInstance(t0, k2)
+	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false), req(3, true, false))
+	wantBatch(t, m, t0, k, "1S")
+	wantBatch(t, m, t0, k2, "2S")
+	mustEnqueue(t, m, t0, req(1, false, false)) // queued in k's slot
+	const why = "model 'm' version 1 was unloaded"
+	f := m.RemoveInstance(t0, k, why)
+	if len(f) != 1 || f[0].Req.ID != UintID(1) || f[0].Err.Error() != "sequence 1 of model 'm' ended: "+why ||
+		tritonerr.KindOf(f[0].Err) != tritonerr.Unavailable {
+		t.Fatalf("failures %v", f)
+	}
+	if _, ok := st.bound[UintID(1)]; ok {
+		t.Fatal("the ended sequence is still bound in the store")
+	}
+	err := m.Enqueue(t0.Add(time.Millisecond), req(1, false, false))
+	if err == nil || err.Error() != "sequence 1 of model 'm' ended: "+why {
+		t.Fatalf("later request of the ended sequence: %v", err)
+	}
+	// The other instance's sequence goes on; 3 waits in the backlog.
+	mustEnqueue(t, m, t0, req(2, false, false))
+	wantBatch(t, m, t0, k2, "2")
+	// A START begins a new sequence with the id.
+	mustEnqueue(t, m, t0, req(1, true, false))
+
+	f = m.RemoveInstance(t0, k2, why)
+	ids := map[ID]bool{}
+	for _, x := range f {
+		ids[x.Req.ID] = true
+	}
+	// 2's slot held no request; the backlog held 3S and the new 1S.
+	if len(f) != 2 || !ids[UintID(3)] || !ids[UintID(1)] {
+		t.Fatalf("failures once no instance is left: %v", f)
+	}
+	for _, id := range []uint64{2, 3} {
+		if err := m.Enqueue(t0, req(id, false, false)); err == nil || !strings.Contains(err.Error(), "ended: "+why) {
+			t.Fatalf("later request of sequence %d: %v", id, err)
+		}
+	}
+	// After the idle time Triton's START error is back.
+	m.Tick(t0.Add(2 * time.Second))
+	if err := m.Enqueue(t0.Add(2*time.Second), req(2, false, false)); err == nil || !strings.Contains(err.Error(), "START flag") {
+		t.Fatalf("request long after the unload: %v", err)
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/repository"
@@ -54,7 +55,7 @@ func ParseControlMode(s string) (ControlMode, error) {
 
 // reasonUnloaded is the reason the repository index gives for a version
 // unloaded through the repository API, as Triton's.
-const reasonUnloaded = "unloaded"
+const reasonUnloaded = bus.ReasonUnloaded
 
 // snapshot returns the current model versions; the slice is never changed
 // in place.
@@ -140,7 +141,11 @@ func (e *Executor) retire(mv *modelVersion) {
 			_ = s.Drain()
 		}
 	}
+	seq := mv.seq
 	mv.unload()
+	if seq != nil {
+		seq.dropDurable() // unloading frees the model's sequence states
+	}
 }
 
 // handleControl serves ModelControlRequest: load or unload one model, then
@@ -158,9 +163,12 @@ func (e *Executor) handleControl(_ context.Context, data []byte) (proto.Message,
 	} else {
 		e.controlMu.Lock()
 		if req.GetLoad() {
-			err = e.loadModel(e.execCtx, &req)
+			if err = e.loadModel(e.execCtx, &req); err == nil {
+				e.record(&req)
+			}
 		} else {
 			e.unloadModel(req.GetName())
+			e.record(&req)
 		}
 		e.controlMu.Unlock()
 	}
@@ -213,7 +221,8 @@ func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest
 	}
 	var m repository.Model
 	if req.GetConfig() != "" {
-		cfg, err := modelconfig.LoadJSON(dir, []byte(req.GetConfig()))
+		override := e.completeOverride(dir, []byte(req.GetConfig()))
+		cfg, err := modelconfig.LoadJSON(dir, override)
 		if err != nil {
 			return tritonerr.InvalidArgf("failed to load '%s', failed to parse config override: %s", name, tritonerr.From(err).Msg)
 		}
@@ -284,6 +293,7 @@ func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest
 	for v, o := range old {
 		if !slices.Contains(m.Versions, v) {
 			retired = append(retired, o) // no longer selected by the policy
+			o.endSequences()
 		}
 	}
 	for _, mv := range fresh {
@@ -318,6 +328,34 @@ func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest
 	return nil
 }
 
+// completeOverride completes a configuration override that names no
+// backend or platform from the model's config.pbtxt when that names a
+// built-in Go backend: Triton completes such an override from the model's
+// files (its auto-completion), and a built-in backend's model has none but
+// its configuration. Any other override is returned as it is (a full
+// replacement, as in Triton), and so is every override when auto-completion
+// is disabled.
+func (e *Executor) completeOverride(dir string, override []byte) []byte {
+	if e.cfg.DisableAutoComplete || !modelconfig.NamesNoBackend(override) {
+		return override
+	}
+	base, err := modelconfig.Load(dir)
+	if err != nil {
+		return override
+	}
+	if _, found := e.cb.Find(backend.Name(base), dir, 0); found {
+		return override // a Triton backend library completes its own
+	}
+	if _, _, err := backend.Resolve(base); err != nil {
+		return override
+	}
+	merged, err := modelconfig.Overlay(base, override)
+	if err != nil {
+		return override
+	}
+	return merged
+}
+
 // failUnloaded lists a model that has no READY version as UNAVAILABLE
 // with the reason it failed.
 func (e *Executor) failUnloaded(name string, m repository.Model) {
@@ -350,6 +388,7 @@ func (e *Executor) unloadModel(name string) {
 		if mv.state == StateReady {
 			retired = append(retired, mv)
 			state = StateUnloading
+			mv.endSequences()
 		}
 		during = append(during, e.placeholder(mv.name, mv.version, mv.vstr, mv.dir, mv.cfg, state, reasonUnloaded))
 		next = append(next, e.placeholder(mv.name, mv.version, mv.vstr, mv.dir, mv.cfg, StateUnavailable, reasonUnloaded))
@@ -369,6 +408,9 @@ func (e *Executor) unloadModel(name string) {
 	}
 }
 
+// maxNameLen is the longest file name the file systems allow (NAME_MAX).
+const maxNameLen = 255
+
 // writeOverride writes the files of a load request into a new temporary
 // repository: ROOT/NAME/PATH for each file. It returns ROOT.
 func writeOverride(name string, files map[string][]byte) (string, error) {
@@ -381,6 +423,12 @@ func writeOverride(name string, files map[string][]byte) (string, error) {
 		if !filepath.IsLocal(p) || p == modelconfig.FileName {
 			_ = os.RemoveAll(root)
 			return "", tritonerr.InvalidArgf("failed to load '%s', invalid file override path 'file:%s'", name, p)
+		}
+		for _, part := range strings.Split(filepath.ToSlash(p), "/") {
+			if len(part) > maxNameLen {
+				_ = os.RemoveAll(root)
+				return "", tritonerr.InvalidArgf("failed to load '%s', Invalid file path 'file:%.64s...': a path component is longer than %d bytes", name, p, maxNameLen)
+			}
 		}
 		full := filepath.Join(dir, filepath.FromSlash(p))
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err == nil {
@@ -423,14 +471,74 @@ func (e *Executor) removeOverrides() {
 	e.overrides = nil
 }
 
+// openSet opens the constellation's loaded-model set and returns what it
+// holds.
+func (e *Executor) openSet(ctx context.Context) ([]*busv1.ModelControlRequest, error) {
+	set, err := openLoadedSet(ctx, e.cfg.Conn)
+	if err != nil {
+		return nil, err
+	}
+	reqs, err := set.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.set = set
+	if len(reqs) > 0 {
+		names := make([]string, len(reqs))
+		for i, r := range reqs {
+			names[i] = r.GetName()
+		}
+		e.log.Info("loading the models loaded through the repository API", "models", strings.Join(names, " "))
+	}
+	return reqs, nil
+}
+
+// restore loads what the set holds, as the repository API loaded it. A
+// model that fails is listed with the reason; it does not stop the
+// executor (--exit-on-error is about the models named at start).
+func (e *Executor) restore(ctx context.Context, reqs []*busv1.ModelControlRequest) {
+	e.controlMu.Lock()
+	defer e.controlMu.Unlock()
+	for _, req := range reqs {
+		var err error
+		if req.GetFilesNotKept() {
+			err = tritonerr.Unavailablef("failed to load '%s', its model files were too large to keep in the constellation's loaded-model set: load it again", req.GetName())
+			e.failUnloaded(req.GetName(), repository.Model{Name: req.GetName(), Err: err})
+		} else {
+			err = e.loadModel(ctx, req)
+		}
+		if err != nil {
+			e.log.Warn("model loaded through the repository API failed to load again", "model", req.GetName(), "err", err)
+		}
+	}
+}
+
+// record writes a load or an unload into the loaded-model set. A failure
+// costs only the restore of this model at a later start: it is logged.
+func (e *Executor) record(req *busv1.ModelControlRequest) {
+	if e.set == nil {
+		return
+	}
+	var err error
+	if req.GetLoad() {
+		err = e.set.put(e.execCtx, req)
+	} else {
+		err = e.set.remove(e.execCtx, req.GetName())
+	}
+	if err != nil {
+		e.log.Warn("recording the model in the loaded-model set", "model", req.GetName(), "load", req.GetLoad(), "err", err)
+	}
+}
+
 // peerWait is how long an executor starting in explicit mode listens for
 // the others' loaded models: every live executor answers within it.
 const peerWait = bus.HeartbeatInterval
 
 // loadedByPeers asks the other executors which models they serve, so that
 // an executor joining (or restarting into) a constellation in explicit
-// mode loads what the repository API loaded before. The set lives with
-// the executors: as long as one of them runs, it is not lost.
+// mode loads what the repository API loaded before, when NATS has no
+// JetStream to keep the set: it then lives with the executors, and is lost
+// once they all stop.
 func (e *Executor) loadedByPeers(ctx context.Context) []string {
 	ctx, cancel := context.WithTimeout(ctx, peerWait)
 	defer cancel()

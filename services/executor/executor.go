@@ -18,6 +18,10 @@
 //     UNAVAILABLE with the reason) and config;
 //   - bus.ExecutorStatsSubject(id): busv1.StatisticsRequest ->
 //     inference.ModelStatisticsResponse for the READY versions it serves;
+//   - sequence models (sequence.go): each instance pulls its batches from
+//     the sequence router; implicit state stays with the instance, and
+//     with state_durability "redis" each new state is also written to
+//     Redis before the answer (durable.go, statestore.go);
 //   - shared memory (shm.go): bus.InferDeviceSubject for each GPU it owns,
 //     bus.ShmCudaSubject(node, device) to check CUDA handles at register,
 //     bus.ShmRemovedSubject(node) to drop mappings of removed regions.
@@ -51,6 +55,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
+	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/repository"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -109,6 +114,13 @@ type Config struct {
 	// ServerLibrary is the libtritonserver.so Triton backends link against;
 	// empty looks next to the executable, then on the loader's path.
 	ServerLibrary string
+	// RedisURL is where the durable states of sequences live (models with
+	// the parameter state_durability "redis"): redis://host:port/db or
+	// rediss://. Empty keeps them in this process's memory (the standalone
+	// server), where they do not survive the executor.
+	RedisURL string
+	// RedisAuth are the ACL user, password and TLS material for RedisURL.
+	RedisAuth redisconn.Options
 }
 
 // Executor serves a model repository over NATS.
@@ -135,10 +147,14 @@ type Executor struct {
 	execCtx context.Context
 	// controlMu serializes repository loads and unloads.
 	controlMu sync.Mutex
+	// set keeps the models loaded through the repository API for executors
+	// that start later (explicit mode, JetStream available; else nil).
+	set *loadedSet
 	// overrides are the temporary repositories of models loaded with file
 	// overrides, by model (under mu).
 	overrides map[string]string
-	shm       *shmState // shared memory and GPUs (shm.go)
+	shm       *shmState  // shared memory and GPUs (shm.go)
+	states    stateStore // durable sequence states (statestore.go)
 	cb        *cbackend.Loader
 
 	peersMu sync.Mutex
@@ -156,6 +172,10 @@ func New(cfg Config) (*Executor, error) {
 	}
 	if cfg.RepositoryPath == "" {
 		return nil, errors.New("executor: Config.RepositoryPath is required")
+	}
+	if cfg.ControlMode == ControlExplicit && slices.Contains(cfg.Models, LoadAll) && len(cfg.Models) > 1 {
+		// tritonserver's startup check, word for word.
+		return nil, errors.New("executor: Wildcard model name '*' must be the ONLY startup model if specified at all.")
 	}
 	if cfg.ID == "" {
 		var b [8]byte
@@ -210,18 +230,44 @@ func (e *Executor) Run(ctx context.Context) error {
 	defer e.group.Stop()
 	e.execCtx = execCtx
 
+	if e.cfg.RedisURL != "" {
+		rdb, err := redisconn.Open(ctx, e.cfg.RedisURL, e.cfg.RedisAuth)
+		if err != nil {
+			return fmt.Errorf("executor: durable sequence state: %w", err)
+		}
+		e.states = &redisStates{rdb: rdb}
+	} else {
+		e.states = newMemStates()
+	}
+	defer e.states.close() // after the models using it are finalized
+
 	defer e.removeOverrides() // after the models using them are finalized
+	// In explicit mode the models loaded through the repository API before
+	// this start are loaded too: from the constellation's set when NATS has
+	// JetStream, else from what the running executors serve.
+	var restore []*busv1.ModelControlRequest
+	fromPeers := map[string]bool{}
 	if e.cfg.ControlMode == ControlExplicit {
-		e.cfg.Models = append(e.cfg.Models, e.loadedByPeers(ctx)...)
+		if restore, err = e.openSet(ctx); err != nil {
+			e.log.Info("no loaded-model set in JetStream: loading what the other executors serve", "err", err)
+			for _, name := range e.loadedByPeers(ctx) {
+				if !slices.Contains(e.cfg.Models, name) {
+					fromPeers[name] = true
+					e.cfg.Models = append(e.cfg.Models, name)
+				}
+			}
+		}
 	}
 	if err := e.load(execCtx); err != nil {
 		return err
 	}
 	defer e.unload()
 	if e.cfg.ExitOnError {
+		// The models named at start must load, as in tritonserver; those
+		// loaded at run time before (restored) only say why they failed.
 		for _, mv := range e.snapshot() {
-			if mv.state != StateReady {
-				return fmt.Errorf("executor: failed to load all models: '%s' version %s: %s", mv.name, mv.vstr, mv.reason)
+			if mv.state != StateReady && !fromPeers[mv.name] {
+				return fmt.Errorf("executor: failed to load all models: %s", mv.describe())
 			}
 		}
 	}
@@ -279,6 +325,9 @@ func (e *Executor) Run(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	subs = append(subs, solicit)
+	if len(restore) > 0 {
+		e.restore(execCtx, restore)
+	}
 	// Make sure the server has our subscriptions before anyone is told to
 	// route here.
 	if err := bc.Flush(ctx); err != nil {
@@ -455,7 +504,8 @@ func (e *Executor) catalog() *busv1.ExecutorCatalog {
 	onDisk := e.repositoryNames()
 	e.modelsMu.RLock()
 	defer e.modelsMu.RUnlock()
-	cat := &busv1.ExecutorCatalog{ExecutorId: e.cfg.ID, Node: e.cfg.Node, Generation: e.generation, Revision: e.revision.Load()}
+	cat := &busv1.ExecutorCatalog{ExecutorId: e.cfg.ID, Node: e.cfg.Node, Generation: e.generation, Revision: e.revision.Load(),
+		ExplicitControl: e.cfg.ControlMode == ControlExplicit}
 	known := map[string]bool{}
 	for _, mv := range e.models {
 		known[mv.name] = true

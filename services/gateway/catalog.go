@@ -89,6 +89,7 @@ type executorState struct {
 	fetching bool
 	lastSeen time.Time
 	models   []*busv1.ModelVersionState
+	explicit bool // explicit model control mode
 }
 
 func newCatalog(r requester, log *slog.Logger) *catalog {
@@ -188,6 +189,7 @@ func (c *catalog) applyLocked(e *executorState, cat *busv1.ExecutorCatalog) {
 		return
 	}
 	e.models = cat.GetModels()
+	e.explicit = cat.GetExplicitControl()
 	e.catGen = cat.GetGeneration()
 	e.catRev = cat.GetRevision()
 	e.haveCat = true
@@ -321,12 +323,19 @@ func (c *catalog) executorIDs() []string {
 // publishLocked rebuilds the view from the executors' catalogs. c.mu held.
 func (c *catalog) publishLocked() {
 	v := &view{models: map[string]*modelView{}}
+	// Models a live executor in explicit mode reports: their state is what
+	// the repository API made it, so versions served before by executors
+	// now gone are not waited for.
+	decided := map[string]bool{}
 	for _, e := range c.execs {
 		if !e.haveCat {
 			continue
 		}
 		v.executors++
 		for _, m := range e.models {
+			if e.explicit {
+				decided[m.GetName()] = true
+			}
 			if m.GetState() == "" {
 				// In the repository, never loaded: listed by the index only.
 				if v.listed == nil {
@@ -377,6 +386,9 @@ func (c *catalog) publishLocked() {
 	}
 	// Versions served before but by no live executor now.
 	for name, versions := range c.seen {
+		if decided[name] {
+			continue
+		}
 		for n := range versions {
 			mv := v.models[name]
 			if mv == nil {
@@ -499,7 +511,13 @@ func (v *view) resolve(name string, version int64) (*versionView, error) {
 		if transient {
 			return nil, tritonerr.Unavailablef("Request for unknown model: '%s' has no available versions", name)
 		}
-		return nil, tritonerr.NotFoundf("Request for unknown model: '%s' has no available versions", name)
+		ended := ""
+		for _, vv := range mv.versions {
+			if endedSequences(vv) {
+				ended = sequencesEnded
+			}
+		}
+		return nil, tritonerr.NotFoundf("Request for unknown model: '%s' has no available versions%s", name, ended)
 	}
 	vv := mv.versions[version]
 	if vv == nil {
@@ -509,9 +527,24 @@ func (v *view) resolve(name string, version int64) (*versionView, error) {
 		return nil, errNoExecutor(name)
 	}
 	if !vv.ready() {
-		return nil, tritonerr.Unavailablef("Request for unknown model: '%s' version %d is not at ready state", name, version)
+		ended := ""
+		if endedSequences(vv) {
+			ended = sequencesEnded
+		}
+		return nil, tritonerr.Unavailablef("Request for unknown model: '%s' version %d is not at ready state%s", name, version, ended)
 	}
 	return vv, nil
+}
+
+// sequencesEnded completes Triton's message for a request to a sequence
+// model that was unloaded: the client of a sequence in progress learns
+// that its sequence is over, not only that the model is unknown.
+const sequencesEnded = "; the model was unloaded, which ended its sequences"
+
+// endedSequences reports whether vv is a version of a sequence model that
+// was unloaded (or is unloading).
+func endedSequences(vv *versionView) bool {
+	return vv.reason == bus.ReasonUnloaded && vv.config.GetSequenceBatching() != nil
 }
 
 // errNoExecutor is the answer for a model this gateway has seen served

@@ -859,6 +859,11 @@ func TestModelControlStrictAndExitOnError(t *testing.T) {
 		return ex, done, cancel
 	}
 
+	if _, err := executor.New(executor.Config{Conn: connect(t, ns, "wild"), RepositoryPath: repo, ControlMode: executor.ControlExplicit,
+		Models: []string{"simple", executor.LoadAll}}); err == nil || !strings.Contains(err.Error(), "Wildcard model name '*' must be the ONLY startup model") {
+		t.Fatalf("'*' with another startup model: %v", err)
+	}
+
 	_, done, cancel := run(executor.Config{ID: "exit", ExitOnError: true})
 	defer cancel()
 	select {
@@ -897,4 +902,194 @@ func TestModelControlOtherGateway(t *testing.T) {
 	}
 	base2 := "http://" + g2.HTTPAddr()
 	waitFor(t, "ident unloaded on the other gateway", 10*time.Second, func() bool { return !ready(t, base2, "ident", "") })
+}
+
+// startNATSJetStream runs an embedded nats-server with JetStream, which
+// keeps the set of models loaded through the repository API.
+func startNATSJetStream(t testing.TB) *server.Server {
+	t.Helper()
+	leakcheck.Check(t)
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}
+
+// TestModelControlSetSurvivesRestarts: with JetStream, the models loaded
+// through the repository API (overrides included) come back when every
+// executor restarts at once; an unloaded model stays unloaded.
+func TestModelControlSetSurvivesRestarts(t *testing.T) {
+	ns := startNATSJetStream(t)
+	g := startGateway(t, ns)
+	repoA, repoB := controlRepo(t), controlRepo(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	a := startExplicitExecutor(t, ns, "exA", repoA)
+	b := startExplicitExecutor(t, ns, "exB", repoB)
+	waitExecutors(t, g, 2)
+	base := "http://" + g.HTTPAddr()
+
+	// All versions: the disk's config serves only the latest.
+	override := `{"backend":"identity","version_policy":{"all":{}},` +
+		`"input":[{"name":"IN","data_type":"TYPE_INT32","dims":[4]}],` +
+		`"output":[{"name":"OUT","data_type":"TYPE_INT32","dims":[4]}]}`
+	withConfig, _ := json.Marshal(map[string]any{"parameters": map[string]any{"config": override}})
+	withFiles, _ := json.Marshal(map[string]any{"parameters": map[string]any{
+		"config":             strings.Replace(override, `"backend"`, `"name":"fresh","backend"`, 1),
+		"file:5/weights.bin": base64.StdEncoding.EncodeToString([]byte("kept weights")),
+	}})
+	// A load whose files fill a NATS message reaches the executors, but its
+	// record could not hold them: a restart says so.
+	big, _ := json.Marshal(map[string]any{"parameters": map[string]any{
+		"config":       strings.Replace(override, `"backend"`, `"name":"big","backend"`, 1),
+		"file:1/w.bin": base64.StdEncoding.EncodeToString(make([]byte, 1<<20-3000)),
+	}})
+	loads := []struct{ model, body string }{{"ident", string(withConfig)}, {"simple", ""}, {"fresh", string(withFiles)}, {"big", string(big)}}
+	for _, l := range loads {
+		if r := post(t, base+"/v2/repository/models/"+l.model+"/load", l.body); r.status != 200 {
+			t.Fatalf("load %s: %d %s", l.model, r.status, r.body)
+		}
+	}
+	if r := post(t, base+"/v2/repository/models/simple/unload", ""); r.status != 200 {
+		t.Fatalf("unload simple: %d %s", r.status, r.body)
+	}
+
+	a.stop()
+	b.stop()
+	waitExecutors(t, g, 0)
+	startExplicitExecutor(t, ns, "exA", repoA)
+	startExplicitExecutor(t, ns, "exB", repoB)
+	waitExecutors(t, g, 2)
+	for _, id := range []string{"exA", "exB"} {
+		waitFor(t, id+" serving ident and fresh", 10*time.Second, func() bool {
+			return servesReady(g, id, "ident") && servesReady(g, id, "fresh")
+		})
+		if servesReady(g, id, "simple") {
+			t.Fatalf("%s loaded simple, which was unloaded before the restart", id)
+		}
+	}
+	checkIdent(t, base, "1", [4]int{8, 6, 4, 2}) // only the override serves version 1
+	checkIdent(t, base, "2", [4]int{2, 4, 6, 8})
+	checkModel(t, base, "fresh", "5", [4]int{5, 5, 5, 5})
+	written, _ := filepath.Glob(filepath.Join(tmp, "*", "fresh", "5", "weights.bin"))
+	if len(written) != 2 {
+		t.Fatalf("restored file overrides: %v, want one per executor", written)
+	}
+	if data, _ := os.ReadFile(written[0]); string(data) != "kept weights" {
+		t.Fatalf("restored override file holds %q", data)
+	}
+	idx := index(t, base)
+	if e := idx["simple/"]; e.State != "" {
+		t.Fatalf("index entry of simple after the restart: %+v, want its name alone", e)
+	}
+	if e := idx["big/"]; e.State != "UNAVAILABLE" || !strings.Contains(e.Reason, "too large to keep") {
+		t.Fatalf("index entry of a model whose files could not be kept: %+v (index %v)", e, idx)
+	}
+}
+
+// TestTritonModelControlExamples runs the steps of Triton's client examples
+// simple_http_model_control.py and simple_grpc_model_control.py, request
+// for request, against a gateway and an executor in explicit mode.
+func TestTritonModelControlExamples(t *testing.T) {
+	ns := startNATS(t)
+	g := startGateway(t, ns)
+	repo := controlRepo(t)
+	writeModel(t, repo, "other", identConfig, 1)
+	startExplicitExecutor(t, ns, "ex1", repo)
+	waitExecutors(t, g, 1)
+	const inRepo = 3 // simple, ident, other
+	wrongConfig := `"parameters": {"config": {{"max_batch_size": "16"}}}`
+
+	t.Run("http", func(t *testing.T) {
+		base := "http://" + g.HTTPAddr()
+		load := func(model, config string) httpResult {
+			body := ""
+			if config != "" {
+				b, _ := json.Marshal(map[string]any{"parameters": map[string]any{"config": config}})
+				body = string(b)
+			}
+			return post(t, base+"/v2/repository/models/"+model+"/load", body)
+		}
+		var idx []json.RawMessage
+		if r := post(t, base+"/v2/repository/index", ""); json.Unmarshal(r.body, &idx) != nil || len(idx) != inRepo {
+			t.Fatalf("index before any load: %s", r.body)
+		}
+		if r := load("simple", ""); r.status != 200 || !ready(t, base, "simple", "") {
+			t.Fatalf("load simple: %d %s", r.status, r.body)
+		}
+		if r := load("simple", wrongConfig); r.status == 200 || !strings.Contains(string(r.body), "failed to load") {
+			t.Fatalf("load with a malformed config: %d %s", r.status, r.body)
+		}
+		if r := load("simple", `{"max_batch_size":"16"}`); r.status != 200 {
+			t.Fatalf("load with max_batch_size 16: %d %s", r.status, r.body)
+		}
+		var cfg struct {
+			MaxBatchSize int `json:"max_batch_size"`
+		}
+		if r := do(t, "GET", base+"/v2/models/simple/config", nil, nil); json.Unmarshal(r.body, &cfg) != nil || cfg.MaxBatchSize != 16 {
+			t.Fatalf("config after the override: %s", r.body)
+		}
+		if r := post(t, base+"/v2/repository/models/simple/unload", ""); r.status != 200 || ready(t, base, "simple", "") {
+			t.Fatalf("unload: %d %s", r.status, r.body)
+		}
+		if r := load("wrong_model_name", ""); r.status == 200 || !strings.Contains(string(r.body), "failed to load") {
+			t.Fatalf("load of a wrong model name: %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("grpc", func(t *testing.T) {
+		c, _ := grpcClient(t, g)
+		ctx := context.Background()
+		load := func(model, config string, files map[string][]byte) error {
+			params := map[string]*inference.ModelRepositoryParameter{}
+			if config != "" {
+				params["config"] = &inference.ModelRepositoryParameter{ParameterChoice: &inference.ModelRepositoryParameter_StringParam{StringParam: config}}
+			}
+			for k, v := range files {
+				params[k] = &inference.ModelRepositoryParameter{ParameterChoice: &inference.ModelRepositoryParameter_BytesParam{BytesParam: v}}
+			}
+			_, err := c.RepositoryModelLoad(ctx, &inference.RepositoryModelLoadRequest{ModelName: model, Parameters: params})
+			return err
+		}
+		isReady := func() bool {
+			r, err := c.ModelReady(ctx, &inference.ModelReadyRequest{Name: "simple"})
+			return err == nil && r.GetReady()
+		}
+		if idx, err := c.RepositoryIndex(ctx, &inference.RepositoryIndexRequest{}); err != nil || len(idx.GetModels()) != inRepo {
+			t.Fatalf("index before any load: %v %v", idx, err)
+		}
+		if err := load("simple", "", nil); err != nil || !isReady() {
+			t.Fatalf("load simple: %v", err)
+		}
+		if err := load("simple", wrongConfig, nil); err == nil || !strings.Contains(err.Error(), "failed to load") {
+			t.Fatalf("load with a malformed config: %v", err)
+		}
+		if err := load("simple", `{"max_batch_size":"16"}`, nil); err != nil {
+			t.Fatalf("load with max_batch_size 16: %v", err)
+		}
+		if cfg, err := c.ModelConfig(ctx, &inference.ModelConfigRequest{Name: "simple"}); err != nil || cfg.GetConfig().GetMaxBatchSize() != 16 {
+			t.Fatalf("config after the override: %v %v", cfg, err)
+		}
+		if _, err := c.RepositoryModelUnload(ctx, &inference.RepositoryModelUnloadRequest{ModelName: "simple"}); err != nil || isReady() {
+			t.Fatalf("unload: %v", err)
+		}
+		// A path component longer than NAME_MAX is refused; the server lives.
+		err := load("simple", "{}", map[string][]byte{"file:" + strings.Repeat("A", 256): []byte("a")})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "Invalid file path") {
+			t.Fatalf("load with an oversized file name: %v", err)
+		}
+		if r, err := c.ServerLive(ctx, &inference.ServerLiveRequest{}); err != nil || !r.GetLive() {
+			t.Fatalf("server not live after the refused load: %v", err)
+		}
+		if err := load("wrong_model_name", "", nil); err == nil || !strings.Contains(err.Error(), "failed to load") {
+			t.Fatalf("load of a wrong model name: %v", err)
+		}
+	})
 }

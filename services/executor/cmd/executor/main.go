@@ -16,6 +16,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/probe"
+	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
 	"github.com/nereid-io/nereid/services/executor"
 )
@@ -44,12 +45,16 @@ func main() {
 	backendConfig := tritonflag.BackendConfig{}
 	fs.Var(backendConfig, "backend-config", "a setting for backends: <backend>,<setting>=<value> (repeatable)")
 	serverLib := fs.String("server-library", "", "the libtritonserver.so Triton backends link against (default: next to this binary, then the loader's path)")
+	redisURL := fs.String("redis-url", "", "Redis URL (redis://host:port/db, or rediss:// for TLS) for the durable state of models with state_durability \"redis\"; empty keeps it in memory")
 	logger := tritonflag.LogVerbose(fs)
 	var auth natsconn.Auth
 	auth.Register(fs)
+	var redisAuth redisconn.Options
+	redisAuth.Register(fs)
 	_ = fs.Parse(os.Args[1:])
 	pollInterval := time.Duration(*pollSecs) * time.Second
 	auth.FromEnv()
+	redisAuth.FromEnv()
 
 	log := logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -58,6 +63,7 @@ func main() {
 		RepositoryPath: first(repos), MoreRepositories: rest(repos), Models: models, ControlMode: mode, PollInterval: pollInterval,
 		DisableAutoComplete: strictCfg || noAutoComplete, ExitOnError: exitOnError, ID: *id, Node: *node, Logger: log,
 		BackendDirectory: *backendDir, BackendConfig: backendConfig, ServerLibrary: *serverLib,
+		RedisURL: *redisURL, RedisAuth: redisAuth,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "nereid-executor:", err)
 		os.Exit(1)
