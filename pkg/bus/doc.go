@@ -125,6 +125,13 @@
 // before the end publishes R on CancelSubject as for any request. A refusal
 // before streaming (an error reply without Nereid-Seq) ends the stream too.
 //
+// A delegated request (HandleDelegated) is streamed the same way by the
+// process it was handed to (Conn.ReplyStream): that process opens the
+// stream on R with its own private subject, and its TrackRequest follows
+// the requester's cancellation. A requester whose request may wait in a
+// queue before anyone opens its stream (Conn.StreamQueued) sets no idle
+// timeout until "open" arrives.
+//
 // # Subjects
 //
 // Names that come from users (models, versions, executor ids) are escaped

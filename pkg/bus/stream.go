@@ -73,6 +73,7 @@ type Stream struct {
 	window  int
 	first   *nats.Msg    // a message the request leg already received
 	batch   []StreamItem // the rest of a batch being read
+	queued  bool         // no idle timeout before the stream opens (StreamQueued)
 
 	mu       sync.Mutex
 	peer     string // the responder's private subject, once opened
@@ -90,6 +91,19 @@ type Stream struct {
 // ctx's deadline, if any, bounds the whole stream; cancelling ctx (or
 // Close before the end) cancels the responder's handler.
 func (c *Conn) Stream(ctx context.Context, subject string, req proto.Message, window int) (*Stream, error) {
+	return c.stream(ctx, subject, req, window, false)
+}
+
+// StreamQueued is Stream for a request that may wait in a queue before
+// anyone opens its stream (the sequence router holds a request until its
+// sequence's turn): no idle timeout applies until the stream opens, so
+// ctx alone bounds that wait. Once open, the pings find a responder that
+// went away as for Stream.
+func (c *Conn) StreamQueued(ctx context.Context, subject string, req proto.Message, window int) (*Stream, error) {
+	return c.stream(ctx, subject, req, window, true)
+}
+
+func (c *Conn) stream(ctx context.Context, subject string, req proto.Message, window int, queued bool) (*Stream, error) {
 	if window <= 0 {
 		window = DefaultStreamWindow
 	}
@@ -101,7 +115,7 @@ func (c *Conn) Stream(ctx context.Context, subject string, req proto.Message, wi
 		return nil, transferError(err, subject)
 	}
 	reply, in := c.register()
-	s := &Stream{c: c, ctx: ctx, subject: subject, reply: reply, in: in, window: window, stop: make(chan struct{})}
+	s := &Stream{c: c, ctx: ctx, subject: subject, reply: reply, in: in, window: window, queued: queued, stop: make(chan struct{})}
 	hdr := make(nats.Header, 3)
 	hdr[HeaderStream] = []string{strconv.Itoa(window)}
 	if d, ok := ctx.Deadline(); ok {
@@ -148,7 +162,7 @@ func (s *Stream) Recv() (StreamItem, error) {
 			// can tell that the request reached nobody alive; after, the
 			// pings do.
 			idle := time.Duration(0)
-			if peer == "" {
+			if peer == "" && !s.queued {
 				idle = s.c.opts.idleTimeout
 			}
 			var err error
@@ -340,6 +354,7 @@ type StreamWriter struct {
 	ackTo   string
 	in      *inbox
 	window  int
+	release func() // unregisters an inbox the writer opened (ReplyStream)
 
 	mu           sync.Mutex
 	seq          int // messages sent
@@ -377,6 +392,43 @@ func (c *Conn) openStream(m *nats.Msg, ackTo string, in *inbox) (w *StreamWriter
 	in.setNotify(w.credited)
 	w.open()
 	return w, release
+}
+
+// ReplyStream opens the streamed reply of a request that another process
+// received and passed on with its reply subject (HandleDelegated): the
+// sequence router hands a decoupled model's request to the executor that
+// runs it, which streams the responses straight to the requester. window
+// is the requester's (it travels with the delegated request); subject
+// names the request in errors. The writer works as StreamOf's, except that
+// nothing ends the stream for the caller: it sends the last message
+// (Send or SendError with final, or End) and then Closes the writer. Use
+// TrackRequest for the requester's cancellation.
+func (c *Conn) ReplyStream(subject, reply string, window int) *StreamWriter {
+	if window < 1 {
+		window = DefaultStreamWindow
+	}
+	ackTo, in := c.register()
+	w := &StreamWriter{c: c, subject: subject, reply: reply, ackTo: ackTo, in: in, window: window,
+		room: make(chan struct{}, 1), release: func() { c.unregister(ackTo) }}
+	in.setNotify(w.credited)
+	w.open()
+	return w
+}
+
+// Close releases a writer opened with ReplyStream; sends after it fail.
+// Closing before the last message leaves the requester to find the
+// responder gone.
+func (w *StreamWriter) Close() {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = tritonerr.Internalf("bus: stream to the requester of %s is closed", target(w.subject))
+	}
+	release := w.release
+	w.release = nil
+	w.mu.Unlock()
+	if release != nil {
+		release()
+	}
 }
 
 // open tells the requester where credits go. Sent again while waiting for

@@ -19,21 +19,23 @@ import (
 // handler returns, ending the stream, once the backend has sent the final
 // response or flag.
 
-// serveDecoupled queues a validated request of a decoupled model and
-// streams its responses until the final one.
-func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.ModelInferRequest, p *pending, sh *shmRequest) (proto.Message, error) {
-	w := bus.StreamOf(ctx)
-	if w == nil {
-		mv.stats.failed(p.received)
-		return nil, tritonerr.Unsupportedf("model '%s' is decoupled: its responses need a stream (gRPC ModelStreamInfer or HTTP generate)", mv.name)
-	}
+// streamResponses makes p's responses go out through w as the backend
+// sends them (p.onResponse), with their statistics; the returned channel
+// is closed once the final response or flag has been taken. The final
+// flag alone and what follows a cancellation are not sent: the stream's
+// end is the caller's.
+func (mv *modelVersion) streamResponses(ctx context.Context, w *bus.StreamWriter, req *inference.ModelInferRequest, p *pending, sh *shmRequest) <-chan struct{} {
 	final := make(chan struct{})
-	index, last := 0, p.received
+	index, first := 0, true
+	var last time.Time // when the previous response went out
 	p.onResponse = func(resp *backend.Response) {
 		if resp.Final {
 			defer close(final)
 		}
-		now := time.Now()
+		t := responseTimes{start: last, output: time.Now()}
+		if t.start.IsZero() {
+			t.start = p.execStart()
+		}
 		kind := responseSuccess
 		switch {
 		case resp.FlagOnly:
@@ -43,25 +45,55 @@ func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.Model
 		case resp.Err != nil:
 			kind = responseFail
 		}
-		mv.stats.response(index, kind, now.Sub(last))
-		index, last = index+1, now
-		if resp.FlagOnly || ctx.Err() != nil {
-			return // the end goes out as the handler returns; nobody reads after a cancel
+		if first && !resp.FlagOnly {
+			// The final flag alone is no response (Triton observes the
+			// first one sent).
+			first = false
+			mv.stats.firstResponse(t.output.Sub(p.received))
 		}
-		if resp.Err != nil {
+		record := func() {
+			t.end = time.Now()
+			mv.stats.response(index, kind, t)
+			index++
+		}
+		switch {
+		case resp.FlagOnly || ctx.Err() != nil:
+			// The end goes out as the handler returns; nobody reads
+			// after a cancel.
+			record()
+		case resp.Err != nil:
+			record()
 			_ = w.SendError(ctx, resp.Err, resp.Final)
-			return
+		default:
+			out, err := mv.response(req, p.req, resp)
+			if err == nil {
+				err = sh.finish(out)
+			}
+			if err != nil {
+				kind = responseFail
+				record()
+				_ = w.SendError(ctx, err, resp.Final)
+			} else {
+				record()
+				_ = w.Send(ctx, out, resp.Final)
+			}
 		}
-		out, err := mv.response(req, p.req, resp)
-		if err == nil {
-			err = sh.finish(out)
-		}
-		if err != nil {
-			_ = w.SendError(ctx, err, resp.Final)
-			return
-		}
-		_ = w.Send(ctx, out, resp.Final)
+		// Waiting for the client's credit is not the model's time: the
+		// next response starts when this one has gone out.
+		last = time.Now()
 	}
+	return final
+}
+
+// serveDecoupled queues a validated request of a decoupled model and
+// streams its responses until the final one.
+func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.ModelInferRequest, p *pending, sh *shmRequest) (proto.Message, error) {
+	w := bus.StreamOf(ctx)
+	if w == nil {
+		mv.stats.failed(p.received)
+		return nil, tritonerr.Unsupportedf("model '%s' is decoupled: its responses need a stream (gRPC ModelStreamInfer or HTTP generate)", mv.name)
+	}
+	final := mv.streamResponses(ctx, w, req, p, sh)
 	if err := mv.sched.enqueue(p); err != nil {
 		mv.stats.failed(p.received)
 		return nil, err

@@ -17,7 +17,8 @@
 //     busv1.ExecutorCatalog, every model version with its state (READY or
 //     UNAVAILABLE with the reason) and config;
 //   - bus.ExecutorStatsSubject(id): busv1.StatisticsRequest ->
-//     inference.ModelStatisticsResponse for the READY versions it serves;
+//     busv1.StatisticsReply (Triton's statistics and the time to first
+//     response of decoupled models) for the READY versions it serves;
 //   - shared memory (shm.go): bus.InferDeviceSubject for each GPU it owns,
 //     bus.ShmCudaSubject(node, device) to check CUDA handles at register,
 //     bus.ShmRemovedSubject(node) to drop mappings of removed regions.
@@ -467,13 +468,16 @@ func (e *Executor) handleStats(_ context.Context, data []byte) (proto.Message, e
 	if err := proto.Unmarshal(data, &req); err != nil {
 		return nil, tritonerr.InvalidArgf("malformed statistics request: %v", err)
 	}
-	resp := &inference.ModelStatisticsResponse{ModelStats: []*inference.ModelStatistics{}}
+	resp := &busv1.StatisticsReply{ModelStats: []*inference.ModelStatistics{}}
 	for _, mv := range e.snapshot() {
 		if mv.state != StateReady || (req.GetName() != "" && req.GetName() != mv.name) ||
 			(req.GetVersion() != "" && req.GetVersion() != mv.vstr) {
 			continue
 		}
 		resp.ModelStats = append(resp.ModelStats, mv.stats.proto(mv.name, mv.vstr))
+		if h := mv.stats.firstResponseProto(mv.name, mv.vstr); h != nil {
+			resp.FirstResponse = append(resp.FirstResponse, h)
+		}
 	}
 	return resp, nil
 }

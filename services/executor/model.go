@@ -77,6 +77,9 @@ func (mv *modelVersion) load(ctx context.Context) (err error) {
 			mv.cfg = cfg
 		}
 	}
+	if mv.decoupled() {
+		mv.stats.first = newHistogram(firstResponseBuckets(mv.cfg))
+	}
 	defer func() {
 		if err != nil {
 			mv.unload()
@@ -112,6 +115,12 @@ func responseParameter(v any) *inference.InferParameter {
 	default:
 		return &inference.InferParameter{ParameterChoice: &inference.InferParameter_StringParam{StringParam: fmt.Sprint(x)}}
 	}
+}
+
+// decoupled reports whether the model uses the decoupled transaction
+// policy: any number of responses per request, streamed.
+func (mv *modelVersion) decoupled() bool {
+	return mv.cfg.GetModelTransactionPolicy().GetDecoupled()
 }
 
 // unguarded reports whether the model's backend runs code the fault guard
@@ -189,7 +198,7 @@ func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Mes
 	}
 	p.req = r
 	p.size = max(1, r.BatchSize)
-	if r.Decoupled = mv.cfg.GetModelTransactionPolicy().GetDecoupled(); r.Decoupled {
+	if r.Decoupled = mv.decoupled(); r.Decoupled {
 		return mv.serveDecoupled(ctx, req, p, sh)
 	}
 	if err := mv.sched.enqueue(p); err != nil {

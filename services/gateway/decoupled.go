@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 
+	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
@@ -44,21 +45,40 @@ func isDecoupled(vv *versionView) bool {
 // failure of the transport (the executor lost mid-stream) is returned.
 func (g *Gateway) streamInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, emit func(response) error) error {
 	req.ModelVersion = vv.versionString()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // an early return cancels the executor's work
 	if vv.config.GetSequenceBatching() != nil {
-		return tritonerr.Unsupportedf("model '%s' is a decoupled sequence model: its streams are not supported", req.GetModelName())
+		// A decoupled sequence model: the router queues the request for
+		// its sequence's slot, and the executor that runs it streams the
+		// responses straight here.
+		sp, err := sequenceParams(req)
+		if err != nil {
+			return err
+		}
+		return g.sendSequence(ctx, vv, req, sp, decoupledWindow, func(rctx context.Context, subject string, sr *busv1.SequenceRequest) error {
+			st, err := g.bus.StreamQueued(rctx, subject, sr, decoupledWindow)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			return relay(st, emit)
+		})
 	}
 	subject, release, err := g.shmRoute(ctx, req, bus.InferSubject(req.GetModelName(), req.GetModelVersion()))
 	if err != nil {
 		return err
 	}
 	defer release()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // an early return cancels the executor's work
 	st, err := g.bus.Stream(ctx, subject, req, decoupledWindow)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	return relay(st, emit)
+}
+
+// relay hands the responses of st to emit until the final one.
+func relay(st *bus.Stream, emit func(response) error) error {
 	for {
 		item, err := st.Recv()
 		if err != nil {
