@@ -9,6 +9,7 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/infer"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -28,6 +29,8 @@ func (mv *modelVersion) streamResponses(ctx context.Context, w *bus.StreamWriter
 	final := make(chan struct{})
 	index, first := 0, true
 	var last time.Time // when the previous response went out
+	// Read once: every response of the request uses them.
+	classes, classErr := infer.ClassificationCounts(req.GetOutputs())
 	p.onResponse = func(resp *backend.Response) {
 		if resp.Final {
 			defer close(final)
@@ -51,32 +54,44 @@ func (mv *modelVersion) streamResponses(ctx context.Context, w *bus.StreamWriter
 			first = false
 			mv.stats.firstResponse(t.output.Sub(p.received))
 		}
-		record := func() {
-			t.end = time.Now()
-			mv.stats.response(index, kind, t)
-			index++
+		send := !resp.FlagOnly && ctx.Err() == nil // nobody reads after a cancel
+		var out *inference.ModelInferResponse
+		var enc []byte
+		var err error
+		if resp.Err != nil {
+			err = resp.Err // a nil *tritonerr.Error must not become a non-nil error
 		}
-		switch {
-		case resp.FlagOnly || ctx.Err() != nil:
-			// The end goes out as the handler returns; nobody reads
-			// after a cancel.
-			record()
-		case resp.Err != nil:
-			record()
-			_ = w.SendError(ctx, resp.Err, resp.Final)
-		default:
-			out, err := mv.response(req, p.req, resp)
+		plain := len(classes) == 0 && classErr == nil && sh == nil
+		if send && err == nil && plain {
+			var ok bool
+			if enc, ok = mv.encodeResponse(nil, req, p.req, resp); !ok {
+				enc = nil
+			}
+		}
+		if send && err == nil && enc == nil {
+			out, err = mv.responseWith(classes, req, p.req, resp)
+			if classErr != nil {
+				err = classErr
+			}
 			if err == nil {
 				err = sh.finish(out)
 			}
 			if err != nil {
 				kind = responseFail
-				record()
-				_ = w.SendError(ctx, err, resp.Final)
-			} else {
-				record()
-				_ = w.Send(ctx, out, resp.Final)
 			}
+		}
+		t.end = time.Now()
+		mv.stats.response(index, kind, t)
+		index++
+		switch {
+		case !send:
+			// The end goes out as the caller ends the stream.
+		case err != nil:
+			_ = w.SendError(ctx, err, resp.Final)
+		case enc != nil:
+			_ = w.SendEncoded(ctx, enc, resp.Final)
+		default:
+			_ = w.Send(ctx, out, resp.Final)
 		}
 		// Waiting for the client's credit is not the model's time: the
 		// next response starts when this one has gone out.

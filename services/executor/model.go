@@ -236,6 +236,14 @@ func (mv *modelVersion) response(req *inference.ModelInferRequest, r *backend.Re
 	if err != nil {
 		return nil, err
 	}
+	return mv.responseWith(classes, req, r, resp)
+}
+
+// responseWith is response with the request's classification counts
+// already read (a decoupled request reads them once for all its
+// responses).
+func (mv *modelVersion) responseWith(classes map[string]uint64, req *inference.ModelInferRequest, r *backend.Request, resp *backend.Response) (*inference.ModelInferResponse, error) {
+	var err error
 	out := &inference.ModelInferResponse{ModelName: mv.name, ModelVersion: mv.vstr, Id: req.GetId()}
 	for _, name := range r.RequestedOutputs {
 		for _, o := range resp.Outputs {

@@ -36,7 +36,7 @@ type stats struct {
 	success, fail, queue            duration
 	computeInput, computeInfer, out duration
 	batches                         map[uint64]*batchStats
-	responses                       map[uint64]*responseStats // decoupled models, by response index
+	responses                       []responseStats // decoupled models, by response index
 	// first is nv_inference_first_response_histogram_ms, for decoupled
 	// models only (as Triton creates it).
 	first *histogram
@@ -46,7 +46,7 @@ type stats struct {
 type responseStats struct{ infer, output, success, fail, empty, cancel duration }
 
 func newStats() *stats {
-	return &stats{batches: map[uint64]*batchStats{}, responses: map[uint64]*responseStats{}}
+	return &stats{batches: map[uint64]*batchStats{}}
 }
 
 // responseKind is what became of one response of a decoupled model.
@@ -78,11 +78,10 @@ func (s *stats) response(index int, kind responseKind, t responseTimes) {
 	total := t.end.Sub(t.start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.responses[uint64(index)]
-	if r == nil {
-		r = &responseStats{}
-		s.responses[uint64(index)] = r
+	if index >= len(s.responses) {
+		s.responses = append(s.responses, make([]responseStats, index+1-len(s.responses))...)
 	}
+	r := &s.responses[index]
 	switch kind {
 	case responseSuccess:
 		r.infer.add(t.output.Sub(t.start))
@@ -176,7 +175,7 @@ func (s *stats) proto(name, version string) *inference.ModelStatistics {
 		ResponseStats: map[string]*inference.InferResponseStatistics{},
 	}
 	for i, r := range s.responses {
-		ms.ResponseStats[strconv.FormatUint(i, 10)] = &inference.InferResponseStatistics{
+		ms.ResponseStats[strconv.Itoa(i)] = &inference.InferResponseStatistics{
 			ComputeInfer: r.infer.proto(), ComputeOutput: r.output.proto(), Success: r.success.proto(),
 			Fail: r.fail.proto(), EmptyResponse: r.empty.proto(), Cancel: r.cancel.proto(),
 		}
