@@ -7,7 +7,7 @@ BENCHTIME ?= 2s
 
 SERVICES := gateway executor shm-registry sequence-router
 
-.PHONY: all build run test unit e2e bench proto proto-check lint deps compose-config helm-lint clean
+.PHONY: all build run test unit e2e bench proto proto-check lint deps images compose-config helm-lint clean
 
 all: build
 
@@ -55,6 +55,13 @@ lint:
 
 deps:
 	@bash scripts/deps.sh
+
+# Every service image (nereid-<service>:$${NEREID_TAG:-dev}) with Docker Compose
+# v2, from deploy/docker/Dockerfile and docker-compose.yml, on an engine with no
+# images and no registry: local equivalents of the golang, debian, nats and
+# redis images are made from Debian's packages first (deploy/docker/compose.offline.yml).
+images:
+	@bash scripts/images.sh
 
 # docker-compose.yml through compose-go (docker compose's own loader and schema),
 # the Dockerfile's context against .dockerignore, and every flag the compose

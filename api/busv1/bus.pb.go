@@ -108,14 +108,18 @@ func (x *ExecutorHeartbeat) GetRevision() uint64 {
 
 // An executor's answer to a CatalogRequest: what it serves.
 type ExecutorCatalog struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ExecutorId    string                 `protobuf:"bytes,1,opt,name=executor_id,json=executorId,proto3" json:"executor_id,omitempty"`
-	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Generation    uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
-	Models        []*ModelVersionState   `protobuf:"bytes,4,rep,name=models,proto3" json:"models,omitempty"`
-	Revision      uint64                 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ExecutorId string                 `protobuf:"bytes,1,opt,name=executor_id,json=executorId,proto3" json:"executor_id,omitempty"`
+	Node       string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Generation uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Models     []*ModelVersionState   `protobuf:"bytes,4,rep,name=models,proto3" json:"models,omitempty"`
+	Revision   uint64                 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The executor runs in explicit model control mode: a model it lists
+	// without a READY version is not loaded in the constellation (the
+	// repository API decides), rather than served by other executors only.
+	ExplicitControl bool `protobuf:"varint,6,opt,name=explicit_control,json=explicitControl,proto3" json:"explicit_control,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ExecutorCatalog) Reset() {
@@ -183,10 +187,18 @@ func (x *ExecutorCatalog) GetRevision() uint64 {
 	return 0
 }
 
+func (x *ExecutorCatalog) GetExplicitControl() bool {
+	if x != nil {
+		return x.ExplicitControl
+	}
+	return false
+}
+
 type ModelVersionState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Empty when the model failed before its versions were known.
+	// Empty when the model failed before its versions were known, and for a
+	// model of the repository never loaded (then state is empty too).
 	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	// "READY", "UNAVAILABLE", "LOADING" or "UNLOADING".
 	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
@@ -505,7 +517,11 @@ type ModelControlRequest struct {
 	// JSON model configuration replacing config.pbtxt ("" = none).
 	Config string `protobuf:"bytes,4,opt,name=config,proto3" json:"config,omitempty"`
 	// Model files by their path in the model directory ("1/model.onnx").
-	Files         map[string][]byte `protobuf:"bytes,5,rep,name=files,proto3" json:"files,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Files map[string][]byte `protobuf:"bytes,5,rep,name=files,proto3" json:"files,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Set in the loaded-models bucket (LoadedModelsBucket) when the files of
+	// the load were too large to keep there: an executor restoring the set
+	// cannot load the model, and says so.
+	FilesNotKept  bool `protobuf:"varint,6,opt,name=files_not_kept,json=filesNotKept,proto3" json:"files_not_kept,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -573,6 +589,13 @@ func (x *ModelControlRequest) GetFiles() map[string][]byte {
 		return x.Files
 	}
 	return nil
+}
+
+func (x *ModelControlRequest) GetFilesNotKept() bool {
+	if x != nil {
+		return x.FilesNotKept
+	}
+	return false
 }
 
 // One executor's answer to ModelControlRequest: the error, if any (kind as
@@ -658,7 +681,7 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x1a\n" +
 	"\bwithdraw\x18\x04 \x01(\bR\bwithdraw\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"\xbc\x01\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\"\xe7\x01\n" +
 	"\x0fExecutorCatalog\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x12\n" +
@@ -667,7 +690,8 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x128\n" +
 	"\x06models\x18\x04 \x03(\v2 .nereid.bus.v1.ModelVersionStateR\x06models\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"\x9f\x01\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\x12)\n" +
+	"\x10explicit_control\x18\x06 \x01(\bR\x0fexplicitControl\"\x9f\x01\n" +
 	"\x11ModelVersionState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
@@ -688,13 +712,14 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x06bounds\x18\x03 \x03(\x01R\x06bounds\x12\x16\n" +
 	"\x06counts\x18\x04 \x03(\x04R\x06counts\x12\x10\n" +
 	"\x03sum\x18\x05 \x01(\x01R\x03sum\x12\x14\n" +
-	"\x05count\x18\x06 \x01(\x04R\x05count\"\x81\x02\n" +
+	"\x05count\x18\x06 \x01(\x04R\x05count\"\xa7\x02\n" +
 	"\x13ModelControlRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04load\x18\x02 \x01(\bR\x04load\x12+\n" +
 	"\x11unload_dependents\x18\x03 \x01(\bR\x10unloadDependents\x12\x16\n" +
 	"\x06config\x18\x04 \x01(\tR\x06config\x12C\n" +
-	"\x05files\x18\x05 \x03(\v2-.nereid.bus.v1.ModelControlRequest.FilesEntryR\x05files\x1a8\n" +
+	"\x05files\x18\x05 \x03(\v2-.nereid.bus.v1.ModelControlRequest.FilesEntryR\x05files\x12$\n" +
+	"\x0efiles_not_kept\x18\x06 \x01(\bR\ffilesNotKept\x1a8\n" +
 	"\n" +
 	"FilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +

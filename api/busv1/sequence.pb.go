@@ -434,8 +434,15 @@ type SequenceWork struct {
 	ReceivedUnixNano int64 `protobuf:"varint,9,opt,name=received_unix_nano,json=receivedUnixNano,proto3" json:"received_unix_nano,omitempty"`
 	// SequenceRequest.token.
 	Token string `protobuf:"bytes,10,opt,name=token,proto3" json:"token,omitempty"`
+	// The sequence was moved to this instance after the executor that ran it
+	// was lost (a model with durable state): the executor loads the
+	// sequence's state from the durable store instead of its memory. When the
+	// request is the one the lost executor was running, the store tells
+	// whether its state was already written (the store's token is this
+	// request's) and the request runs again from the state before it.
+	Resume bool `protobuf:"varint,11,opt,name=resume,proto3" json:"resume,omitempty"`
 	// SequenceRequest.stream_window: stream the responses to reply.
-	StreamWindow  uint32 `protobuf:"varint,11,opt,name=stream_window,json=streamWindow,proto3" json:"stream_window,omitempty"`
+	StreamWindow  uint32 `protobuf:"varint,12,opt,name=stream_window,json=streamWindow,proto3" json:"stream_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -538,6 +545,13 @@ func (x *SequenceWork) GetToken() string {
 		return x.Token
 	}
 	return ""
+}
+
+func (x *SequenceWork) GetResume() bool {
+	if x != nil {
+		return x.Resume
+	}
+	return false
 }
 
 func (x *SequenceWork) GetStreamWindow() uint32 {
@@ -757,7 +771,7 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\x04work\x18\x02 \x03(\v2\x1b.nereid.bus.v1.SequenceWorkR\x04work\x12\x1f\n" +
 	"\vneed_config\x18\x03 \x01(\bR\n" +
 	"needConfig\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xd9\x02\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xf1\x02\n" +
 	"\fSequenceWork\x12\x18\n" +
 	"\apadding\x18\x01 \x01(\bR\apadding\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12,\n" +
@@ -769,8 +783,9 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\arequest\x18\b \x01(\fR\arequest\x12,\n" +
 	"\x12received_unix_nano\x18\t \x01(\x03R\x10receivedUnixNano\x12\x14\n" +
 	"\x05token\x18\n" +
-	" \x01(\tR\x05token\x12#\n" +
-	"\rstream_window\x18\v \x01(\rR\fstreamWindow\"E\n" +
+	" \x01(\tR\x05token\x12\x16\n" +
+	"\x06resume\x18\v \x01(\bR\x06resume\x12#\n" +
+	"\rstream_window\x18\f \x01(\rR\fstreamWindow\"E\n" +
 	"\x10SequenceTakeover\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\trouter_id\x18\x02 \x01(\tR\brouterId\"]\n" +

@@ -21,11 +21,22 @@ import (
 // repository root.
 func loadCompose(t *testing.T, env ...string) *types.Project {
 	t.Helper()
+	return loadComposeFiles(t, []string{"docker-compose.yml"}, env...)
+}
+
+// loadComposeFiles loads compose files (relative to the repository root) merged
+// in order, as docker compose -f a -f b does.
+func loadComposeFiles(t *testing.T, files []string, env ...string) *types.Project {
+	t.Helper()
 	root, err := filepath.Abs(repoRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = filepath.Join(root, f)
+	}
+	opts, err := cli.NewProjectOptions(paths,
 		cli.WithWorkingDirectory(root),
 		cli.WithEnv(env),
 		cli.WithInterpolation(true),
@@ -36,7 +47,7 @@ func loadCompose(t *testing.T, env ...string) *types.Project {
 	}
 	p, err := opts.LoadProject(context.Background())
 	if err != nil {
-		t.Fatalf("docker-compose.yml does not load: %v", err)
+		t.Fatalf("%s does not load: %v", strings.Join(files, " + "), err)
 	}
 	return p
 }
@@ -155,7 +166,7 @@ func TestComposeBusAndStore(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"shm-registry", "sequence-router"} {
+	for _, name := range []string{"shm-registry", "sequence-router", "executor"} {
 		if _, ok := argValue(p.Services[name].Command, "redis-url"); !ok {
 			t.Errorf("%s: no --redis-url: its state would be lost with the container", name)
 		}
@@ -311,7 +322,7 @@ func TestComposeSecured(t *testing.T) {
 	if v, ok := argValue(redis.Command, "aclfile"); !ok || v == "" {
 		t.Errorf("redis: no --aclfile: %v", redis.Command)
 	}
-	for _, name := range []string{"sequence-router", "shm-registry"} {
+	for _, name := range []string{"sequence-router", "shm-registry", "executor"} {
 		env := p.Services[name].Environment
 		if u := env["NEREID_REDIS_USER"]; u == nil || *u != name {
 			t.Errorf("%s: NEREID_REDIS_USER %v, want %s", name, u, name)

@@ -188,7 +188,7 @@ func TestMainFlagsParsed(t *testing.T) {
 	}{
 		{"gateway", []string{"nats-url", "http-port", "grpc-port", "metrics-port", "allow-http",
 			"nats-user", "nats-password", "nats-token", "nats-creds", "nats-ca", "grpc-use-ssl", "grpc-server-cert", "http-use-ssl-mutual", "http-restricted-api"}},
-		{"executor", []string{"nats-url", "model-repository", "load-model", "node", "nats-nkey"}},
+		{"executor", []string{"nats-url", "model-repository", "load-model", "node", "nats-nkey", "redis-url", "redis-user", "redis-ca"}},
 		{"shm-registry", []string{"nats-url", "redis-url", "probe-addr", "redis-user", "redis-ca"}},
 		{"sequence-router", []string{"nats-url", "redis-url", "probe-addr", "redis-user", "redis-password", "redis-ca"}},
 		{"standalone", []string{"model-repository", "http-port", "allow-http", "redis-url"}},

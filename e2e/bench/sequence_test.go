@@ -38,7 +38,11 @@ import (
 //     and after; target: well under 1);
 //   - a request in the middle of a sequence of a model with a 64-byte
 //     implicit state against the same model without state, c=1
-//     (target: p50 <= 1.15x).
+//     (target: p50 <= 1.15x);
+//   - the same with durable state (state_durability "redis": one Redis
+//     write per request, to the run's Redis) against a stateless request
+//     of the same shape, c=1 (target: p50 <= 1.6x), and with a 1 MiB state
+//     against a stateless 1 MiB request (reported).
 
 const (
 	seqModel       = "seq_bench"
@@ -49,12 +53,22 @@ const (
 	implicitModel      = "implicit_bench"
 	implicitPlainModel = "implicit_plain_bench"
 	seqConc            = 64
+	// durableModel is implicitModel with durable state, durable1MModel the
+	// same with a 1 MiB state; stateless16Model and stateless1MModel are
+	// stateless models of their shapes.
+	durableModel     = "durable_bench"
+	durable1MModel   = "durable_1m_bench"
+	stateless16Model = "stateless_16_bench"
+	stateless1MModel = "stateless_1m_bench"
+	elems1M          = 1 << 18 // INT32 in 1 MiB
 )
 
 func init() {
 	comparisons = append(comparisons,
 		comparison{"seq-mid-grpc-unary/c1", "stateless-grpc-unary/c1", latency, 1.30, 0},
 		comparison{"implicit-state-64B-grpc-unary/c1", "seq-no-state-grpc-unary/c1", latency, 1.15, 0},
+		comparison{"durable-state-64B-grpc-unary/c1", "stateless-64B-grpc-unary/c1", latency, 1.6, 0},
+		comparison{"durable-state-1MiB-grpc-unary/c1", "stateless-1MiB-grpc-unary/c1", latency, 0, 0},
 	)
 }
 
@@ -114,7 +128,7 @@ func startSeqNereid() (f *seqFixture, err error) {
 	}
 	cfg := standalone.DefaultConfig()
 	cfg.ModelRepository = repo
-	cfg.Models = []string{seqModel, statelessModel, implicitModel, implicitPlainModel}
+	cfg.Models = []string{seqModel, statelessModel, implicitModel, implicitPlainModel, durableModel, durable1MModel, stateless16Model, stateless1MModel}
 	cfg.Host = "127.0.0.1"
 	cfg.HTTPPort, cfg.GRPCPort = 0, 0
 	cfg.AllowMetrics = false
@@ -243,15 +257,15 @@ func midSequence(c inference.GRPCInferenceServiceClient, base uint64) Worker {
 	}
 }
 
-// implicitMid is midSequence for the implicit-state models: 16 INT32 zeros
+// implicitMid is midSequence for the implicit-state models: n INT32 zeros
 // in, so the accumulated state, and the answer, stay zeros while the
 // state still travels into every request and out of it.
-func implicitMid(c inference.GRPCInferenceServiceClient, model string, base uint64) Worker {
+func implicitMid(c inference.GRPCInferenceServiceClient, model string, base uint64, n int) Worker {
 	mk := func(seq uint64, start, end bool) *inference.ModelInferRequest {
 		return &inference.ModelInferRequest{
 			ModelName:        model,
-			Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, 16}}},
-			RawInputContents: [][]byte{make([]byte, 64)},
+			Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, int64(n)}}},
+			RawInputContents: [][]byte{make([]byte, 4*n)},
 			Parameters: map[string]*inference.InferParameter{
 				"sequence_id":    {ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: int64(seq)}},
 				"sequence_start": {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: start}},
@@ -264,7 +278,7 @@ func implicitMid(c inference.GRPCInferenceServiceClient, model string, base uint
 		if _, err := c.ModelInfer(context.Background(), mk(seq, true, false)); err != nil {
 			return nil, nil, fmt.Errorf("sequence start: %w", err)
 		}
-		req, want := mk(seq, false, false), make([]byte, 64)
+		req, want := mk(seq, false, false), make([]byte, 4*n)
 		return func(full bool) error {
 				resp, err := c.ModelInfer(context.Background(), req)
 				if err != nil {
@@ -332,7 +346,25 @@ func BenchmarkSequence(b *testing.B) {
 		f := seqNereid(b)
 		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, f.grpcAddr))
 		measurePair(b, "seq-no-state-grpc-unary/c1", "implicit-state-64B-grpc-unary/c1", 1, warmSmall,
-			implicitMid(c, implicitPlainModel, nextBase()), implicitMid(c, implicitModel, nextBase()))
+			implicitMid(c, implicitPlainModel, nextBase(), 16), implicitMid(c, implicitModel, nextBase(), 16))
+	})
+	// Durable state: the run's Redis is loopback, without persistence.
+	durable := func(b *testing.B, baseKey, key, durableModel, statelessModel string, n, warmup int) {
+		f := seqNereid(b)
+		if f.redis == nil {
+			b.Skip("redis-server is not installed: durable state would stay in memory")
+		}
+		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, f.grpcAddr))
+		stateless := &inference.ModelInferRequest{ModelName: statelessModel,
+			Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, int64(n)}}},
+			RawInputContents: [][]byte{make([]byte, 4*n)}}
+		measurePair(b, baseKey, key, 1, warmup, InferUnary(c, stateless), implicitMid(c, durableModel, nextBase(), n))
+	}
+	b.Run("durable-state-vs-stateless/c=1", func(b *testing.B) {
+		durable(b, "stateless-64B-grpc-unary/c1", "durable-state-64B-grpc-unary/c1", durableModel, stateless16Model, 16, warmSmall)
+	})
+	b.Run("durable-state-1MiB-vs-stateless/c=1", func(b *testing.B) {
+		durable(b, "stateless-1MiB-grpc-unary/c1", "durable-state-1MiB-grpc-unary/c1", durable1MModel, stateless1MModel, elems1M, warmLarge)
 	})
 	b.Run(fmt.Sprintf("%dx%d-on-2-executors", seqConc, seqLength), func(b *testing.B) {
 		f := seqNereid(b)

@@ -46,9 +46,11 @@ func NewCluster(t testing.TB) *Cluster {
 	port := FreePort(t)
 	// The shipped configuration, least privilege for every role; address
 	// and port from the command line, which wins over the file, and no
-	// monitoring port (-m 0) to collide with anything.
+	// monitoring port (-m 0) to collide with anything, and JetStream's
+	// store in the test's temporary directory (-sd).
 	conf := RepoPath(t, "deploy/docker/nats.conf")
-	p := Start(t, "nats-server", bin.Path("nats-server"), "-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-m", "0")
+	p := Start(t, "nats-server", bin.Path("nats-server"), "-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-m", "0",
+		"--store_dir", t.TempDir())
 	url := "nats://" + Addr(port)
 	if !WaitFor(10*time.Second, func() bool {
 		nc, err := nats.Connect(url, nats.UserInfo(string(bus.RoleGateway), RolePassword(bus.RoleGateway)))

@@ -110,7 +110,7 @@ func redisServer(t testing.TB, port int, dir string) *redistest.Server {
 		t.Fatal(redisTLSErr)
 	}
 	pw := map[string]string{}
-	for _, u := range redistest.Users {
+	for _, u := range append(redistest.Users, redistest.Inspector) {
 		pw[u] = redisPassword(u)
 	}
 	return &redistest.Server{Port: port, Dir: dir, TLS: redisTLS, Passwords: pw, ACLTemplate: RepoPath(t, "deploy/redis/users.acl.in")}
@@ -156,7 +156,7 @@ func processEnv(path string) []string {
 	env := os.Environ()
 	if r := roleOf(path); r != "" {
 		env = append(env, natsconn.EnvUser+"="+string(r), natsconn.EnvPassword+"="+RolePassword(r))
-		if r == bus.RoleSequenceRouter || r == bus.RoleShmRegistry {
+		if r == bus.RoleSequenceRouter || r == bus.RoleShmRegistry || r == bus.RoleExecutor {
 			redisTLSOnce.Do(func() { redisTLS, redisTLSErr = makeRedisTLS() })
 			if redisTLSErr == nil {
 				env = append(env, redisconn.EnvUser+"="+string(r), redisconn.EnvPassword+"="+redisPassword(string(r)),

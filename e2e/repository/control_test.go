@@ -37,9 +37,11 @@ func inferIdent(t *testing.T, base string) (int, string) {
 }
 
 // TestExplicitModelControlProcesses runs the constellation as processes
-// under the shipped NATS permissions: a load reaches both executors, an
-// executor restarted in explicit mode comes back with the loaded set, and an
-// unload reaches every executor.
+// under the shipped NATS configuration (permissions, JetStream): a load
+// reaches both executors, an executor restarted in explicit mode comes back
+// with the loaded set, so do both restarted at once (the set is kept in
+// JetStream), and an unload reaches every executor and outlives a restart
+// of them all.
 func TestExplicitModelControlProcesses(t *testing.T) {
 	c := constellation.NewCluster(t)
 	g := c.Gateway()
@@ -78,10 +80,48 @@ func TestExplicitModelControlProcesses(t *testing.T) {
 	}) {
 		t.Fatalf("restarted executor does not serve the loaded model:\n%s", a.Output())
 	}
+
+	// Every executor stops; those started next load the set again.
+	a.Stop()
+	a = executor(repoA, "exA")
+	b = executor(repoB, "exB")
+	if !constellation.WaitFor(20*time.Second, func() bool {
+		s, body := inferIdent(t, base)
+		return s == 200 && strings.Contains(body, `"data":[5,6]`)
+	}) {
+		t.Fatalf("executors restarted together do not serve the loaded model:\n%s\n%s", a.Output(), b.Output())
+	}
+
 	if s, body := call(t, http.MethodPost, base+"/v2/repository/models/ident/unload", ""); s != 200 {
 		t.Fatalf("unload: %d %s", s, body)
 	}
 	if s, body := inferIdent(t, base); s == 200 {
 		t.Fatalf("infer after unload: %d %s", s, body)
+	}
+	a.Stop()
+	b.Stop()
+	a = executor(repoA, "exA")
+	b = executor(repoB, "exB")
+	if !constellation.WaitFor(20*time.Second, func() bool {
+		s, _ := call(t, http.MethodGet, base+"/v2/health/ready", "")
+		return s == 200
+	}) {
+		t.Fatalf("constellation not ready after the restart:\n%s\n%s", a.Output(), b.Output())
+	}
+	// Both executors are heard: the model stays unloaded, listed by name.
+	if !constellation.WaitFor(20*time.Second, func() bool {
+		s, body := call(t, http.MethodPost, base+"/v2/repository/index", "")
+		return s == 200 && strings.Contains(string(body), `[{"name":"ident"}]`)
+	}) {
+		_, body := call(t, http.MethodPost, base+"/v2/repository/index", "")
+		t.Fatalf("index after restarting with the model unloaded: %s", body)
+	}
+	if s, body := inferIdent(t, base); s == 200 {
+		t.Fatalf("infer after a restart with the model unloaded: %d %s", s, body)
+	}
+	for _, p := range []*constellation.Proc{a, b} {
+		if strings.Contains(p.Output(), "no loaded-model set in JetStream") {
+			t.Fatalf("executor fell back to its peers under the shipped configuration:\n%s", p.Output())
+		}
 	}
 }

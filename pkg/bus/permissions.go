@@ -83,11 +83,25 @@ var routes = []Route{
 	{Pattern: SolicitSubject, Publishers: gw, Subscribers: ex},
 	{Pattern: execPrefix + "*.catalog", Publishers: []Role{RoleGateway, RoleExecutor}, Subscribers: ex, Repliers: ex},
 	{Pattern: execPrefix + "*.stats", Publishers: gw, Subscribers: ex, Repliers: ex},
-	// Model control: a gateway asks every executor to load or unload.
-	{Pattern: ModelControlSubject, Publishers: gw, Subscribers: ex, Repliers: ex},
+	// Model control: a gateway (the repository API) or an executor (a
+	// Triton backend loading or unloading a model) asks every executor to
+	// load or unload.
+	{Pattern: ModelControlSubject, Publishers: []Role{RoleGateway, RoleExecutor}, Subscribers: ex, Repliers: ex},
 	// An executor starting in explicit mode asks the others what they
 	// have loaded.
 	{Pattern: LoadedModelsSubject, Publishers: ex, Subscribers: ex, Repliers: ex},
+	// The set of models loaded through the repository API, in a JetStream
+	// key-value bucket that executors read at start and write as they load
+	// and unload (LoadedModelsBucket). JetStream itself answers: the
+	// account's limits (read before creating a bucket), looking the bucket
+	// up, creating it, listing its keys, reading a key, and the puts and
+	// purges (on the keys' subjects) it acknowledges.
+	{Pattern: jetStreamAPI + "INFO", Publishers: ex, Subscribers: none},
+	{Pattern: jetStreamAPI + "STREAM.INFO." + loadedModelsStream, Publishers: ex, Subscribers: none},
+	{Pattern: jetStreamAPI + "STREAM.CREATE." + loadedModelsStream, Publishers: ex, Subscribers: none},
+	{Pattern: jetStreamAPI + "STREAM.MSG.GET." + loadedModelsStream, Publishers: ex, Subscribers: none},
+	{Pattern: jetStreamAPI + "DIRECT.GET." + loadedModelsStream + ".>", Publishers: ex, Subscribers: none},
+	{Pattern: loadedModelsKeys, Publishers: ex, Subscribers: none},
 	// Cancellations travel from requesters to every Conn that serves
 	// requests.
 	{Pattern: CancelSubject, Publishers: []Role{RoleGateway, RoleExecutor},

@@ -224,6 +224,7 @@ func startAuthServer(t *testing.T) (*server.Server, map[Role]string) {
 		t.Fatal(err)
 	}
 	opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
+	opts.StoreDir = t.TempDir() // JetStream's, a volume in deployments
 	opts.NoLog, opts.NoSigs = true, true
 	s, err := server.NewServer(opts)
 	if err != nil {

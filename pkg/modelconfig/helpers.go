@@ -1,6 +1,9 @@
 package modelconfig
 
-import "github.com/nereid-io/nereid/api/inference"
+import (
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
 
 // InputByName returns the configured input called name, or nil.
 func InputByName(cfg *inference.ModelConfig, name string) *inference.ModelInput {
@@ -49,4 +52,46 @@ func MaxSequenceIdleMicroseconds(cfg *inference.ModelConfig) uint64 {
 // request.
 func IsDecoupled(cfg *inference.ModelConfig) bool {
 	return cfg.GetModelTransactionPolicy().GetDecoupled()
+}
+
+// Durability is where a sequence model's implicit state lives besides the
+// executor running the sequence (Nereid's model parameter
+// "state_durability").
+type Durability uint8
+
+const (
+	// DurabilityNone: the state lives only with its executor, as in Triton;
+	// a lost executor loses its sequences.
+	DurabilityNone Durability = iota
+	// DurabilityRedis: every new output state is written to Redis before
+	// the response is sent, so that another executor continues the
+	// sequence when its executor is lost.
+	DurabilityRedis
+)
+
+// DurabilityParameter is the model config parameter that asks for durable
+// implicit state: parameters { key: "state_durability" value: {
+// string_value: "redis" } }.
+const DurabilityParameter = "state_durability"
+
+// StateDurability reads the model's "state_durability" parameter: absent,
+// empty or "none" is DurabilityNone, "redis" is DurabilityRedis; anything
+// else, or "redis" on a model without sequence_batching.state (only
+// implicit state can be made durable), is an error naming the value.
+func StateDurability(cfg *inference.ModelConfig) (Durability, error) {
+	p, ok := cfg.GetParameters()[DurabilityParameter]
+	if !ok {
+		return DurabilityNone, nil
+	}
+	switch v := p.GetStringValue(); v {
+	case "", "none":
+		return DurabilityNone, nil
+	case "redis":
+		if len(cfg.GetSequenceBatching().GetState()) == 0 {
+			return DurabilityNone, tritonerr.InvalidArgf("model '%s' sets parameter '%s' to 'redis' but has no sequence_batching state: only implicit state can be made durable", cfg.GetName(), DurabilityParameter)
+		}
+		return DurabilityRedis, nil
+	default:
+		return DurabilityNone, tritonerr.InvalidArgf("model '%s': unknown value '%s' of parameter '%s' (expected 'redis' or 'none')", cfg.GetName(), v, DurabilityParameter)
+	}
 }

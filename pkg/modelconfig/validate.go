@@ -156,6 +156,9 @@ func validateModel(cfg *inference.ModelConfig) error {
 			return err
 		}
 	}
+	if _, err := StateDurability(cfg); err != nil {
+		return err
+	}
 
 	if ens := cfg.GetEnsembleScheduling(); ens != nil {
 		if err := validateEnsemble(cfg, ens); err != nil {

@@ -27,7 +27,7 @@ func startSecured(t *testing.T) *redistest.Server {
 	t.Helper()
 	s := &redistest.Server{
 		Port: freePort(t), Dir: t.TempDir(), TLS: tlstest.MustSet(t),
-		Passwords:   map[string]string{"sequence-router": "router-pw-8c1d", "shm-registry": "registry-pw-77ae"},
+		Passwords:   map[string]string{"sequence-router": "router-pw-8c1d", "shm-registry": "registry-pw-77ae", "executor": "executor-pw-31f0"},
 		ACLTemplate: "../../deploy/redis/users.acl.in",
 	}
 	cmd, err := s.Command()
@@ -67,6 +67,7 @@ func TestSecuredRedis(t *testing.T) {
 	}{
 		{"sequence-router", "nereid:seq:{m}:epoch", "{nereid:shm}regions"},
 		{"shm-registry", "{nereid:shm}regions", "nereid:seq:{m}:epoch"},
+		{"executor", "nereid:state:{m.1}:u:1", "nereid:seq:{m}:epoch"},
 	} {
 		t.Run(c.user, func(t *testing.T) {
 			rdb, err := redisconn.Open(ctx, s.URL(), s.Options(c.user))

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -150,5 +151,56 @@ func TestParseVersion(t *testing.T) {
 		if _, ok := parseVersion(name); ok != want {
 			t.Errorf("parseVersion(%q) ok = %v", name, ok)
 		}
+	}
+}
+
+func TestStamp(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m")
+	for _, p := range []string{"1", "2/sub"} {
+		if err := os.MkdirAll(filepath.Join(dir, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := func(p string, sec int64) {
+		t.Helper()
+		path := filepath.Join(dir, p)
+		if _, err := os.Stat(path); err != nil {
+			if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		when := time.Unix(sec, 0)
+		if err := os.Chtimes(path, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"config.pbtxt", "1/model.bin", "1", "2/sub/w.bin", "2/sub", "2", ""} {
+		at(p, 100)
+	}
+	base1, base2 := Stamp(dir, 1), Stamp(dir, 2)
+	if base1 != time.Unix(100, 0).UnixNano() || base2 != base1 {
+		t.Fatalf("stamps %d %d, want both at 100s", base1, base2)
+	}
+	steps := []struct {
+		touch              string
+		changed1, changed2 bool
+	}{
+		{"config.pbtxt", false, false}, // compared as a configuration instead
+		{"2/sub/w.bin", false, true},   // a file deep in version 2
+		{"1/model.bin", true, false},
+		{"labels.txt", true, true}, // the model's own files concern every version
+	}
+	sec := int64(200)
+	for _, s := range steps {
+		at(s.touch, sec)
+		sec += 100
+		s1, s2 := Stamp(dir, 1), Stamp(dir, 2)
+		if (s1 != base1) != s.changed1 || (s2 != base2) != s.changed2 {
+			t.Fatalf("after touching %s: version 1 changed %v, version 2 changed %v; want %v, %v", s.touch, s1 != base1, s2 != base2, s.changed1, s.changed2)
+		}
+		base1, base2 = s1, s2
+	}
+	if got := Stamp(filepath.Join(dir, "missing"), 1); got != 0 {
+		t.Fatalf("stamp of a missing model: %d", got)
 	}
 }

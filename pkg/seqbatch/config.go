@@ -42,6 +42,10 @@ type Config struct {
 	// no batch leaves until that many requests wait in slots and in the
 	// backlog; after that, never again.
 	HoldSlots, HoldBacklog int
+	// Durable is the model's state_durability "redis": its sequences'
+	// state survives the loss of their executor, so RemoveExecutor moves
+	// them to other instances instead of forgetting them.
+	Durable bool
 }
 
 // ConfigFrom reads a model config (defaults filled by modelconfig).
@@ -65,6 +69,9 @@ func ConfigFrom(cfg *inference.ModelConfig) Config {
 			c.Preferred = append(c.Preferred, int(p))
 		}
 		c.MaxQueueDelay = time.Duration(o.GetMaxQueueDelayMicroseconds()) * time.Microsecond
+	}
+	if d, err := modelconfig.StateDurability(cfg); err == nil && d == modelconfig.DurabilityRedis {
+		c.Durable = true
 	}
 	if p, ok := cfg.GetParameters()["nereid_max_sequence_backlog"]; ok {
 		if n, err := strconv.Atoi(p.GetStringValue()); err == nil && n > 0 {

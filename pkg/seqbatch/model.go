@@ -46,6 +46,10 @@ type Entry struct {
 	Slot              int
 	ID                ID
 	Start, End, Ready bool
+	// Resume: the sequence was moved here from a lost executor (durable
+	// state, Config.Durable) and this is its first request on the new
+	// instance, which loads the state from the durable store.
+	Resume bool
 }
 
 // Batch is what one instance executes next.
@@ -88,6 +92,9 @@ type Store interface {
 type slot struct {
 	owner *ID // the sequence bound here; nil once it ended or went idle
 	queue []*Request
+	// resume: the slot's sequence was moved here from a lost executor;
+	// the next request leaving the slot is marked Entry.Resume.
+	resume bool
 }
 
 func (s *slot) free() bool { return s.owner == nil && len(s.queue) == 0 }
@@ -102,6 +109,7 @@ type backlogQueue struct {
 	ended  bool // END arrived: the id no longer maps here
 	reqs   []*Request
 	expire time.Time // earliest arrival+timeout, zero for none
+	resume bool      // moved from a lost executor (slot.resume)
 }
 
 // seq is where an active id lives: a slot, or a backlog queue.
@@ -121,7 +129,20 @@ type Model struct {
 	seqs      map[ID]*seq
 	backlog   []*backlogQueue
 	holding   bool
+	// lost remembers the sequences forgotten with a lost executor (state
+	// not durable), so that their next request's START error names it.
+	lost map[ID]lostSeq
 }
+
+// lostSeq is a sequence forgotten with its executor.
+type lostSeq struct {
+	executor string
+	at       time.Time
+}
+
+// lostFor is how long a sequence lost with its executor is remembered:
+// its client's next request, sent soon after, learns where the state went.
+const lostFor = time.Minute
 
 // NewModel makes an empty batcher. store may be nil (nothing persisted).
 func NewModel(cfg Config, store Store, log *slog.Logger) *Model {
@@ -134,7 +155,7 @@ func NewModel(cfg Config, store Store, log *slog.Logger) *Model {
 	if cfg.MaxBatch < 1 {
 		cfg.MaxBatch = 1
 	}
-	return &Model{cfg: cfg, store: store, log: log, seqs: map[ID]*seq{}, holding: cfg.HoldSlots > 0 || cfg.HoldBacklog > 0}
+	return &Model{cfg: cfg, store: store, log: log, seqs: map[ID]*seq{}, lost: map[ID]lostSeq{}, holding: cfg.HoldSlots > 0 || cfg.HoldBacklog > 0}
 }
 
 // Config returns the batcher's configuration.
@@ -166,28 +187,142 @@ func (m *Model) AddInstance(now time.Time, k InstanceKey) {
 }
 
 // RemoveExecutor withdraws every instance of executor (all generations but
-// keep, when keep > 0): its sequences are forgotten, so their next request
-// fails with the START error, and requests queued in its slots fail.
-func (m *Model) RemoveExecutor(executor string, keep uint64) []Failure {
+// keep, when keep > 0). running are the requests the router handed to
+// those instances and got no "done" for, oldest first.
+//
+// Without durable state its sequences are forgotten (their next request
+// fails with the START error, naming the executor) and requests queued in
+// its slots fail; the router fails running itself. With durable state
+// (Config.Durable) nothing fails: each sequence moves, with the request
+// that was running on the lost executor (run again from the last durable
+// state) ahead of those queued, to the lowest free slot of another
+// instance or to the front of the backlog, and its first request there is
+// marked Resume. A running request whose sequence has started again
+// elsewhere meanwhile (its id reused after END) is failed, never run.
+func (m *Model) RemoveExecutor(now time.Time, executor string, keep uint64, running []*Request) []Failure {
 	var out []Failure
+	type moved struct {
+		id    ID
+		reqs  []*Request
+		owned bool // still bound (not ended)
+	}
+	var order []ID
+	units := map[ID]*moved{}
+	unit := func(id ID) *moved {
+		u := units[id]
+		if u == nil {
+			u = &moved{id: id}
+			units[id] = u
+			order = append(order, id)
+		}
+		return u
+	}
+	lostOne := func(k InstanceKey) bool {
+		return k.Executor == executor && (keep == 0 || k.Generation != keep)
+	}
+	if m.cfg.Durable {
+		for _, r := range running {
+			if s := m.seqs[r.ID]; s != nil && (s.at == nil || !lostOne(s.at.Instance)) {
+				out = append(out, Failure{r, tritonerr.Unavailablef(
+					"executor '%s' running sequence %s of model '%s' was lost, and the sequence has started again since; the request was not run again", executor, r.ID.text(), m.cfg.Model)})
+				continue
+			}
+			u := unit(r.ID)
+			u.reqs = append(u.reqs, r)
+		}
+	}
 	m.instances = slices.DeleteFunc(m.instances, func(in *instance) bool {
-		if in.key.Executor != executor || (keep != 0 && in.key.Generation == keep) {
+		if !lostOne(in.key) {
 			return false
 		}
 		for i := range in.slots {
 			s := &in.slots[i]
-			if s.owner != nil {
-				m.forget(*s.owner)
-			}
-			for _, r := range s.queue {
-				out = append(out, Failure{r, tritonerr.Unavailablef(
-					"executor '%s' running sequence %s of model '%s' was lost; the sequence's state is gone", executor, r.ID.text(), m.cfg.Model)})
+			switch {
+			case m.cfg.Durable:
+				if s.owner != nil {
+					u := unit(*s.owner)
+					u.owned = true
+				}
+				for _, r := range s.queue {
+					u := unit(r.ID)
+					u.reqs = append(u.reqs, r)
+				}
+			default:
+				if s.owner != nil {
+					m.lost[*s.owner] = lostSeq{executor: executor, at: now}
+					m.forget(*s.owner)
+				}
+				for _, r := range s.queue {
+					out = append(out, Failure{r, tritonerr.Unavailablef(
+						"executor '%s' running sequence %s of model '%s' was lost; the sequence's state is gone", executor, r.ID.text(), m.cfg.Model)})
+				}
 			}
 			*s = slot{}
 		}
 		return true
 	})
+	var front []*backlogQueue
+	for _, id := range order {
+		u := units[id]
+		if q := m.move(now, u.id, u.reqs, u.owned); q != nil {
+			front = append(front, q)
+		}
+	}
+	// Those that found no slot go ahead of the sequences that never ran.
+	m.backlog = append(front, m.backlog...)
+	m.pruneLost(now)
 	return out
+}
+
+// move places a sequence of a lost executor (durable state) with its
+// requests in the lowest free slot, or returns the backlog queue the
+// caller puts at the front of the backlog. owned is false for a sequence
+// that ended (its END among reqs): it runs in a slot without binding it.
+func (m *Model) move(now time.Time, id ID, reqs []*Request, owned bool) *backlogQueue {
+	if !owned && len(reqs) == 0 {
+		return nil
+	}
+	s := m.seqs[id]
+	if owned && s == nil {
+		owned = false
+	}
+	if ref, ok := m.lowestFree(); ok {
+		sl := &m.instance(ref.Instance).slots[ref.Slot]
+		sl.queue, sl.resume = reqs, true
+		if owned {
+			if m.store != nil {
+				if err := m.store.Bind(id, ref); err != nil {
+					m.log.Warn("sequence store: bind failed", "model", m.cfg.Model, "sequence", id.Key(), "err", err)
+				}
+			}
+			idc := id
+			sl.owner = &idc
+			s.at, s.backlog, s.lastArrival = &ref, nil, now
+		}
+		m.log.Info("sequence moved from a lost executor", "model", m.cfg.Model, "sequence", id.Key(),
+			"executor", ref.Instance.Executor, "instance", ref.Instance.Index, "slot", ref.Slot, "requests", len(reqs))
+		return nil
+	}
+	q := &backlogQueue{id: id, reqs: reqs, ended: !owned, resume: true}
+	if owned {
+		if m.store != nil {
+			if err := m.store.Backlog(id); err != nil {
+				m.log.Warn("sequence store: backlog failed", "model", m.cfg.Model, "sequence", id.Key(), "err", err)
+			}
+		}
+		s.at, s.backlog, s.lastArrival = nil, q, now
+	}
+	m.log.Info("sequence moved from a lost executor to the front of the backlog", "model", m.cfg.Model, "sequence", id.Key(), "requests", len(reqs))
+	return q
+}
+
+// pruneLost forgets the lost sequences remembered longer than lostFor.
+func (m *Model) pruneLost(now time.Time) {
+	for id, l := range m.lost {
+		if now.Sub(l.at) > lostFor {
+			delete(m.lost, id)
+		}
+	}
 }
 
 func (m *Model) forget(id ID) {
@@ -202,6 +337,9 @@ func (m *Model) forget(id ID) {
 // ErrNoStart is Triton's error for a request that continues an unknown
 // sequence.
 func (m *Model) errNoStart(id ID) error {
+	if l, ok := m.lost[id]; ok {
+		return tritonerr.InvalidArgf("inference request for sequence %s to model '%s' must specify the START flag on the first request of the sequence: its state was lost with executor '%s'", id.text(), m.cfg.Model, l.executor)
+	}
 	return tritonerr.InvalidArgf("inference request for sequence %s to model '%s' must specify the START flag on the first request of the sequence", id.text(), m.cfg.Model)
 }
 
@@ -217,6 +355,9 @@ func (m *Model) Enqueue(now time.Time, r *Request) error {
 	if s == nil && !r.Start {
 		return m.errNoStart(r.ID)
 	}
+	if r.Start {
+		delete(m.lost, r.ID)
+	}
 	if s != nil && r.Start {
 		m.log.Warn("sequence " + r.ID.text() + " for model '" + m.cfg.Model + "' has a conflict. The previous sequence did not end before this sequence start. Previous sequence will be terminated early.")
 	}
@@ -229,7 +370,8 @@ func (m *Model) Enqueue(now time.Time, r *Request) error {
 				}
 			}
 			id := r.ID
-			m.instance(ref.Instance).slots[ref.Slot].owner = &id
+			sl := &m.instance(ref.Instance).slots[ref.Slot]
+			sl.owner, sl.resume = &id, false
 			s = &seq{at: &ref}
 			// Triton logs where each sequence goes at verbose level; tests
 			// read it to start sequences in a known slot order.
@@ -300,7 +442,7 @@ func (m *Model) fill(now time.Time, in *instance, i int) {
 	}
 	q := m.backlog[0]
 	m.backlog = m.backlog[1:]
-	sl.queue = q.reqs
+	sl.queue, sl.resume = q.reqs, q.resume
 	ref := SlotRef{in.key, i}
 	if !q.ended {
 		id := q.id
@@ -397,12 +539,19 @@ func (m *Model) nextDirect(in *instance) *Batch {
 			b.Entries = append(b.Entries, Entry{Slot: i})
 			continue
 		}
-		r := s.queue[0]
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
-		b.Entries = append(b.Entries, Entry{Req: r, Slot: i, ID: r.ID, Start: r.Start, End: r.End, Ready: true})
+		b.Entries = append(b.Entries, s.take(i))
 	}
 	return b
+}
+
+// take removes the slot's next request as a batch entry.
+func (s *slot) take(i int) Entry {
+	r := s.queue[0]
+	s.queue[0] = nil
+	s.queue = s.queue[1:]
+	e := Entry{Req: r, Slot: i, ID: r.ID, Start: r.Start, End: r.End, Ready: true, Resume: s.resume}
+	s.resume = false
+	return e
 }
 
 // nextOldest is Triton's dynamic batcher over the candidate sequences'
@@ -444,11 +593,7 @@ func (m *Model) nextOldest(now time.Time, in *instance) (*Batch, time.Duration) 
 	}
 	b := &Batch{Instance: in.key, Entries: make([]Entry, 0, n)}
 	for _, i := range ready[:n] {
-		s := &in.slots[i]
-		r := s.queue[0]
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
-		b.Entries = append(b.Entries, Entry{Req: r, Slot: i, ID: r.ID, Start: r.Start, End: r.End, Ready: true})
+		b.Entries = append(b.Entries, in.slots[i].take(i))
 	}
 	return b, 0
 }
@@ -458,6 +603,7 @@ func (m *Model) nextOldest(now time.Time, in *instance) (*Batch, time.Duration) 
 // passed (every queued request, UNAVAILABLE, Triton's message).
 func (m *Model) Tick(now time.Time) []Failure {
 	var out []Failure
+	m.pruneLost(now)
 	m.backlog = slices.DeleteFunc(m.backlog, func(q *backlogQueue) bool {
 		if q.expire.IsZero() || now.Before(q.expire) {
 			return false

@@ -72,6 +72,9 @@ func batchString(b *Batch) string {
 		if e.End {
 			s += "E"
 		}
+		if e.Resume {
+			s += "R"
+		}
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, " ")
@@ -291,11 +294,18 @@ func TestRemoveExecutorAndRestore(t *testing.T) {
 	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false))
 	wantBatch(t, m, t0, k, "1S 2S")
 	mustEnqueue(t, m, t0, req(1, false, false))
-	f := m.RemoveExecutor("e1", 0)
+	f := m.RemoveExecutor(t0, "e1", 0, nil)
 	if len(f) != 1 || !strings.Contains(f[0].Err.Error(), "was lost") {
 		t.Fatalf("failures %v", f)
 	}
-	if err := m.Enqueue(t0, req(2, false, false)); err == nil || !strings.Contains(err.Error(), "START flag") {
+	if err := m.Enqueue(t0, req(2, false, false)); err == nil || !strings.Contains(err.Error(), "START flag") ||
+		!strings.Contains(err.Error(), "lost with executor 'e1'") {
+		t.Fatalf("got %v", err)
+	}
+	// A new START on the id forgets the loss: once that sequence ended, a
+	// request without START gets Triton's message alone.
+	mustEnqueue(t, m, t0, req(2, true, true))
+	if err := m.Enqueue(t0, req(2, false, false)); err == nil || strings.Contains(err.Error(), "lost with") {
 		t.Fatalf("got %v", err)
 	}
 	if len(st.bound) != 0 {
@@ -309,6 +319,68 @@ func TestRemoveExecutorAndRestore(t *testing.T) {
 	wantBatch(t, n, t0, k, "x 8")
 	n.AddInstance(t0, k) // a pull from the known instance changes nothing
 	wantBatch(t, n, t0, k, "<nil>")
+}
+
+// With durable state, the sequences of a lost executor move to the other
+// instances: the request that was running goes first, then those queued,
+// and the first request on the new slot is marked Resume. Sequences that
+// find no free slot wait at the front of the backlog; nothing fails.
+func TestRemoveExecutorDurable(t *testing.T) {
+	st := &memStore{}
+	m := NewModel(Config{Model: "m", SlotsPerInstance: 2, MaxBatch: 2, Idle: time.Second, Durable: true}, st, quiet)
+	a, b := InstanceKey{Executor: "a", Index: 0}, InstanceKey{Executor: "b", Index: 0}
+	m.AddInstance(t0, a)
+	m.AddInstance(t0, b)
+	// Slots fill slot number first: 1 on a/0, 2 on b/0, 3 on a/1.
+	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false), req(3, true, false))
+	wantBatch(t, m, t0, a, "1S 3S")
+	wantBatch(t, m, t0, b, "2S")
+	running1, running3 := req(1, false, false), req(3, false, true)
+	mustEnqueue(t, m, t0, running1, running3)
+	wantBatch(t, m, t0, a, "1 3E") // running on a when a is lost
+	mustEnqueue(t, m, t0, req(1, false, false))
+	mustEnqueue(t, m, t0, req(4, true, false)) // a/1 is free again: 4 takes it
+
+	f := m.RemoveExecutor(t0, "a", 0, []*Request{running1, running3})
+	if len(f) != 0 {
+		t.Fatalf("failures %v", f)
+	}
+	// 1 takes b's free slot 1, its running request first; 3 (its END was
+	// running) and 4 (never ran) find no slot and wait at the front of the
+	// backlog in that order.
+	if ref, ok := m.Where(UintID(1)); !ok || ref != (SlotRef{b, 1}) {
+		t.Fatalf("sequence 1 at %+v %v", ref, ok)
+	}
+	if st.bound[UintID(1)] != (SlotRef{b, 1}) {
+		t.Fatalf("store binding of 1: %+v", st.bound[UintID(1)])
+	}
+	if s := m.Snapshot(); s.Backlog != 2 {
+		t.Fatalf("backlog %+v", s)
+	}
+	wantBatch(t, m, t0, b, "_ 1R")
+	wantBatch(t, m, t0, b, "_ 1")
+	wantBatch(t, m, t0, b, "<nil>")
+	mustEnqueue(t, m, t0, req(1, false, true))
+	wantBatch(t, m, t0, b, "_ 1E")
+	// The slot freed by 1's END goes to 3, whose END runs again, then to 4.
+	wantBatch(t, m, t0, b, "_ 3ER")
+	wantBatch(t, m, t0, b, "_ 4SR")
+	if s := m.Snapshot(); s.Backlog != 0 || s.Queued != 0 {
+		t.Fatalf("left: %+v", s)
+	}
+
+	// A running request whose id has started again elsewhere since is
+	// failed, not run again.
+	old := req(2, false, true)
+	mustEnqueue(t, m, t0, old)
+	wantBatch(t, m, t0, b, "2E _")
+	mustEnqueue(t, m, t0, req(2, true, false))
+	c := InstanceKey{Executor: "c", Index: 0}
+	m.AddInstance(t0, c)
+	f = m.RemoveExecutor(t0, "c", 0, []*Request{old})
+	if len(f) != 1 || !strings.Contains(f[0].Err.Error(), "has started again") {
+		t.Fatalf("failures %v", f)
+	}
 }
 
 func TestDrain(t *testing.T) {

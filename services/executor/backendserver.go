@@ -2,8 +2,12 @@ package executor
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -25,13 +29,30 @@ func (e *Executor) peerHeartbeat(_ context.Context, data []byte) {
 	e.peersMu.Lock()
 	defer e.peersMu.Unlock()
 	if e.peers == nil {
-		e.peers = map[string]bool{}
+		e.peers = map[string]time.Time{}
 	}
 	if hb.GetWithdraw() {
 		delete(e.peers, hb.GetExecutorId())
 	} else {
-		e.peers[hb.GetExecutorId()] = true
+		e.peers[hb.GetExecutorId()] = time.Now()
 	}
+}
+
+// livePeers returns the executors heard from within bus.HeartbeatExpiry,
+// as gateways count them: one that died without withdrawing drops out.
+func (e *Executor) livePeers() []string {
+	e.peersMu.Lock()
+	defer e.peersMu.Unlock()
+	ids := make([]string, 0, len(e.peers))
+	for id, at := range e.peers {
+		if time.Since(at) > bus.HeartbeatExpiry {
+			delete(e.peers, id)
+			continue
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // backendServer is the executor as Triton backends see TRITONSERVER_Server:
@@ -52,13 +73,7 @@ func (s *backendServer) catalog(ctx context.Context) []*busv1.ModelVersionState 
 	for _, mv := range (*Executor)(s).snapshot() {
 		out = append(out, &busv1.ModelVersionState{Name: mv.name, Version: mv.vstr, State: mv.state, Config: mv.cfg})
 	}
-	s.peersMu.Lock()
-	ids := make([]string, 0, len(s.peers))
-	for id := range s.peers {
-		ids = append(ids, id)
-	}
-	s.peersMu.Unlock()
-	for _, id := range ids {
+	for _, id := range (*Executor)(s).livePeers() {
 		var cat busv1.ExecutorCatalog
 		if err := s.bus.Request(ctx, bus.ExecutorCatalogSubject(id), &busv1.CatalogRequest{}, &cat); err == nil {
 			out = append(out, cat.GetModels()...)
@@ -117,12 +132,93 @@ func (s *backendServer) ModelDecoupled(ctx context.Context, name string, v int64
 	return modelconfig.IsDecoupled(m.GetConfig()), nil
 }
 
-func (s *backendServer) LoadModel(ctx context.Context, name string, params map[string]string) error {
-	return tritonerr.Unsupportedf("explicit model control is not enabled")
+func (s *backendServer) LoadModel(ctx context.Context, name, config string, files map[string][]byte) error {
+	if s.cfg.ControlMode != ControlExplicit {
+		return errControlDisabled()
+	}
+	return s.control(ctx, &busv1.ModelControlRequest{Name: name, Load: true, Config: config, Files: files})
 }
 
-func (s *backendServer) UnloadModel(ctx context.Context, name string, dependents bool) error {
-	return tritonerr.Unsupportedf("explicit model control is not enabled")
+// UnloadModel checks the mode at once (Triton answers a backend in none or
+// poll mode with an error) and then unloads in the background: a backend
+// may unload the very model whose request it is executing, and that
+// unload waits for the request to finish.
+func (s *backendServer) UnloadModel(_ context.Context, name string, dependents bool) error {
+	if s.cfg.ControlMode != ControlExplicit {
+		return errControlDisabled()
+	}
+	req := &busv1.ModelControlRequest{Name: name, UnloadDependents: dependents}
+	if !s.group.Go(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+		defer cancel()
+		if err := s.control(ctx, req); err != nil {
+			s.log.Warn("unload asked by a backend", "model", name, "err", err)
+		}
+	}) {
+		return tritonerr.Unavailablef("failed to unload '%s', the executor is shutting down", name)
+	}
+	return nil
+}
+
+// controlTimeout bounds a load or unload a backend asked for.
+const controlTimeout = 5 * time.Minute
+
+// errControlDisabled is Triton's answer to a load or unload outside
+// explicit mode.
+func errControlDisabled() error {
+	return tritonerr.Unavailablef("explicit model load / unload is not allowed if polling is enabled")
+}
+
+// control sends a load or unload to every executor of the constellation,
+// this one included, as a gateway does for the repository API, and waits
+// until each one known has answered. The error is the first executor's in
+// id order, named with the executor when there are several.
+func (s *backendServer) control(ctx context.Context, req *busv1.ModelControlRequest) error {
+	select {
+	case <-s.peersHeard:
+	case <-ctx.Done():
+		return tritonerr.Unavailablef("failed to %s '%s': %v", controlAction(req), req.GetName(), ctx.Err())
+	}
+	pending := map[string]bool{s.cfg.ID: true}
+	for _, id := range (*Executor)(s).livePeers() {
+		pending[id] = true
+	}
+	named := len(pending) > 1
+	var failed []*busv1.ModelControlReply
+	err := s.bus.Gather(ctx, bus.ModelControlSubject, req, func(data []byte) bool {
+		var rep busv1.ModelControlReply
+		if proto.Unmarshal(data, &rep) != nil {
+			return true
+		}
+		if rep.GetError() != "" {
+			failed = append(failed, &rep)
+		}
+		delete(pending, rep.GetExecutorId())
+		return len(pending) > 0
+	})
+	if err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		slices.SortFunc(failed, func(a, b *busv1.ModelControlReply) int { return strings.Compare(a.GetExecutorId(), b.GetExecutorId()) })
+		msg := failed[0].GetError()
+		if named {
+			msg += " (executor '" + failed[0].GetExecutorId() + "')"
+		}
+		return tritonerr.New(tritonerr.ParseKind(failed[0].GetErrorKind()), "%s", msg)
+	}
+	if len(pending) > 0 {
+		missing := slices.Sorted(maps.Keys(pending))
+		return tritonerr.Unavailablef("failed to %s '%s', executor '%s' did not answer", controlAction(req), req.GetName(), missing[0])
+	}
+	return nil
+}
+
+func controlAction(req *busv1.ModelControlRequest) string {
+	if req.GetLoad() {
+		return "load"
+	}
+	return "unload"
 }
 
 // BackendMetrics serves the custom metrics Triton backends register

@@ -83,7 +83,10 @@ func (e *Executor) loadVersions(ctx context.Context, m repository.Model, version
 	slices.Sort(versions)
 	var out []*modelVersion
 	for _, v := range versions {
-		mv := &modelVersion{e: e, name: m.Name, version: v, vstr: strconv.FormatInt(v, 10), dir: m.Dir, cfg: m.Config, source: m.Config}
+		// Stamped before loading: a file changed while the version loads
+		// makes the next poll or load load it again.
+		mv := &modelVersion{e: e, name: m.Name, version: v, vstr: strconv.FormatInt(v, 10), dir: m.Dir, cfg: m.Config, source: m.Config,
+			stamp: repository.Stamp(m.Dir, v)}
 		if m.Err != nil {
 			mv.state, mv.reason = StateUnavailable, m.Err.Error()
 		} else if err := mv.load(ctx); err != nil {
@@ -137,7 +140,11 @@ func (e *Executor) retire(mv *modelVersion) {
 			_ = s.Drain()
 		}
 	}
+	seq := mv.seq
 	mv.unload()
+	if seq != nil {
+		seq.dropDurable() // unloading frees the model's sequence states
+	}
 }
 
 // handleControl serves ModelControlRequest: load or unload one model, then
@@ -155,9 +162,12 @@ func (e *Executor) handleControl(_ context.Context, data []byte) (proto.Message,
 	} else {
 		e.controlMu.Lock()
 		if req.GetLoad() {
-			err = e.loadModel(e.execCtx, &req)
+			if err = e.loadModel(e.execCtx, &req); err == nil {
+				e.record(&req)
+			}
 		} else {
 			e.unloadModel(req.GetName())
+			e.record(&req)
 		}
 		e.controlMu.Unlock()
 	}
@@ -176,8 +186,9 @@ func (e *Executor) changed() {
 }
 
 // loadModel loads (or reloads) one model: versions whose configuration and
-// files did not change keep serving, the others are loaded anew; a version
-// that fails to reload keeps its previous instance serving, as Triton does.
+// files (their modification times) did not change keep serving, the others
+// are loaded anew; a version that fails to reload keeps its previous
+// instance serving, as Triton does.
 func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest) error {
 	name := req.GetName()
 	if name == "" || !filepath.IsLocal(name) || strings.ContainsAny(name, `/\`) {
@@ -239,7 +250,7 @@ func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest
 	var toLoad []int64
 	for _, v := range m.Versions {
 		o, ok := old[v]
-		if ok && !overridden && prevTmp == "" && proto.Equal(o.source, m.Config) {
+		if ok && !overridden && prevTmp == "" && proto.Equal(o.source, m.Config) && o.stamp == repository.Stamp(m.Dir, v) {
 			next = append(next, o) // unchanged: keeps serving
 			continue
 		}
@@ -419,14 +430,74 @@ func (e *Executor) removeOverrides() {
 	e.overrides = nil
 }
 
+// openSet opens the constellation's loaded-model set and returns what it
+// holds.
+func (e *Executor) openSet(ctx context.Context) ([]*busv1.ModelControlRequest, error) {
+	set, err := openLoadedSet(ctx, e.cfg.Conn)
+	if err != nil {
+		return nil, err
+	}
+	reqs, err := set.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.set = set
+	if len(reqs) > 0 {
+		names := make([]string, len(reqs))
+		for i, r := range reqs {
+			names[i] = r.GetName()
+		}
+		e.log.Info("loading the models loaded through the repository API", "models", strings.Join(names, " "))
+	}
+	return reqs, nil
+}
+
+// restore loads what the set holds, as the repository API loaded it. A
+// model that fails is listed with the reason; it does not stop the
+// executor (--exit-on-error is about the models named at start).
+func (e *Executor) restore(ctx context.Context, reqs []*busv1.ModelControlRequest) {
+	e.controlMu.Lock()
+	defer e.controlMu.Unlock()
+	for _, req := range reqs {
+		var err error
+		if req.GetFilesNotKept() {
+			err = tritonerr.Unavailablef("failed to load '%s', its model files were too large to keep in the constellation's loaded-model set: load it again", req.GetName())
+			e.failUnloaded(req.GetName(), repository.Model{Name: req.GetName(), Err: err})
+		} else {
+			err = e.loadModel(ctx, req)
+		}
+		if err != nil {
+			e.log.Warn("model loaded through the repository API failed to load again", "model", req.GetName(), "err", err)
+		}
+	}
+}
+
+// record writes a load or an unload into the loaded-model set. A failure
+// costs only the restore of this model at a later start: it is logged.
+func (e *Executor) record(req *busv1.ModelControlRequest) {
+	if e.set == nil {
+		return
+	}
+	var err error
+	if req.GetLoad() {
+		err = e.set.put(e.execCtx, req)
+	} else {
+		err = e.set.remove(e.execCtx, req.GetName())
+	}
+	if err != nil {
+		e.log.Warn("recording the model in the loaded-model set", "model", req.GetName(), "load", req.GetLoad(), "err", err)
+	}
+}
+
 // peerWait is how long an executor starting in explicit mode listens for
 // the others' loaded models: every live executor answers within it.
 const peerWait = bus.HeartbeatInterval
 
 // loadedByPeers asks the other executors which models they serve, so that
 // an executor joining (or restarting into) a constellation in explicit
-// mode loads what the repository API loaded before. The set lives with
-// the executors: as long as one of them runs, it is not lost.
+// mode loads what the repository API loaded before, when NATS has no
+// JetStream to keep the set: it then lives with the executors, and is lost
+// once they all stop.
 func (e *Executor) loadedByPeers(ctx context.Context) []string {
 	ctx, cancel := context.WithTimeout(ctx, peerWait)
 	defer cancel()
@@ -480,8 +551,8 @@ func (e *Executor) poll(ctx context.Context) func(context.Context) {
 	}
 }
 
-// pollOnce loads the models on disk (a reload only where a configuration
-// changed) and unloads those whose directory is gone.
+// pollOnce loads the models on disk (a reload only of the versions whose
+// configuration or files changed) and unloads those whose directory is gone.
 func (e *Executor) pollOnce() {
 	found, err := e.scan()
 	if err != nil {

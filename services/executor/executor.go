@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -51,6 +52,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
+	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/repository"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -109,6 +111,13 @@ type Config struct {
 	// ServerLibrary is the libtritonserver.so Triton backends link against;
 	// empty looks next to the executable, then on the loader's path.
 	ServerLibrary string
+	// RedisURL is where the durable states of sequences live (models with
+	// the parameter state_durability "redis"): redis://host:port/db or
+	// rediss://. Empty keeps them in this process's memory (the standalone
+	// server), where they do not survive the executor.
+	RedisURL string
+	// RedisAuth are the ACL user, password and TLS material for RedisURL.
+	RedisAuth redisconn.Options
 }
 
 // Executor serves a model repository over NATS.
@@ -135,14 +144,18 @@ type Executor struct {
 	execCtx context.Context
 	// controlMu serializes repository loads and unloads.
 	controlMu sync.Mutex
+	// set keeps the models loaded through the repository API for executors
+	// that start later (explicit mode, JetStream available; else nil).
+	set *loadedSet
 	// overrides are the temporary repositories of models loaded with file
 	// overrides, by model (under mu).
 	overrides map[string]string
-	shm       *shmState // shared memory and GPUs (shm.go)
+	shm       *shmState  // shared memory and GPUs (shm.go)
+	states    stateStore // durable sequence states (statestore.go)
 	cb        *cbackend.Loader
 
 	peersMu sync.Mutex
-	peers   map[string]bool // other executors, by id, from their heartbeats
+	peers   map[string]time.Time // other executors, by id: when last heard
 	// peersHeard is closed once every live peer has had a heartbeat
 	// interval to be heard: before, an empty or partial peer set would make
 	// a backend's query call a model served elsewhere unknown.
@@ -210,18 +223,44 @@ func (e *Executor) Run(ctx context.Context) error {
 	defer e.group.Stop()
 	e.execCtx = execCtx
 
+	if e.cfg.RedisURL != "" {
+		rdb, err := redisconn.Open(ctx, e.cfg.RedisURL, e.cfg.RedisAuth)
+		if err != nil {
+			return fmt.Errorf("executor: durable sequence state: %w", err)
+		}
+		e.states = &redisStates{rdb: rdb}
+	} else {
+		e.states = newMemStates()
+	}
+	defer e.states.close() // after the models using it are finalized
+
 	defer e.removeOverrides() // after the models using them are finalized
+	// In explicit mode the models loaded through the repository API before
+	// this start are loaded too: from the constellation's set when NATS has
+	// JetStream, else from what the running executors serve.
+	var restore []*busv1.ModelControlRequest
+	fromPeers := map[string]bool{}
 	if e.cfg.ControlMode == ControlExplicit {
-		e.cfg.Models = append(e.cfg.Models, e.loadedByPeers(ctx)...)
+		if restore, err = e.openSet(ctx); err != nil {
+			e.log.Info("no loaded-model set in JetStream: loading what the other executors serve", "err", err)
+			for _, name := range e.loadedByPeers(ctx) {
+				if !slices.Contains(e.cfg.Models, name) {
+					fromPeers[name] = true
+					e.cfg.Models = append(e.cfg.Models, name)
+				}
+			}
+		}
 	}
 	if err := e.load(execCtx); err != nil {
 		return err
 	}
 	defer e.unload()
 	if e.cfg.ExitOnError {
+		// The models named at start must load, as in tritonserver; those
+		// loaded at run time before (restored) only say why they failed.
 		for _, mv := range e.snapshot() {
-			if mv.state != StateReady {
-				return fmt.Errorf("executor: failed to load all models: '%s' version %s: %s", mv.name, mv.vstr, mv.reason)
+			if mv.state != StateReady && !fromPeers[mv.name] {
+				return fmt.Errorf("executor: failed to load all models: %s", mv.describe())
 			}
 		}
 	}
@@ -279,6 +318,9 @@ func (e *Executor) Run(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	subs = append(subs, solicit)
+	if len(restore) > 0 {
+		e.restore(execCtx, restore)
+	}
 	// Make sure the server has our subscriptions before anyone is told to
 	// route here.
 	if err := bc.Flush(ctx); err != nil {
@@ -447,17 +489,67 @@ func (e *Executor) handleCatalog(context.Context, []byte) (proto.Message, error)
 	return e.catalog(), nil
 }
 
-// catalog lists every model version this executor knows, with its state.
+// catalog lists every model version this executor knows, with its state,
+// then the other models of its repositories as Triton's repository index
+// shows them: by name alone when never loaded, and UNAVAILABLE with
+// Triton's reason when the name is in two repositories.
 func (e *Executor) catalog() *busv1.ExecutorCatalog {
+	onDisk := e.repositoryNames()
 	e.modelsMu.RLock()
 	defer e.modelsMu.RUnlock()
-	cat := &busv1.ExecutorCatalog{ExecutorId: e.cfg.ID, Node: e.cfg.Node, Generation: e.generation, Revision: e.revision.Load()}
+	cat := &busv1.ExecutorCatalog{ExecutorId: e.cfg.ID, Node: e.cfg.Node, Generation: e.generation, Revision: e.revision.Load(),
+		ExplicitControl: e.cfg.ControlMode == ControlExplicit}
+	known := map[string]bool{}
 	for _, mv := range e.models {
+		known[mv.name] = true
+		if onDisk[mv.name] > 1 && mv.state != StateReady {
+			continue // listed below as a duplicate
+		}
 		cat.Models = append(cat.Models, &busv1.ModelVersionState{
 			Name: mv.name, Version: mv.vstr, State: mv.state, Reason: mv.reason, Config: mv.cfg,
 		})
 	}
+	names := make([]string, 0, len(onDisk))
+	for n := range onDisk {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		switch {
+		case onDisk[n] > 1:
+			cat.Models = append(cat.Models, &busv1.ModelVersionState{Name: n, State: StateUnavailable, Reason: reasonDuplicate})
+		case !known[n]:
+			cat.Models = append(cat.Models, &busv1.ModelVersionState{Name: n}) // in the repository, not loaded
+		}
+	}
 	return cat
+}
+
+// reasonDuplicate is Triton's index reason for a model directory found in
+// more than one repository.
+const reasonDuplicate = "model appears in two or more repositories"
+
+// repositoryNames counts, by name, the repositories holding a directory of
+// that name: each one is a model as far as the repository index goes.
+func (e *Executor) repositoryNames() map[string]int {
+	out := map[string]int{}
+	for _, root := range e.repositories() {
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			continue
+		}
+		for _, d := range entries {
+			if isDir(filepath.Join(root, d.Name())) { // symlinks followed, as Scan does
+				out[d.Name()]++
+			}
+		}
+	}
+	return out
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
 }
 
 // handleStats answers for the READY versions matching the request (empty

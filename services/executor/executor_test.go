@@ -635,12 +635,19 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 
 func TestSubsetAndUnknownModel(t *testing.T) {
 	h := start(t, exampleRepo, "simple", "nope")
-	var names []string
+	var names, listed []string
 	for _, m := range h.catalog().GetModels() {
+		if m.GetState() == "" {
+			listed = append(listed, m.GetName()) // not loaded: for the repository index
+			continue
+		}
 		names = append(names, m.GetName()+":"+m.GetState())
 	}
 	if want := []string{"nope:UNAVAILABLE", "simple:READY"}; !slices.Equal(names, want) {
 		t.Errorf("catalog %v, want %v", names, want)
+	}
+	if !slices.Contains(listed, "identity_fp32") || slices.Contains(listed, "simple") {
+		t.Errorf("models listed as not loaded: %v", listed)
 	}
 }
 

@@ -7,8 +7,11 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/nereid-io/nereid/api v0.0.0
 	github.com/nereid-io/nereid/pkg v0.0.0
+	github.com/redis/go-redis/v9 v9.23.0
 	google.golang.org/protobuf v1.36.12
 )
+
+require go.uber.org/atomic v1.12.0 // indirect
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.0-1

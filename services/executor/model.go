@@ -42,9 +42,11 @@ type modelVersion struct {
 	nodeSub   *bus.Subscription
 	devSubs   []*bus.Subscription
 	// source is the configuration the version was loaded from, before a
-	// backend completed it: a repository load compares it to decide
-	// whether the version must be reloaded.
+	// backend completed it, and stamp the newest modification time of its
+	// files then (repository.Stamp): a repository load or a poll compares
+	// both to decide whether the version must be reloaded.
 	source *inference.ModelConfig
+	stamp  int64
 }
 
 // load runs ModelInitialize and InstanceInitialize for every instance and
@@ -101,6 +103,14 @@ func (mv *modelVersion) load(ctx context.Context) (err error) {
 	}
 	mv.sched = newScheduler(ctx, mv)
 	return nil
+}
+
+// describe names the version and why it is not READY, for a log or an error.
+func (mv *modelVersion) describe() string {
+	if mv.vstr == "" {
+		return fmt.Sprintf("'%s': %s", mv.name, mv.reason)
+	}
+	return fmt.Sprintf("'%s' version %s: %s", mv.name, mv.vstr, mv.reason)
 }
 
 // responseParameter is a backend's response parameter on the wire.

@@ -15,6 +15,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/failover"
 	"github.com/nereid-io/nereid/pkg/infer"
+	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
 	"github.com/nereid-io/nereid/pkg/seqstate"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -68,6 +69,11 @@ type seqRunner struct {
 	// states holds, per instance, the implicit state of the sequences in
 	// its slots; each map is used only by its instance's puller.
 	states []map[int]*slotState
+
+	// durable: the model's state_durability is "redis" (durable.go); ttl
+	// is how long a sequence's durable state outlives its last write.
+	durable bool
+	ttl     time.Duration
 }
 
 // slotState is the implicit state of the sequence in one slot.
@@ -75,6 +81,10 @@ type slotState struct {
 	id   seqbatch.ID
 	st   *seqstate.Slot
 	used time.Time // last ran; see sweep
+	// after and fence are, for durable state, the token and batch fence of
+	// the durable record st is ("" before the first write).
+	after string
+	fence uint64
 }
 
 // startSequence starts one puller per instance. ctx is the executions'
@@ -84,8 +94,19 @@ func startSequence(ctx context.Context, mv *modelVersion) (*seqRunner, error) {
 	if err != nil {
 		return nil, err
 	}
+	d, err := modelconfig.StateDurability(mv.cfg)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &seqRunner{mv: mv, controls: c, cancel: cancel}
+	s := &seqRunner{mv: mv, controls: c, cancel: cancel, durable: d == modelconfig.DurabilityRedis && mv.states != nil}
+	if s.durable {
+		s.ttl = 2*seqIdle(mv.cfg) + stateSweepMargin
+		if mv.e.cfg.RedisURL == "" {
+			mv.e.log.Warn("the model asks for durable sequence state but the executor has no Redis (--redis-url): its states are kept in memory and do not survive the executor",
+				"model", mv.name)
+		}
+	}
 	s.states = make([]map[int]*slotState, len(mv.instances))
 	for i := range s.states {
 		s.states[i] = map[int]*slotState{}
@@ -261,6 +282,11 @@ type seqItem struct {
 	sh    *shmRequest // tensors in shared memory (shm.go), nil for none
 	state *slotState  // the sequence's implicit state, nil for none
 	key   string      // the shapes of its states (seqstate.Config.Key)
+	// next is the state a durable sequence's request produced, made the
+	// sequence's once the store has it (persist); stale marks a request
+	// whose sequence moved on without this executor: it is not answered.
+	next  *seqstate.Slot
+	stale bool
 
 	// A decoupled model's request streams its responses to the gateway
 	// (stream), ended once final is closed; ctx ends when the client
@@ -310,6 +336,7 @@ func (s *seqRunner) execute(ctx context.Context, idx int, in *instance, batch *b
 	items := make([]*seqItem, 0, len(batch.GetWork()))
 	reqs := make([]*backend.Request, 0, len(batch.GetWork()))
 	var real []*pending
+	fence := batch.GetBatchId()
 	for _, w := range batch.GetWork() {
 		it, err := s.prepare(ctx, now, idx, w, template)
 		if err != nil {
@@ -328,7 +355,9 @@ func (s *seqRunner) execute(ctx context.Context, idx int, in *instance, batch *b
 	}
 	defer func() {
 		for _, it := range items {
-			if !it.streaming() {
+			// A streaming request is released once its stream ends
+			// (finishStream), a stale one here: it is not answered.
+			if !it.streaming() || it.stale {
 				it.release()
 			}
 		}
@@ -346,18 +375,32 @@ func (s *seqRunner) execute(ctx context.Context, idx int, in *instance, batch *b
 		}
 	}
 	for _, it := range items {
-		if it.w.GetPadding() {
+		if !it.w.GetPadding() {
+			s.updateState(it)
+		}
+	}
+	if s.durable {
+		s.persist(ctx, idx, items, fence) // before any answer leaves
+	}
+	var drops []keyedDrop
+	for _, it := range items {
+		if it.w.GetPadding() || it.stale {
 			continue
 		}
-		s.updateState(idx, it)
 		if it.streaming() {
 			s.finishStream(ctx, it)
-			continue
+		} else {
+			s.reply(ctx, it)
 		}
-		s.reply(ctx, it)
 		if it.state != nil && it.w.GetEnd() {
+			if s.durable && it.state.after != "" {
+				drops = append(drops, keyedDrop{key: s.stateKey(it.state.id), fence: fence, token: it.w.GetToken(), after: it.state.after})
+			}
 			delete(s.states[idx], int(it.w.GetSlot()))
 		}
+	}
+	if len(drops) > 0 {
+		s.dropStates(ctx, drops)
 	}
 }
 
@@ -407,13 +450,23 @@ func (s *seqRunner) ragged() bool {
 // updateState makes the states the backend updated for a request its
 // sequence's states for the next request (a request that updated nothing
 // leaves them), and gives the client a state output it asked for that the
-// backend did not produce.
-func (s *seqRunner) updateState(idx int, it *seqItem) {
+// backend did not produce. A durable sequence's new state becomes its
+// state only once the store has it (persist); the END request's is never
+// stored (nothing follows it).
+func (s *seqRunner) updateState(it *seqItem) {
 	c := s.mv.states
 	if c == nil || it.state == nil {
 		return
 	}
-	c.Update(it.state.st, it.r.UpdatedStates())
+	next := it.state.st
+	if updated := it.r.UpdatedStates(); len(updated) > 0 {
+		next = c.Next(it.state.st, updated)
+		if s.durable && !it.w.GetEnd() {
+			it.next = next
+		} else {
+			it.state.st = next
+		}
+	}
 	it.state.used = time.Now()
 	if it.p.resp == nil || it.p.resp.Err != nil {
 		return
@@ -422,7 +475,7 @@ func (s *seqRunner) updateState(idx int, it *seqItem) {
 		if slices.ContainsFunc(it.p.resp.Outputs, func(o backend.Output) bool { return o.Name == name }) {
 			continue
 		}
-		if o, ok := c.Output(it.state.st, name); ok {
+		if o, ok := c.Output(next, name); ok {
 			it.p.resp.Outputs = append(it.p.resp.Outputs, o)
 		}
 	}
@@ -436,11 +489,7 @@ func (s *seqRunner) sweep(idx int, batch *busv1.SequenceBatch) {
 	if s.mv.states == nil {
 		return
 	}
-	idle := time.Duration(s.mv.cfg.GetSequenceBatching().GetMaxSequenceIdleMicroseconds()) * time.Microsecond
-	if idle <= 0 {
-		idle = time.Second // Triton's default
-	}
-	limit := time.Now().Add(-(2*idle + stateSweepMargin))
+	limit := time.Now().Add(-(2*seqIdle(s.mv.cfg) + stateSweepMargin))
 	for slot, st := range s.states[idx] {
 		if st.used.After(limit) {
 			continue
@@ -454,6 +503,11 @@ func (s *seqRunner) sweep(idx int, batch *busv1.SequenceBatch) {
 	}
 }
 
+// seqIdle is the model's sequence idle timeout (Triton's default 1 s).
+func seqIdle(cfg *inference.ModelConfig) time.Duration {
+	return time.Duration(modelconfig.MaxSequenceIdleMicroseconds(cfg)) * time.Microsecond
+}
+
 // stateSweepMargin is added to twice the idle timeout before an unused
 // state is freed, so that a request the router still counts as in time is
 // never left without its state.
@@ -461,8 +515,10 @@ const stateSweepMargin = 5 * time.Second
 
 // bindState gives a request its sequence's input states: fresh ones on
 // START, the slot's otherwise; padding gets initial states, as Triton's
-// null requests get zeroed ones.
-func (s *seqRunner) bindState(idx int, it *seqItem, entry seqbatch.Entry) error {
+// null requests get zeroed ones. A durable sequence this executor does not
+// hold (it moved here from a lost executor: Resume, or a router that took
+// over lost that mark) is read from the store.
+func (s *seqRunner) bindState(ctx context.Context, idx int, it *seqItem, entry seqbatch.Entry) error {
 	c := s.mv.states
 	if c == nil {
 		return nil
@@ -477,6 +533,13 @@ func (s *seqRunner) bindState(idx int, it *seqItem, entry seqbatch.Entry) error 
 		st = it.state.st
 	default:
 		cur := s.states[idx][entry.Slot]
+		if s.durable && (it.w.GetResume() || cur == nil || cur.id != entry.ID) {
+			var err error
+			if cur, err = s.resume(ctx, entry.ID, it.w.GetToken()); err != nil {
+				return err
+			}
+			s.states[idx][entry.Slot] = cur
+		}
 		if cur == nil || cur.id != entry.ID {
 			return tritonerr.Unavailablef("the implicit state of sequence %s of model '%s' is not on executor '%s' (instance %d, slot %d): it was lost with the executor that ran the sequence",
 				entry.ID, s.mv.name, s.mv.e.cfg.ID, idx, entry.Slot)
@@ -502,7 +565,7 @@ func (s *seqRunner) prepare(ctx context.Context, now time.Time, idx int, w, temp
 		entry, err = s.normalize(it)
 	}
 	if err == nil {
-		err = s.bindState(idx, it, entry)
+		err = s.bindState(ctx, idx, it, entry)
 	}
 	if err == nil && s.mv.decoupled() && !w.GetPadding() {
 		err = s.openStream(it)

@@ -89,6 +89,7 @@ type executorState struct {
 	fetching bool
 	lastSeen time.Time
 	models   []*busv1.ModelVersionState
+	explicit bool // explicit model control mode
 }
 
 func newCatalog(r requester, log *slog.Logger) *catalog {
@@ -188,10 +189,32 @@ func (c *catalog) applyLocked(e *executorState, cat *busv1.ExecutorCatalog) {
 		return
 	}
 	e.models = cat.GetModels()
+	e.explicit = cat.GetExplicitControl()
 	e.catGen = cat.GetGeneration()
 	e.catRev = cat.GetRevision()
 	e.haveCat = true
 	c.publishLocked()
+}
+
+// refresh asks every executor for its catalog now and applies the
+// answers, so that the repository index reflects the repositories as they
+// are on disk at the call, as Triton's does (it reads the repository
+// directories on each index request).
+func (c *catalog) refresh(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, c.fetchTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, id := range c.executorIDs() {
+		wg.Go(func() {
+			var cat busv1.ExecutorCatalog
+			if err := c.bus.Request(ctx, bus.ExecutorCatalogSubject(id), &busv1.CatalogRequest{}, &cat); err != nil {
+				c.log.Debug("refreshing executor catalog failed", "executor", id, "err", err)
+				return
+			}
+			c.apply(&cat)
+		})
+	}
+	wg.Wait()
 }
 
 // expire drops executors not heard from within the expiry.
@@ -300,12 +323,27 @@ func (c *catalog) executorIDs() []string {
 // publishLocked rebuilds the view from the executors' catalogs. c.mu held.
 func (c *catalog) publishLocked() {
 	v := &view{models: map[string]*modelView{}}
+	// Models a live executor in explicit mode reports: their state is what
+	// the repository API made it, so versions served before by executors
+	// now gone are not waited for.
+	decided := map[string]bool{}
 	for _, e := range c.execs {
 		if !e.haveCat {
 			continue
 		}
 		v.executors++
 		for _, m := range e.models {
+			if e.explicit {
+				decided[m.GetName()] = true
+			}
+			if m.GetState() == "" {
+				// In the repository, never loaded: listed by the index only.
+				if v.listed == nil {
+					v.listed = map[string]bool{}
+				}
+				v.listed[m.GetName()] = true
+				continue
+			}
 			mv := v.models[m.GetName()]
 			if mv == nil {
 				mv = &modelView{name: m.GetName(), versions: map[int64]*versionView{}}
@@ -348,6 +386,9 @@ func (c *catalog) publishLocked() {
 	}
 	// Versions served before but by no live executor now.
 	for name, versions := range c.seen {
+		if decided[name] {
+			continue
+		}
 		for n := range versions {
 			mv := v.models[name]
 			if mv == nil {
@@ -401,7 +442,10 @@ func mergeState(have, add *versionView) *versionView {
 
 // view is an immutable snapshot of the catalog.
 type view struct {
-	models    map[string]*modelView
+	models map[string]*modelView
+	// listed are the models of the executors' repositories that none of
+	// them has loaded or tried to: the repository index shows their names.
+	listed    map[string]bool
 	executors int  // executors whose catalog we hold
 	loading   bool // some executor is still loading a model
 }
@@ -515,14 +559,25 @@ type indexEntry struct {
 // index lists every known model version sorted by name then version, as
 // Triton's repository index does; readyOnly keeps READY versions only.
 func (v *view) index(readyOnly bool) []indexEntry {
-	names := make([]string, 0, len(v.models))
+	names := make([]string, 0, len(v.models)+len(v.listed))
 	for n := range v.models {
 		names = append(names, n)
+	}
+	for n := range v.listed {
+		if v.models[n] == nil {
+			names = append(names, n)
+		}
 	}
 	slices.Sort(names)
 	out := []indexEntry{}
 	for _, name := range names {
 		mv := v.models[name]
+		if mv == nil {
+			if !readyOnly {
+				out = append(out, indexEntry{Name: name}) // Triton lists it by name alone
+			}
+			continue
+		}
 		if mv.failed != nil && !readyOnly && len(mv.versions) == 0 {
 			out = append(out, indexEntry{Name: name, State: mv.failed.state, Reason: mv.failed.reason})
 		}

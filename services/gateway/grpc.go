@@ -64,7 +64,8 @@ func (s *grpcService) ModelStatistics(ctx context.Context, req *inference.ModelS
 	return s.g.statistics(ctx, req.GetName(), req.GetVersion())
 }
 
-func (s *grpcService) RepositoryIndex(_ context.Context, req *inference.RepositoryIndexRequest) (*inference.RepositoryIndexResponse, error) {
+func (s *grpcService) RepositoryIndex(ctx context.Context, req *inference.RepositoryIndexRequest) (*inference.RepositoryIndexResponse, error) {
+	s.g.cat.refresh(ctx)
 	resp := &inference.RepositoryIndexResponse{}
 	for _, e := range s.g.cat.current().index(req.GetReady()) {
 		resp.Models = append(resp.Models, &inference.RepositoryIndexResponse_ModelIndex{

@@ -351,6 +351,7 @@ func (g *Gateway) handleRepositoryIndex(w http.ResponseWriter, r *http.Request) 
 		writeError(w, err)
 		return
 	}
+	g.cat.refresh(r.Context())
 	writeJSON(w, g.cat.current().index(ready))
 }
 

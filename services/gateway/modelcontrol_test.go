@@ -103,13 +103,19 @@ func identInferJSON(vals [4]int) string {
 // checkIdent infers on ident (version "" = latest) and checks the echo.
 func checkIdent(t testing.TB, base, version string, vals [4]int) {
 	t.Helper()
-	path := base + "/v2/models/ident"
+	checkModel(t, base, "ident", version, vals)
+}
+
+// checkModel infers on an identity model of identConfig and checks the echo.
+func checkModel(t testing.TB, base, model, version string, vals [4]int) {
+	t.Helper()
+	path := base + "/v2/models/" + model
 	if version != "" {
 		path += "/versions/" + version
 	}
 	r := post(t, path+"/infer", identInferJSON(vals))
 	if r.status != 200 {
-		t.Fatalf("infer ident %q: %d %s", version, r.status, r.body)
+		t.Fatalf("infer %s %q: %d %s", model, version, r.status, r.body)
 	}
 	var resp struct {
 		Outputs []struct {
@@ -117,7 +123,7 @@ func checkIdent(t testing.TB, base, version string, vals [4]int) {
 		} `json:"outputs"`
 	}
 	if err := json.Unmarshal(r.body, &resp); err != nil || len(resp.Outputs) != 1 || fmt.Sprint(resp.Outputs[0].Data) != fmt.Sprint(vals[:]) {
-		t.Fatalf("infer ident %q: wrong answer %s", version, r.body)
+		t.Fatalf("infer %s %q: wrong answer %s", model, version, r.body)
 	}
 }
 
@@ -173,6 +179,20 @@ func TestModelControlHTTP(t *testing.T) {
 	if ready(t, base, "ident", "") {
 		t.Fatal("ident ready before it was loaded")
 	}
+	t.Run("index lists models never loaded", func(t *testing.T) {
+		// Triton's index shows every model of the repository: one never
+		// loaded by its name alone, and one added on disk at once.
+		writeModel(t, repo, "ondisk", identConfig, 1)
+		defer os.RemoveAll(filepath.Join(repo, "ondisk"))
+		r := post(t, base+"/v2/repository/index", "")
+		jsonEqual(t, r.body, `[{"name":"ident"},{"name":"ondisk"},{"name":"simple","version":"1","state":"READY"}]`)
+		r = post(t, base+"/v2/repository/index", `{"ready":true}`)
+		jsonEqual(t, r.body, `[{"name":"simple","version":"1","state":"READY"}]`)
+		if r := post(t, base+"/v2/models/ident/infer", identInferJSON([4]int{})); r.status != 404 ||
+			!strings.Contains(string(r.body), "Request for unknown model: 'ident' is not found") {
+			t.Fatalf("infer on a model never loaded: %d %s", r.status, r.body)
+		}
+	})
 	t.Run("load", func(t *testing.T) {
 		if r := post(t, base+"/v2/repository/models/ident/load", ""); r.status != 200 {
 			t.Fatalf("load: %d %s", r.status, r.body)
@@ -191,6 +211,19 @@ func TestModelControlHTTP(t *testing.T) {
 		if got := inferenceCount(t, base, "ident", "2"); got != before || before == 0 {
 			t.Fatalf("inference count after an unchanged load: %d, want %d (not reloaded)", got, before)
 		}
+	})
+	t.Run("reload of the version whose file changed", func(t *testing.T) {
+		before := inferenceCount(t, base, "ident", "2")
+		if err := os.WriteFile(filepath.Join(repo, "ident", "2", "weights.bin"), []byte("w"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := post(t, base+"/v2/repository/models/ident/load", ""); r.status != 200 {
+			t.Fatalf("load: %d %s", r.status, r.body)
+		}
+		if got := inferenceCount(t, base, "ident", "2"); got != 0 || before == 0 {
+			t.Fatalf("inference count after a load with a changed file: %d (before %d), want 0 (reloaded)", got, before)
+		}
+		checkIdent(t, base, "2", [4]int{2, 4, 6, 8})
 	})
 	t.Run("reload on config change", func(t *testing.T) {
 		writeModel(t, repo, "ident", identConfig+`parameters { key: "execute_delay_ms" value { string_value: "1" } }`+"\n")
@@ -673,6 +706,28 @@ func TestModelControlPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "removed model unloaded", 10*time.Second, func() bool { return !ready(t, base, "added", "1") })
+
+	// A file changed in a version directory reloads that version alone, as
+	// Triton's poll mode does (it compares modification times).
+	writeModel(t, repo, "multi", identConfig+"version_policy: { all { } }\n", 1, 2)
+	waitFor(t, "multi versions 1 and 2", 10*time.Second, func() bool { return ready(t, base, "multi", "1") && ready(t, base, "multi", "2") })
+	checkModel(t, base, "multi", "1", [4]int{1, 1, 1, 1})
+	checkModel(t, base, "multi", "2", [4]int{2, 2, 2, 2})
+	if err := os.WriteFile(filepath.Join(repo, "multi", "2", "weights.bin"), []byte("new weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "version 2 reloaded", 10*time.Second, func() bool { return inferenceCount(t, base, "multi", "2") == 0 })
+	if n := inferenceCount(t, base, "multi", "1"); n != 1 {
+		t.Fatalf("version 1 was reloaded with version 2 (inference count %d, want 1)", n)
+	}
+	// A file of the model itself concerns every version.
+	checkModel(t, base, "multi", "2", [4]int{2, 2, 2, 2})
+	if err := os.WriteFile(filepath.Join(repo, "multi", "labels.txt"), []byte("a\nb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both versions reloaded", 10*time.Second, func() bool {
+		return inferenceCount(t, base, "multi", "1") == 0 && inferenceCount(t, base, "multi", "2") == 0
+	})
 	if !ready(t, base, "simple", "1") {
 		t.Fatal("simple lost while polling")
 	}
@@ -701,10 +756,10 @@ func TestModelControlRepositories(t *testing.T) {
 	if !ready(t, base, "simple", "1") {
 		t.Fatal("simple from the first repository not ready")
 	}
-	want := "failed to poll model 'ident': not unique across all model repositories"
-	if e := index(t, base)["ident/"]; e.State != "UNAVAILABLE" || e.Reason != want {
+	if e := index(t, base)["ident/"]; e.State != "UNAVAILABLE" || e.Reason != "model appears in two or more repositories" {
 		t.Fatalf("index entry of a model in two repositories: %+v", e)
 	}
+	want := "failed to poll model 'ident': not unique across all model repositories"
 	r := post(t, base+"/v2/repository/models/ident/load", "")
 	if r.status != 500 || !strings.Contains(string(r.body), want) {
 		t.Fatalf("load of a model in two repositories: %d %s", r.status, r.body)
@@ -842,4 +897,94 @@ func TestModelControlOtherGateway(t *testing.T) {
 	}
 	base2 := "http://" + g2.HTTPAddr()
 	waitFor(t, "ident unloaded on the other gateway", 10*time.Second, func() bool { return !ready(t, base2, "ident", "") })
+}
+
+// startNATSJetStream runs an embedded nats-server with JetStream, which
+// keeps the set of models loaded through the repository API.
+func startNATSJetStream(t testing.TB) *server.Server {
+	t.Helper()
+	leakcheck.Check(t)
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}
+
+// TestModelControlSetSurvivesRestarts: with JetStream, the models loaded
+// through the repository API (overrides included) come back when every
+// executor restarts at once; an unloaded model stays unloaded.
+func TestModelControlSetSurvivesRestarts(t *testing.T) {
+	ns := startNATSJetStream(t)
+	g := startGateway(t, ns)
+	repoA, repoB := controlRepo(t), controlRepo(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	a := startExplicitExecutor(t, ns, "exA", repoA)
+	b := startExplicitExecutor(t, ns, "exB", repoB)
+	waitExecutors(t, g, 2)
+	base := "http://" + g.HTTPAddr()
+
+	// All versions: the disk's config serves only the latest.
+	override := `{"backend":"identity","version_policy":{"all":{}},` +
+		`"input":[{"name":"IN","data_type":"TYPE_INT32","dims":[4]}],` +
+		`"output":[{"name":"OUT","data_type":"TYPE_INT32","dims":[4]}]}`
+	withConfig, _ := json.Marshal(map[string]any{"parameters": map[string]any{"config": override}})
+	withFiles, _ := json.Marshal(map[string]any{"parameters": map[string]any{
+		"config":             strings.Replace(override, `"backend"`, `"name":"fresh","backend"`, 1),
+		"file:5/weights.bin": base64.StdEncoding.EncodeToString([]byte("kept weights")),
+	}})
+	// A load whose files fill a NATS message reaches the executors, but its
+	// record could not hold them: a restart says so.
+	big, _ := json.Marshal(map[string]any{"parameters": map[string]any{
+		"config":       strings.Replace(override, `"backend"`, `"name":"big","backend"`, 1),
+		"file:1/w.bin": base64.StdEncoding.EncodeToString(make([]byte, 1<<20-3000)),
+	}})
+	loads := []struct{ model, body string }{{"ident", string(withConfig)}, {"simple", ""}, {"fresh", string(withFiles)}, {"big", string(big)}}
+	for _, l := range loads {
+		if r := post(t, base+"/v2/repository/models/"+l.model+"/load", l.body); r.status != 200 {
+			t.Fatalf("load %s: %d %s", l.model, r.status, r.body)
+		}
+	}
+	if r := post(t, base+"/v2/repository/models/simple/unload", ""); r.status != 200 {
+		t.Fatalf("unload simple: %d %s", r.status, r.body)
+	}
+
+	a.stop()
+	b.stop()
+	waitExecutors(t, g, 0)
+	startExplicitExecutor(t, ns, "exA", repoA)
+	startExplicitExecutor(t, ns, "exB", repoB)
+	waitExecutors(t, g, 2)
+	for _, id := range []string{"exA", "exB"} {
+		waitFor(t, id+" serving ident and fresh", 10*time.Second, func() bool {
+			return servesReady(g, id, "ident") && servesReady(g, id, "fresh")
+		})
+		if servesReady(g, id, "simple") {
+			t.Fatalf("%s loaded simple, which was unloaded before the restart", id)
+		}
+	}
+	checkIdent(t, base, "1", [4]int{8, 6, 4, 2}) // only the override serves version 1
+	checkIdent(t, base, "2", [4]int{2, 4, 6, 8})
+	checkModel(t, base, "fresh", "5", [4]int{5, 5, 5, 5})
+	written, _ := filepath.Glob(filepath.Join(tmp, "*", "fresh", "5", "weights.bin"))
+	if len(written) != 2 {
+		t.Fatalf("restored file overrides: %v, want one per executor", written)
+	}
+	if data, _ := os.ReadFile(written[0]); string(data) != "kept weights" {
+		t.Fatalf("restored override file holds %q", data)
+	}
+	idx := index(t, base)
+	if e := idx["simple/"]; e.State != "" {
+		t.Fatalf("index entry of simple after the restart: %+v, want its name alone", e)
+	}
+	if e := idx["big/"]; e.State != "UNAVAILABLE" || !strings.Contains(e.Reason, "too large to keep") {
+		t.Fatalf("index entry of a model whose files could not be kept: %+v (index %v)", e, idx)
+	}
 }

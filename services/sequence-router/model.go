@@ -62,7 +62,8 @@ type pull struct {
 type flight struct {
 	executor   string
 	generation uint64
-	items      []*item
+	instance   int
+	reqs       []*seqbatch.Request // Data: *item
 }
 
 // model is the router's state for one model version whose lease it holds.
@@ -406,7 +407,7 @@ func (m *model) fire() {
 func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
 	m.nextBatch++
 	msg := &busv1.SequenceBatch{BatchId: m.nextBatch, Epoch: m.epoch, Work: make([]*busv1.SequenceWork, 0, len(b.Entries))}
-	f := &flight{executor: b.Instance.Executor, generation: b.Instance.Generation}
+	f := &flight{executor: b.Instance.Executor, generation: b.Instance.Generation, instance: b.Instance.Index}
 	for _, e := range b.Entries {
 		if e.Req == nil {
 			msg.Work = append(msg.Work, &busv1.SequenceWork{Padding: true, Slot: uint32(e.Slot)})
@@ -414,29 +415,56 @@ func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
 		}
 		it := e.Req.Data.(*item)
 		w := &busv1.SequenceWork{Slot: uint32(e.Slot), Id: e.ID.Proto(), Start: e.Start, End: e.End,
-			Reply: it.reply, Request: it.body, ReceivedUnixNano: it.received.UnixNano(), Token: it.token, StreamWindow: it.window}
+			Reply: it.reply, Request: it.body, ReceivedUnixNano: it.received.UnixNano(), Token: it.token, Resume: e.Resume,
+			StreamWindow: it.window}
 		if !it.deadline.IsZero() {
 			w.DeadlineUnixNano = it.deadline.UnixNano()
 		}
 		msg.Work = append(msg.Work, w)
-		f.items = append(f.items, it)
+		f.reqs = append(f.reqs, e.Req)
 	}
 	m.inflight[msg.BatchId] = f
 	return msg
 }
 
 // lose withdraws an executor's instances (all generations but keep).
+// Without durable state, its sequences are forgotten and the requests it
+// was running fail with UNAVAILABLE naming it. With durable state the
+// sequences move to other instances, and the request each instance was
+// running (the newest batch it got and did not report done) runs again
+// there from the last durable state; older batches were answered before
+// their instance pulled again, so their requests are not run again.
 func (m *model) lose(executor string, keep uint64, why string) {
 	m.lock()
 	var out []send
+	lost := func(f *flight) bool { return f.executor == executor && (keep == 0 || f.generation != keep) }
+	var rerun []*seqbatch.Request
+	if m.core != nil && m.core.Config().Durable {
+		newest := map[int]uint64{}
+		for id, f := range m.inflight {
+			if lost(f) && id > newest[f.instance] {
+				newest[f.instance] = id
+			}
+		}
+		ids := make([]uint64, 0, len(newest))
+		for _, id := range newest {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			rerun = append(rerun, m.inflight[id].reqs...)
+			delete(m.inflight, id)
+		}
+	}
 	if m.core != nil {
-		for _, f := range m.core.RemoveExecutor(executor, keep) {
+		for _, f := range m.core.RemoveExecutor(time.Now(), executor, keep, rerun) {
 			out = append(out, send{reply: f.Req.Data.(*item).reply, err: f.Err})
 		}
 	}
 	for id, f := range m.inflight {
-		if f.executor == executor && (keep == 0 || f.generation != keep) {
-			for _, it := range f.items {
+		if lost(f) {
+			for _, r := range f.reqs {
+				it := r.Data.(*item)
 				out = append(out, send{reply: it.reply, err: tritonerr.Unavailablef(
 					"executor '%s' running sequence %s of model '%s' %s before answering", executor, it.id.String(), m.name, why)})
 			}

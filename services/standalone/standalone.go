@@ -69,10 +69,11 @@ type Config struct {
 	// NATSMaxPayload is the embedded server's max message size; larger
 	// tensors travel in chunks.
 	NATSMaxPayload int32
-	// RedisURL moves the router's and registry's state to Redis.
+	// RedisURL moves the router's and registry's state, and the durable
+	// sequence states of models with state_durability "redis", to Redis.
 	RedisURL string
 	// RedisAuth are the ACL user, password and TLS material for RedisURL
-	// (one user for both services here).
+	// (one user for every service here).
 	RedisAuth redisconn.Options
 	// HTTPTLS, GRPCTLS, HTTPRestricted and GRPCRestricted are the gateway's
 	// (see gateway.Config).
@@ -214,6 +215,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Conn: exConn, RepositoryPath: s.cfg.ModelRepository, MoreRepositories: s.cfg.MoreRepositories, Models: s.cfg.Models, ControlMode: s.cfg.ControlMode, PollInterval: s.cfg.PollInterval,
 		DisableAutoComplete: s.cfg.DisableAutoComplete, ExitOnError: s.cfg.ExitOnError, Logger: s.log,
 		BackendDirectory: s.cfg.BackendDirectory, BackendConfig: s.cfg.BackendConfig, ServerLibrary: s.cfg.ServerLibrary,
+		RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth,
 	})
 	if err != nil {
 		return err

@@ -100,7 +100,7 @@ readinessProbe:
 {{/*
 A Nereid container's environment. Call with (list $ "<role>"): the NATS
 credentials of the role from security.nats.existingSecret, the Redis ACL
-credentials for the router and the registry, CA paths of mounted TLS
+credentials for the router, the registry and the executors, CA paths of mounted TLS
 Secrets, and NODE_NAME for gateway and executors (nereid.nodeEnv).
 */}}
 {{- define "nereid.env" -}}
@@ -118,7 +118,7 @@ Secrets, and NODE_NAME for gateway and executors (nereid.nodeEnv).
 {{- if $sec.nats.tlsSecret }}
 {{- $items = append $items (dict "name" "NEREID_NATS_CA" "value" "/etc/nereid/nats-tls/ca.crt") }}
 {{- end }}
-{{- if has $role (list "sequence-router" "shm-registry") }}
+{{- if has $role (list "sequence-router" "shm-registry" "executor") }}
 {{- with $sec.redis.existingSecret }}
 {{- $items = append $items (dict "name" "NEREID_REDIS_USER" "value" $role) }}
 {{- $items = append $items (dict "name" "NEREID_REDIS_PASSWORD" "valueFrom" (dict "secretKeyRef" (dict "name" . "key" $role))) }}
@@ -143,7 +143,7 @@ env:
   mountPath: /etc/nereid/nats-tls
   readOnly: true
 {{- end }}
-{{- if and $sec.redis.tlsSecret (has $role (list "sequence-router" "shm-registry")) }}
+{{- if and $sec.redis.tlsSecret (has $role (list "sequence-router" "shm-registry" "executor")) }}
 - name: redis-tls
   mountPath: /etc/nereid/redis-tls
   readOnly: true
@@ -165,7 +165,7 @@ env:
   secret:
     secretName: {{ . }}
 {{- end }}
-{{- if has $role (list "sequence-router" "shm-registry") }}
+{{- if has $role (list "sequence-router" "shm-registry" "executor") }}
 {{- with $sec.redis.tlsSecret }}
 - name: redis-tls
   secret:

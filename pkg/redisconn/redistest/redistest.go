@@ -18,7 +18,12 @@ import (
 )
 
 // Users of the shipped ACL file.
-var Users = []string{"sequence-router", "shm-registry"}
+var Users = []string{"sequence-router", "shm-registry", "executor"}
+
+// Inspector is a read-only user tests add to the shipped ones (its password
+// in Server.Passwords), to look at every key: SCAN for what is left behind,
+// which no service's user may run.
+const Inspector = "inspector"
 
 // Server describes a secured redis-server to start (and restart).
 type Server struct {
@@ -56,6 +61,9 @@ func (s *Server) Args() ([]string, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if pw := s.Passwords[Inspector]; pw != "" {
+		acl += "user " + Inspector + " on >" + pw + " ~* resetchannels -@all +ping +hello +auth +select +scan +type +ttl +pttl +exists +get +hgetall +hmget +zrange +smembers\n"
 	}
 	aclFile := filepath.Join(s.Dir, "users.acl")
 	if err := os.WriteFile(aclFile, []byte(acl), 0o600); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/probe"
+	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
 	"github.com/nereid-io/nereid/services/executor"
 )
@@ -32,7 +33,7 @@ func main() {
 	var strictCfg, noAutoComplete, exitOnError bool
 	tritonflag.BoolVar(fs, &strictCfg, "strict-model-config", false, "every model needs its config.pbtxt (no auto-completion)")
 	tritonflag.BoolVar(fs, &noAutoComplete, "disable-auto-complete-config", false, "do not auto-complete model configurations: every model needs its config.pbtxt")
-	tritonflag.BoolVar(fs, &exitOnError, "exit-on-error", false, "exit when a model fails to load at start (default false: it is listed UNAVAILABLE with the reason)")
+	tritonflag.BoolVar(fs, &exitOnError, "exit-on-error", true, "exit when a model named at start fails to load, as tritonserver does (false: it is listed UNAVAILABLE with the reason and the others serve)")
 	fs.Func("model-control-mode", "none, poll or explicit (Triton's model control modes; default none)", func(v string) (err error) {
 		mode, err = executor.ParseControlMode(v)
 		return err
@@ -44,12 +45,16 @@ func main() {
 	backendConfig := tritonflag.BackendConfig{}
 	fs.Var(backendConfig, "backend-config", "a setting for backends: <backend>,<setting>=<value> (repeatable)")
 	serverLib := fs.String("server-library", "", "the libtritonserver.so Triton backends link against (default: next to this binary, then the loader's path)")
+	redisURL := fs.String("redis-url", "", "Redis URL (redis://host:port/db, or rediss:// for TLS) for the durable state of models with state_durability \"redis\"; empty keeps it in memory")
 	logger := tritonflag.LogVerbose(fs)
 	var auth natsconn.Auth
 	auth.Register(fs)
+	var redisAuth redisconn.Options
+	redisAuth.Register(fs)
 	_ = fs.Parse(os.Args[1:])
 	pollInterval := time.Duration(*pollSecs) * time.Second
 	auth.FromEnv()
+	redisAuth.FromEnv()
 
 	log := logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -58,6 +63,7 @@ func main() {
 		RepositoryPath: first(repos), MoreRepositories: rest(repos), Models: models, ControlMode: mode, PollInterval: pollInterval,
 		DisableAutoComplete: strictCfg || noAutoComplete, ExitOnError: exitOnError, ID: *id, Node: *node, Logger: log,
 		BackendDirectory: *backendDir, BackendConfig: backendConfig, ServerLibrary: *serverLib,
+		RedisURL: *redisURL, RedisAuth: redisAuth,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "nereid-executor:", err)
 		os.Exit(1)

@@ -13,6 +13,7 @@ import "C"
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -32,8 +33,14 @@ type Server interface {
 	ModelReady(ctx context.Context, name string, version int64) (bool, error)
 	// ModelDecoupled reports a model's transaction policy.
 	ModelDecoupled(ctx context.Context, name string, version int64) (bool, error)
-	// LoadModel and UnloadModel are model control; they may be Unsupported.
-	LoadModel(ctx context.Context, name string, params map[string]string) error
+	// LoadModel loads (or reloads) a model as the repository API does:
+	// config, when not empty, is a configuration in JSON that replaces
+	// config.pbtxt; files are model files by path in the model directory
+	// ("1/model.onnx"). It returns once the model is loaded.
+	LoadModel(ctx context.Context, name, config string, files map[string][]byte) error
+	// UnloadModel starts unloading a model (and, with dependents, the
+	// models loaded along with it) and returns without waiting for the
+	// unload to finish, as Triton's does.
 	UnloadModel(ctx context.Context, name string, dependents bool) error
 }
 
@@ -391,43 +398,78 @@ func TRITONSERVER_ServerModelTransactionProperties(s *C.TRITONSERVER_Server, nam
 	return nil
 }
 
+//export TRITONSERVER_ServerLoadModel
+func TRITONSERVER_ServerLoadModel(s *C.TRITONSERVER_Server, name *C.char) *C.TRITONSERVER_Error {
+	return TRITONSERVER_ServerLoadModelWithParameters(s, name, nil, 0)
+}
+
+// fileParamPrefix starts the load parameters that carry model files
+// ("file:1/model.onnx"), as in Triton's repository API.
+const fileParamPrefix = "file:"
+
 //export TRITONSERVER_ServerLoadModelWithParameters
 func TRITONSERVER_ServerLoadModelWithParameters(s *C.TRITONSERVER_Server, name *C.char, params **C.TRITONSERVER_Parameter, n C.uint64_t) *C.TRITONSERVER_Error {
 	_, srv, e := serverOf(s)
 	if e != nil {
 		return e
 	}
-	ps := map[string]string{}
+	if name == nil {
+		return newError(tritonerr.InvalidArgf("model name must not be null"))
+	}
+	if params == nil && n > 0 {
+		return newError(tritonerr.InvalidArgf("load parameters are null but the parameter count is %d", uint64(n)))
+	}
+	var config string
+	var files map[string][]byte
 	if n > 0 {
 		for _, p := range unsafe.Slice(params, int(n)) {
-			if p != nil && p._type == C.TRITONSERVER_PARAMETER_STRING {
-				ps[C.GoString(p.name)] = C.GoString(p.s)
+			if p == nil {
+				return newError(tritonerr.InvalidArgf("load parameters must not be null"))
+			}
+			key := C.GoString(p.name)
+			switch {
+			case key == "config":
+				if p._type != C.TRITONSERVER_PARAMETER_STRING {
+					return newError(tritonerr.InvalidArgf("load parameter 'config' must be a string"))
+				}
+				config = C.GoString(p.s)
+			case strings.HasPrefix(key, fileParamPrefix):
+				if p._type != C.TRITONSERVER_PARAMETER_BYTES {
+					return newError(tritonerr.InvalidArgf("load parameter '%s' must be bytes", key))
+				}
+				if files == nil {
+					files = map[string][]byte{}
+				}
+				files[strings.TrimPrefix(key, fileParamPrefix)] = C.GoBytes(p.bytes, C.int(p.size))
+			default:
+				return newError(tritonerr.InvalidArgf("unrecognized load parameter '%s'", key))
 			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), blsTimeout)
 	defer cancel()
-	return newError(srv.LoadModel(ctx, C.GoString(name), ps))
+	return newError(srv.LoadModel(ctx, C.GoString(name), config, files))
 }
 
 //export TRITONSERVER_ServerUnloadModel
 func TRITONSERVER_ServerUnloadModel(s *C.TRITONSERVER_Server, name *C.char) *C.TRITONSERVER_Error {
-	_, srv, e := serverOf(s)
-	if e != nil {
-		return e
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), blsTimeout)
-	defer cancel()
-	return newError(srv.UnloadModel(ctx, C.GoString(name), false))
+	return unloadModel(s, name, false)
 }
 
 //export TRITONSERVER_ServerUnloadModelAndDependents
 func TRITONSERVER_ServerUnloadModelAndDependents(s *C.TRITONSERVER_Server, name *C.char) *C.TRITONSERVER_Error {
+	return unloadModel(s, name, true)
+}
+
+func unloadModel(s *C.TRITONSERVER_Server, name *C.char, dependents bool) *C.TRITONSERVER_Error {
 	_, srv, e := serverOf(s)
 	if e != nil {
 		return e
 	}
+	if name == nil {
+		return newError(tritonerr.InvalidArgf("model name must not be null"))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), blsTimeout)
 	defer cancel()
-	return newError(srv.UnloadModel(ctx, C.GoString(name), true))
+	return newError(srv.UnloadModel(ctx, C.GoString(name), dependents))
 }

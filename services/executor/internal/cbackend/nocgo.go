@@ -31,7 +31,7 @@ type Server interface {
 	Infer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error)
 	ModelReady(ctx context.Context, name string, version int64) (bool, error)
 	ModelDecoupled(ctx context.Context, name string, version int64) (bool, error)
-	LoadModel(ctx context.Context, name string, params map[string]string) error
+	LoadModel(ctx context.Context, name, config string, files map[string][]byte) error
 	UnloadModel(ctx context.Context, name string, dependents bool) error
 }
 

@@ -28,7 +28,7 @@ func main() {
 	var strictCfg, noAutoComplete, exitOnError bool
 	tritonflag.BoolVar(fs, &strictCfg, "strict-model-config", false, "every model needs its config.pbtxt (no auto-completion)")
 	tritonflag.BoolVar(fs, &noAutoComplete, "disable-auto-complete-config", false, "do not auto-complete model configurations: every model needs its config.pbtxt")
-	tritonflag.BoolVar(fs, &exitOnError, "exit-on-error", false, "exit when a model fails to load at start (default false: it is listed UNAVAILABLE with the reason)")
+	tritonflag.BoolVar(fs, &exitOnError, "exit-on-error", true, "exit when a model named at start fails to load, as tritonserver does (false: it is listed UNAVAILABLE with the reason and the others serve)")
 	fs.Func("model-control-mode", "none, poll or explicit (Triton's model control modes; default none)", func(v string) (err error) {
 		cfg.ControlMode, err = executor.ParseControlMode(v)
 		return err
@@ -44,7 +44,7 @@ func main() {
 	fs.Int64Var(&cfg.HTTPMaxInputSize, "http-max-input-size", cfg.HTTPMaxInputSize, "largest HTTP request body in bytes")
 	tritonflag.BoolVar(fs, &cfg.AllowClientShm, "allow-client-shm", false, "let clients register system and CUDA shared-memory regions")
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "also open the embedded NATS server on this address (host:port) so separate services can join; beyond loopback it needs the role passwords (NEREID_NATS_<ROLE>_PASSWORD)")
-	fs.StringVar(&cfg.RedisURL, "redis-url", "", "Redis URL for router and registry state (default: in memory)")
+	fs.StringVar(&cfg.RedisURL, "redis-url", "", "Redis URL for router and registry state and durable sequence state (default: in memory)")
 	cfg.Limits.RegisterFlags(fs)
 	fs.StringVar(&cfg.BackendDirectory, "backend-directory", "/opt/tritonserver/backends", "where Triton backend libraries are looked for (<dir>/<backend>/libtriton_<backend>.so)")
 	cfg.BackendConfig = tritonflag.BackendConfig{}

@@ -1,0 +1,263 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/nereid-io/nereid/pkg/seqstate"
+)
+
+// stateStore keeps the durable states of sequences (models with
+// state_durability "redis"), one seqstate.Record per sequence, under the
+// rules of seqstate.Save and seqstate.MayDrop, applied atomically. The
+// Redis store is the real one; the memory store serves an executor started
+// without Redis (the standalone server), where the state cannot outlive the
+// process anyway.
+type stateStore interface {
+	// load returns a sequence's record, nil when there is none.
+	load(ctx context.Context, key string) (*seqstate.Record, error)
+	// save applies writes (one per sequence) in one round trip and
+	// returns their verdicts; each record lives ttl from its last write.
+	save(ctx context.Context, ws []keyedWrite, ttl time.Duration) ([]seqstate.Verdict, error)
+	// drop deletes the records seqstate.MayDrop allows, in one round trip.
+	drop(ctx context.Context, ds []keyedDrop) error
+	close() error
+}
+
+type keyedWrite struct {
+	key string
+	w   seqstate.Write
+}
+
+type keyedDrop struct {
+	key          string
+	fence        uint64
+	token, after string
+}
+
+// stateKey is where a sequence's durable state lives:
+//
+//	nereid:state:{<model key>}:<typed sequence id>
+//
+// a hash with the fields fence (20 digits, so that Lua compares it as a
+// string), token, state, prev and hasprev. The SCAN pattern
+// nereid:state:* finds every durable state of the constellation.
+func stateKey(modelKey, idKey string) string {
+	return "nereid:state:{" + modelKey + "}:" + idKey
+}
+
+// StateKeyPattern matches every key of the durable states (for SCAN).
+const StateKeyPattern = "nereid:state:*"
+
+func fenceString(f uint64) string { return fmt.Sprintf("%020d", f) }
+
+// memStates is the memory store.
+type memStates struct {
+	mu      sync.Mutex
+	records map[string]*seqstate.Record
+	expires map[string]time.Time
+}
+
+func newMemStates() *memStates {
+	return &memStates{records: map[string]*seqstate.Record{}, expires: map[string]time.Time{}}
+}
+
+// get returns key's live record; m.mu is held.
+func (m *memStates) get(key string, now time.Time) *seqstate.Record {
+	if exp, ok := m.expires[key]; ok && !now.Before(exp) {
+		delete(m.records, key)
+		delete(m.expires, key)
+	}
+	return m.records[key]
+}
+
+func (m *memStates) load(_ context.Context, key string) (*seqstate.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.get(key, time.Now())
+	if r == nil {
+		return nil, nil
+	}
+	c := *r
+	return &c, nil
+}
+
+func (m *memStates) save(_ context.Context, ws []keyedWrite, ttl time.Duration) ([]seqstate.Verdict, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	out := make([]seqstate.Verdict, len(ws))
+	for i, kw := range ws {
+		v, r := seqstate.Save(m.get(kw.key, now), kw.w)
+		out[i] = v
+		if v == seqstate.Saved {
+			m.records[kw.key], m.expires[kw.key] = r, now.Add(ttl)
+		}
+	}
+	// Expired records of sequences nobody writes any more go too.
+	for k, exp := range m.expires {
+		if !now.Before(exp) {
+			delete(m.records, k)
+			delete(m.expires, k)
+		}
+	}
+	return out, nil
+}
+
+func (m *memStates) drop(_ context.Context, ds []keyedDrop) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	for _, d := range ds {
+		if seqstate.MayDrop(m.get(d.key, now), d.fence, d.token, d.after) {
+			delete(m.records, d.key)
+			delete(m.expires, d.key)
+		}
+	}
+	return nil
+}
+
+func (m *memStates) close() error { return nil }
+
+// redisStates is the Redis store: every write and every drop is one Lua
+// script (seqstate.Save's and seqstate.MayDrop's rules), a batch's scripts
+// sent in one pipeline. The scripts use only the commands the executor's
+// Redis user may run (deploy/redis/users.acl.in).
+type redisStates struct {
+	rdb *redis.Client
+}
+
+// saveScript is seqstate.Save. KEYS the record; ARGV fence, token, after,
+// start ("1" or "0"), state, ttl ms. Answers 0 saved, 1 stale, 2 gone.
+var saveScript = redis.NewScript(`
+local r = redis.call('HMGET', KEYS[1], 'fence', 'token')
+local f, tok = r[1], r[2]
+if f and f > ARGV[1] then return 1 end
+if tok and tok == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'state', ARGV[5])
+elseif ARGV[4] == '1' then
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'token', ARGV[2], 'state', ARGV[5])
+elseif not tok then
+  return 2
+elseif tok == ARGV[3] then
+  local cur = redis.call('HGET', KEYS[1], 'state')
+  redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'token', ARGV[2], 'state', ARGV[5], 'prev', cur, 'hasprev', '1')
+else
+  return 1
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+return 0`)
+
+// dropScript is seqstate.MayDrop. KEYS the record; ARGV fence, token,
+// after.
+var dropScript = redis.NewScript(`
+local r = redis.call('HMGET', KEYS[1], 'fence', 'token')
+if not r[1] or r[1] > ARGV[1] then return 0 end
+if r[2] == ARGV[2] or r[2] == ARGV[3] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+var saveVerdicts = map[int64]seqstate.Verdict{0: seqstate.Saved, 1: seqstate.Stale, 2: seqstate.Gone}
+
+func (s *redisStates) load(ctx context.Context, key string) (*seqstate.Record, error) {
+	v, err := s.rdb.HMGet(ctx, key, "fence", "token", "state", "prev", "hasprev").Result()
+	if err != nil {
+		return nil, err
+	}
+	str := func(i int) (string, bool) {
+		x, ok := v[i].(string)
+		return x, ok
+	}
+	fence, ok := str(0)
+	if !ok {
+		return nil, nil
+	}
+	r := &seqstate.Record{}
+	if r.Fence, err = strconv.ParseUint(fence, 10, 64); err != nil {
+		return nil, fmt.Errorf("durable state %s: bad fence %q", key, fence)
+	}
+	r.Token, _ = str(1)
+	st, _ := str(2)
+	r.State = []byte(st)
+	if p, ok := str(3); ok {
+		r.Prev = []byte(p)
+	}
+	_, r.HasPrev = str(4)
+	return r, nil
+}
+
+// run sends one script per element in a pipeline (EVALSHA), and those
+// Redis did not know (NOSCRIPT: a restarted server) again with their text.
+func (s *redisStates) run(ctx context.Context, script *redis.Script, keys []string, args [][]any) ([]*redis.Cmd, error) {
+	if len(keys) == 1 {
+		// One sequence (c=1, or a batch of one): no pipeline to build.
+		c := script.Run(ctx, s.rdb, keys, args[0]...)
+		return []*redis.Cmd{c}, c.Err()
+	}
+	cmds := make([]*redis.Cmd, len(keys))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range keys {
+			cmds[i] = script.EvalSha(ctx, p, keys[i:i+1], args[i]...)
+		}
+		return nil
+	})
+	if err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return cmds, err
+	}
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range keys {
+			cmds[i] = script.Eval(ctx, p, keys[i:i+1], args[i]...)
+		}
+		return nil
+	})
+	return cmds, err
+}
+
+func (s *redisStates) save(ctx context.Context, ws []keyedWrite, ttl time.Duration) ([]seqstate.Verdict, error) {
+	keys := make([]string, len(ws))
+	args := make([][]any, len(ws))
+	for i, kw := range ws {
+		start := "0"
+		if kw.w.Start {
+			start = "1"
+		}
+		keys[i] = kw.key
+		args[i] = []any{fenceString(kw.w.Fence), kw.w.Token, kw.w.After, start, kw.w.State, ttl.Milliseconds()}
+	}
+	cmds, err := s.run(ctx, saveScript, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]seqstate.Verdict, len(ws))
+	for i, c := range cmds {
+		n, err := c.Int64()
+		if err != nil {
+			return nil, err
+		}
+		v, ok := saveVerdicts[n]
+		if !ok {
+			return nil, fmt.Errorf("durable state %s: unexpected answer %d", keys[i], n)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func (s *redisStates) drop(ctx context.Context, ds []keyedDrop) error {
+	keys := make([]string, len(ds))
+	args := make([][]any, len(ds))
+	for i, d := range ds {
+		keys[i] = d.key
+		args[i] = []any{fenceString(d.fence), d.token, d.after}
+	}
+	_, err := s.run(ctx, dropScript, keys, args)
+	return err
+}
+
+func (s *redisStates) close() error { return s.rdb.Close() }

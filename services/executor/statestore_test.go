@@ -1,0 +1,149 @@
+package executor
+
+import (
+	"context"
+	"net"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nereid-io/nereid/pkg/redisconn"
+	"github.com/nereid-io/nereid/pkg/seqstate"
+)
+
+// stateStores runs body against the memory store and the Redis store (a
+// private redis-server), which must both apply seqstate's rules.
+func stateStores(t *testing.T, body func(t *testing.T, st stateStore)) {
+	t.Run("memory", func(t *testing.T) { body(t, newMemStates()) })
+	t.Run("redis", func(t *testing.T) {
+		path, err := exec.LookPath("redis-server")
+		if err != nil {
+			t.Skip("redis-server is not installed (make deps installs it)")
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+		ln.Close()
+		cmd := exec.Command(path, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		rdb, err := redisconn.Open(ctx, "redis://"+net.JoinHostPort("127.0.0.1", port)+"/0", redisconn.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := &redisStates{rdb: rdb}
+		t.Cleanup(func() { _ = st.close() })
+		body(t, st)
+	})
+}
+
+func fenceOf(epoch, batch uint64) uint64 { return epoch<<32 | batch }
+
+// The store takes a sequence's states in order, keeps the one before the
+// last, refuses a stale executor's writes (an older batch fence, an older
+// lease epoch, an input the sequence has left behind) and a write for a
+// sequence it does not hold, deletes only what MayDrop allows, and lets
+// records expire.
+func TestStateStoreContract(t *testing.T) {
+	stateStores(t, func(t *testing.T, st stateStore) {
+		ctx := context.Background()
+		const k, other = "nereid:state:{m.1}:u:7", "nereid:state:{m.1}:u:8"
+		save := func(w seqstate.Write) seqstate.Verdict {
+			t.Helper()
+			v, err := st.save(ctx, []keyedWrite{{key: k, w: w}}, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v[0]
+		}
+		load := func() *seqstate.Record {
+			t.Helper()
+			r, err := st.load(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		if r := load(); r != nil {
+			t.Fatalf("record before any write: %+v", r)
+		}
+		if v := save(seqstate.Write{Fence: fenceOf(2, 1), Token: "t1", After: "t0", State: []byte("s1")}); v != seqstate.Gone {
+			t.Fatalf("write without a record: %v", v)
+		}
+		if v := save(seqstate.Write{Fence: fenceOf(2, 1), Token: "t0", Start: true, State: []byte("s0")}); v != seqstate.Saved {
+			t.Fatalf("START: %v", v)
+		}
+		if v := save(seqstate.Write{Fence: fenceOf(2, 3), Token: "t1", After: "t0", State: []byte("s1")}); v != seqstate.Saved {
+			t.Fatalf("second request: %v", v)
+		}
+		r := load()
+		if r == nil || r.Fence != fenceOf(2, 3) || r.Token != "t1" || string(r.State) != "s1" || string(r.Prev) != "s0" || !r.HasPrev {
+			t.Fatalf("record %+v", r)
+		}
+		// Fencing: a stale executor's writes are refused, whatever they
+		// carry, and change nothing.
+		for name, w := range map[string]seqstate.Write{
+			"an older batch of the lease":      {Fence: fenceOf(2, 2), Token: "t2", After: "t1", State: []byte("x")},
+			"a batch of an older lease epoch":  {Fence: fenceOf(1, 900), Token: "t2", After: "t1", State: []byte("x")},
+			"a START of an older batch":        {Fence: fenceOf(2, 2), Token: "u0", Start: true, State: []byte("x")},
+			"an input the sequence moved past": {Fence: fenceOf(2, 4), Token: "t2", After: "t0", State: []byte("x")},
+		} {
+			if v := save(w); v != seqstate.Stale {
+				t.Fatalf("%s: %v", name, v)
+			}
+		}
+		if r2 := load(); r2.Token != "t1" || string(r2.State) != "s1" || r2.Fence != fenceOf(2, 3) {
+			t.Fatalf("a refused write changed the record: %+v", r2)
+		}
+		// The stored request running again elsewhere keeps Prev; a newer
+		// epoch writes.
+		if v := save(seqstate.Write{Fence: fenceOf(3, 0), Token: "t1", After: "", State: []byte("s1")}); v != seqstate.Saved {
+			t.Fatalf("rerun: %v", v)
+		}
+		if r := load(); string(r.Prev) != "s0" || r.Fence != fenceOf(3, 0) {
+			t.Fatalf("after the rerun: %+v", r)
+		}
+		if v := save(seqstate.Write{Fence: fenceOf(3, 1), Token: "t2", After: "t1", State: []byte("s2")}); v != seqstate.Saved {
+			t.Fatalf("after the rerun, next: %v", v)
+		}
+		// Several sequences in one round trip.
+		vs, err := st.save(ctx, []keyedWrite{
+			{key: other, w: seqstate.Write{Fence: fenceOf(3, 2), Token: "v0", Start: true, State: []byte("o")}},
+			{key: k, w: seqstate.Write{Fence: fenceOf(3, 2), Token: "t3", After: "t2", State: []byte("s3")}},
+		}, time.Minute)
+		if err != nil || vs[0] != seqstate.Saved || vs[1] != seqstate.Saved {
+			t.Fatalf("pipelined: %v %v", vs, err)
+		}
+		// Drop: not for an older batch, not for another sequence's tokens.
+		if err := st.drop(ctx, []keyedDrop{{key: k, fence: fenceOf(3, 1), token: "t4", after: "t3"}, {key: k, fence: fenceOf(3, 5), token: "w4", after: "w3"}}); err != nil {
+			t.Fatal(err)
+		}
+		if load() == nil {
+			t.Fatal("a stale or foreign drop deleted the record")
+		}
+		if err := st.drop(ctx, []keyedDrop{{key: k, fence: fenceOf(3, 5), token: "t4", after: "t3"}}); err != nil {
+			t.Fatal(err)
+		}
+		if r := load(); r != nil {
+			t.Fatalf("END did not delete the record: %+v", r)
+		}
+		// Records expire ttl after their last write.
+		if _, err := st.save(ctx, []keyedWrite{{key: k, w: seqstate.Write{Fence: fenceOf(3, 6), Token: "x0", Start: true, State: []byte("s")}}}, 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for load() != nil {
+			if time.Now().After(deadline) {
+				t.Fatal("the record did not expire")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
