@@ -56,6 +56,7 @@ func TestDecoupledSequence(t *testing.T) {
 		{"GenerateStream", testSeqGenerateStream},
 		{"ResponseStatistics", testResponseStatistics},
 		{"FirstResponseHistogram", testFirstResponseHistogram},
+		{"ExecutorsKilledMidStream", testSeqExecutorsKilled}, // last: it takes the executors down
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, e) })
 	}
@@ -484,4 +485,31 @@ func testFirstResponseHistogram(t *testing.T, e *env) {
 	if got := d(key("_bucket", "5000")); got > n {
 		t.Errorf("bucket le=5000 grew by %v, more than the %d requests", got, n)
 	}
+}
+
+// Losing the executors mid-stream ends a sequence request with a clear
+// error response on the stream, never a hang.
+func testSeqExecutorsKilled(t *testing.T, e *env) {
+	c := grpcClient(t, e.g.GRPC())
+	stream, err := c.ModelStreamInfer(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(seqRequest("k", 901, true, true, []int32{1, 2}, 60_000)); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err != nil || r.GetErrorMessage() != "" {
+		t.Fatalf("first response: %v %v", r, err)
+	}
+	for _, x := range e.execs {
+		x.Kill()
+	}
+	r, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("stream ended with %v instead of an error response", err)
+	}
+	if msg := r.GetErrorMessage(); !strings.Contains(msg, "went away") || r.GetInferResponse().GetId() != "k" {
+		t.Errorf("error response: %q %v", msg, r.GetInferResponse())
+	}
+	stream.CloseSend()
 }
