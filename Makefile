@@ -22,8 +22,13 @@ build:
 run: build
 	$(BIN)/nereid --model-repository $(REPO) --http-port 8000 --grpc-port 8001 --metrics-port 8002 --allow-client-shm true
 
-# Unit, integration (embedded NATS) and e2e (real binaries, nats-server, redis-server).
+# Unit, integration (embedded NATS) and e2e (real binaries, nats-server, redis-server),
+# and the container e2e suite (e2e/containers) when a Docker engine answers: its
+# images are built first (make images). NEREID_DOCKER=required (set by .ci/run,
+# implied by CI=true) makes a machine without an engine fail; NEREID_DOCKER=off
+# skips the images and the suite.
 test: deps
+	@bash scripts/images.sh --if-docker
 	$(GO) vet $$($(GO) list work)
 	$(GO) test $(TESTFLAGS) work
 	@# The Triton C backend bridge and the bus's concurrent machinery (streams,

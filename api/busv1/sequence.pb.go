@@ -256,7 +256,12 @@ type SequencePull struct {
 	// The newest lease epoch this executor has seen for the model (its
 	// fence): a router taking the model's lease takes a higher one, even from
 	// a store that lost its epoch counter.
-	FenceEpoch    uint64 `protobuf:"varint,7,opt,name=fence_epoch,json=fenceEpoch,proto3" json:"fence_epoch,omitempty"`
+	FenceEpoch uint64 `protobuf:"varint,7,opt,name=fence_epoch,json=fenceEpoch,proto3" json:"fence_epoch,omitempty"`
+	// The executor unloaded the model version (repository API or poll): this
+	// instance leaves for good, the sequences in its slots end and their
+	// later requests fail saying so. Published, not sent as a request: no
+	// batch answers it. done_batch is the last batch the instance ran.
+	Unloaded      bool `protobuf:"varint,8,opt,name=unloaded,proto3" json:"unloaded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -338,6 +343,13 @@ func (x *SequencePull) GetFenceEpoch() uint64 {
 		return x.FenceEpoch
 	}
 	return 0
+}
+
+func (x *SequencePull) GetUnloaded() bool {
+	if x != nil {
+		return x.Unloaded
+	}
+	return false
 }
 
 type SequenceBatch struct {
@@ -752,7 +764,7 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\aresolve\x18\t \x03(\tR\aresolve\x12\x14\n" +
 	"\x05shape\x18\n" +
 	" \x01(\tR\x05shape\x12#\n" +
-	"\rstream_window\x18\v \x01(\rR\fstreamWindow\"\xf9\x01\n" +
+	"\rstream_window\x18\v \x01(\rR\fstreamWindow\"\x95\x02\n" +
 	"\fSequencePull\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x1e\n" +
@@ -765,7 +777,8 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\n" +
 	"done_batch\x18\x06 \x01(\x04R\tdoneBatch\x12\x1f\n" +
 	"\vfence_epoch\x18\a \x01(\x04R\n" +
-	"fenceEpoch\"\x92\x01\n" +
+	"fenceEpoch\x12\x1a\n" +
+	"\bunloaded\x18\b \x01(\bR\bunloaded\"\x92\x01\n" +
 	"\rSequenceBatch\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\x04R\abatchId\x12/\n" +
 	"\x04work\x18\x02 \x03(\v2\x1b.nereid.bus.v1.SequenceWorkR\x04work\x12\x1f\n" +

@@ -60,6 +60,7 @@ const (
 	durable1MModel   = "durable_1m_bench"
 	stateless16Model = "stateless_16_bench"
 	stateless1MModel = "stateless_1m_bench"
+	implicit1MModel  = "implicit_1m_bench" // durable1MModel without durability
 	elems1M          = 1 << 18 // INT32 in 1 MiB
 )
 
@@ -69,6 +70,7 @@ func init() {
 		comparison{"implicit-state-64B-grpc-unary/c1", "seq-no-state-grpc-unary/c1", latency, 1.15, 0},
 		comparison{"durable-state-64B-grpc-unary/c1", "stateless-64B-grpc-unary/c1", latency, 1.6, 0},
 		comparison{"durable-state-1MiB-grpc-unary/c1", "stateless-1MiB-grpc-unary/c1", latency, 0, 0},
+		comparison{"durable-state-1MiB-vs-implicit/c1", "implicit-state-1MiB-grpc-unary/c1", latency, 0, 0},
 	)
 }
 
@@ -128,7 +130,7 @@ func startSeqNereid() (f *seqFixture, err error) {
 	}
 	cfg := standalone.DefaultConfig()
 	cfg.ModelRepository = repo
-	cfg.Models = []string{seqModel, statelessModel, implicitModel, implicitPlainModel, durableModel, durable1MModel, stateless16Model, stateless1MModel}
+	cfg.Models = []string{seqModel, statelessModel, implicitModel, implicitPlainModel, durableModel, durable1MModel, stateless16Model, stateless1MModel, implicit1MModel}
 	cfg.Host = "127.0.0.1"
 	cfg.HTTPPort, cfg.GRPCPort = 0, 0
 	cfg.AllowMetrics = false
@@ -365,6 +367,17 @@ func BenchmarkSequence(b *testing.B) {
 	})
 	b.Run("durable-state-1MiB-vs-stateless/c=1", func(b *testing.B) {
 		durable(b, "stateless-1MiB-grpc-unary/c1", "durable-state-1MiB-grpc-unary/c1", durable1MModel, stateless1MModel, elems1M, warmLarge)
+	})
+	// What durability adds at 1 MiB: the same sequence without it (the
+	// megabyte rides NATS through the router either way).
+	b.Run("durable-state-1MiB-vs-implicit/c=1", func(b *testing.B) {
+		f := seqNereid(b)
+		if f.redis == nil {
+			b.Skip("redis-server is not installed: durable state would stay in memory")
+		}
+		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, f.grpcAddr))
+		measurePair(b, "implicit-state-1MiB-grpc-unary/c1", "durable-state-1MiB-vs-implicit/c1", 1, warmLarge,
+			implicitMid(c, implicit1MModel, nextBase(), elems1M), implicitMid(c, durable1MModel, nextBase(), elems1M))
 	})
 	b.Run(fmt.Sprintf("%dx%d-on-2-executors", seqConc, seqLength), func(b *testing.B) {
 		f := seqNereid(b)

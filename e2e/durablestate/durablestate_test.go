@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,7 @@ type env struct {
 // start runs the constellation over the example model repository, with
 // the router logging where sequences go and both executors' instances
 // known to it before it returns.
-func start(t *testing.T) *env {
+func start(t *testing.T, executorArgs ...string) *env {
 	t.Helper()
 	e := &env{c: constellation.NewCluster(t), redisPort: constellation.FreePort(t), redisDir: t.TempDir()}
 	e.startRedis(t)
@@ -56,8 +57,8 @@ func start(t *testing.T) *env {
 		"--redis-url", e.redis, "--id", "router0", "--log-verbose", "1")
 	repo := constellation.RepoPath(t, "deploy/model_repository")
 	for i := range 2 {
-		e.execs = append(e.execs, e.c.Executor(repo, fmt.Sprintf("exec%d", i), "--redis-url", e.redis,
-			"--load-model", durable, "--load-model", volatile))
+		e.execs = append(e.execs, e.c.Executor(repo, fmt.Sprintf("exec%d", i), append([]string{"--redis-url", e.redis,
+			"--load-model", durable, "--load-model", volatile}, executorArgs...)...))
 	}
 	e.g = e.c.Gateway()
 	for _, m := range []string{durable, volatile} {
@@ -133,17 +134,19 @@ func request(model string, id uint64, v int32, start, end bool) *inference.Model
 	}
 }
 
-// infer sends one request and returns OUTPUT[0]. A request the router
-// failed as not run (its lease lapsed while Redis restarted) is sent again:
-// it was not run, so sending it again cannot run it twice.
+// infer sends one request and returns OUTPUT[0]. A request failed as not
+// run (the router's lease lapsed while Redis restarted, and no router took
+// the model yet) is sent again, for up to a minute: it was not run, so
+// sending it again cannot run it twice.
 func (e *env) infer(model string, id uint64, v int32, start, end bool) (int32, error) {
-	for attempt := 0; ; attempt++ {
+	retry := time.Now().Add(time.Minute)
+	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		resp, err := e.grpc.ModelInfer(ctx, request(model, id, v, start, end))
 		cancel()
 		if err != nil {
-			if strings.Contains(err.Error(), "was not run") && attempt < 20 {
-				time.Sleep(100 * time.Millisecond)
+			if strings.HasSuffix(err.Error(), "was not run") && time.Now().Before(retry) {
+				time.Sleep(50 * time.Millisecond)
 				continue
 			}
 			return 0, err
@@ -153,15 +156,18 @@ func (e *env) infer(model string, id uint64, v int32, start, end bool) (int32, e
 	}
 }
 
+// progress counts a run's answers.
+type progress struct{ answered atomic.Int64 }
+
 // run drives sequences concurrent sequences of requests each on model (ids
-// base+1...) and returns their outputs; progress counts the answers, and
-// midway is called once, from one of the clients' goroutines, when half of
-// them are in.
-func (e *env) run(t *testing.T, model string, base uint64, midway func()) [][]int32 {
+// base+1...) and returns their outputs; midway is called once, from one of
+// the clients' goroutines, when half of the requests are answered.
+func (e *env) run(t *testing.T, model string, base uint64, midway func(*progress)) [][]int32 {
 	t.Helper()
 	out := make([][]int32, sequences)
 	errs := make([]error, sequences)
-	var answered atomic.Int64
+	var p progress
+	answered := &p.answered
 	var once sync.Once
 	var wg sync.WaitGroup
 	t0 := time.Now()
@@ -176,7 +182,7 @@ func (e *env) run(t *testing.T, model string, base uint64, midway func()) [][]in
 				}
 				out[i][j] = got
 				if answered.Add(1) == sequences*requests/2 && midway != nil {
-					once.Do(midway)
+					once.Do(func() { midway(&p) })
 				}
 			}
 		})
@@ -222,7 +228,7 @@ func TestExecutorKilled(t *testing.T) {
 	}
 
 	var killedAt time.Time
-	got := e.run(t, durable, 1000, func() {
+	got := e.run(t, durable, 1000, func(*progress) {
 		e.execs[0].Kill()
 		killedAt = time.Now()
 	})
@@ -240,12 +246,14 @@ func TestExecutorKilled(t *testing.T) {
 	}
 }
 
-// Redis is stopped and started again (same port, same append-only file)
-// when half the requests are answered: requests wait for it (the executors
-// retry their writes, the router takes its lease back), and every sequence
-// completes with the outputs of an uninterrupted run.
+// Redis is stopped when half the requests are answered, and started again
+// (same port, same append-only file) once an executor found it gone when
+// writing a state: the requests wait for it (the executors retry their
+// writes, the router takes its lease back, requests it failed as not run
+// are sent again), and every sequence completes with the outputs of an
+// uninterrupted run.
 func TestRedisRestarted(t *testing.T) {
-	e := start(t)
+	e := start(t, "--log-verbose", "1")
 	e.waitInstances(t, durable)
 	ref := make([][]int32, sequences)
 	for i := range ref {
@@ -255,8 +263,15 @@ func TestRedisRestarted(t *testing.T) {
 		}
 	}
 	restarted := make(chan struct{})
-	got := e.run(t, durable, 2000, func() {
+	retrying := func() bool {
+		return strings.Contains(e.execs[0].Output()+e.execs[1].Output(), `msg="durable sequence state: retrying"`)
+	}
+	got := e.run(t, durable, 2000, func(p *progress) {
 		e.redisP.Stop()
+		if !constellation.WaitFor(10*time.Second, retrying) {
+			t.Errorf("no executor tried to write a state while Redis was down")
+		}
+		t.Logf("Redis down with %d of %d requests answered; a state write waits for it", p.answered.Load(), sequences*requests)
 		e.startRedis(t)
 		close(restarted)
 	})
@@ -299,5 +314,34 @@ func TestVolatileStateLost(t *testing.T) {
 	}
 	if lost != n/2 || kept != n/2 {
 		t.Fatalf("lost %d, kept %d: want %d each", lost, kept, n/2)
+	}
+}
+
+// Unloading the model (explicit model control) deletes the durable states
+// of the sequences its executors held: the sequences are over.
+func TestUnloadDropsStates(t *testing.T) {
+	e := start(t, "--model-control-mode", "explicit")
+	e.waitInstances(t, durable)
+	const n = 4
+	for i := range n {
+		for j := range 2 {
+			if got, err := e.infer(durable, uint64(4001+i), value(i, j), j == 0, false); err != nil || got != want(i, j) {
+				t.Fatalf("sequence %d request %d: %d %v", i, j, got, err)
+			}
+		}
+	}
+	if keys := strings.Fields(e.stateKeys(t)); len(keys) != n {
+		t.Fatalf("%d state keys for %d open sequences: %v", len(keys), n, keys)
+	}
+	resp, err := http.Post(e.g.HTTP()+"/v2/repository/models/"+durable+"/unload", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("unload: %d", resp.StatusCode)
+	}
+	if !constellation.WaitFor(10*time.Second, func() bool { return e.stateKeys(t) == "" }) {
+		t.Fatalf("state keys left after the unload:\n%s", e.stateKeys(t))
 	}
 }

@@ -56,6 +56,10 @@ const (
 	StateUnloading   = "UNLOADING"
 )
 
+// ReasonUnloaded is the reason of a version unloaded through the repository
+// API (or by a poll), as Triton's index gives it.
+const ReasonUnloaded = "unloaded"
+
 const (
 	inferPrefix = Prefix + ".infer."
 	execPrefix  = Prefix + ".exec."

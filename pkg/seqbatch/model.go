@@ -132,6 +132,16 @@ type Model struct {
 	// lost remembers the sequences forgotten with a lost executor (state
 	// not durable), so that their next request's START error names it.
 	lost map[ID]lostSeq
+	// ended are sequences whose instances left for good (the model was
+	// unloaded): their later requests fail with the reason instead of
+	// Triton's START error, until they START again or Config.Idle passes.
+	ended map[ID]endedSeq
+}
+
+// endedSeq is why and when a sequence ended with its instance.
+type endedSeq struct {
+	err error
+	at  time.Time
 }
 
 // lostSeq is a sequence forgotten with its executor.
@@ -274,6 +284,65 @@ func (m *Model) RemoveExecutor(now time.Time, executor string, keep uint64, runn
 	return out
 }
 
+// RemoveInstance withdraws one instance that left for good, as when its
+// executor unloaded the model version: the sequences in its slots end,
+// their queued requests fail with "sequence N of model 'M' ended: why", and
+// so do their later requests (until they START again or Config.Idle has
+// passed). When no instance is left, the sequences waiting in the backlog
+// end the same way: nothing could run them.
+func (m *Model) RemoveInstance(now time.Time, k InstanceKey, why string) []Failure {
+	var out []Failure
+	endSeq := func(id ID) error {
+		err := tritonerr.Unavailablef("sequence %s of model '%s' ended: %s", id.text(), m.cfg.Model, why)
+		if m.ended == nil {
+			m.ended = map[ID]endedSeq{}
+		}
+		m.ended[id] = endedSeq{err: err, at: now}
+		return err
+	}
+	m.instances = slices.DeleteFunc(m.instances, func(in *instance) bool {
+		if in.key != k {
+			return false
+		}
+		for i := range in.slots {
+			sl := &in.slots[i]
+			if sl.owner != nil {
+				endSeq(*sl.owner)
+				m.forget(*sl.owner)
+			}
+			for _, r := range sl.queue {
+				out = append(out, Failure{r, endSeq(r.ID)})
+			}
+			*sl = slot{}
+		}
+		return true
+	})
+	if len(m.instances) == 0 {
+		for _, q := range m.backlog {
+			for _, r := range q.reqs {
+				out = append(out, Failure{r, endSeq(r.ID)})
+			}
+			if !q.ended {
+				endSeq(q.id)
+				m.forget(q.id)
+			}
+		}
+		m.backlog = nil
+	}
+	m.pruneEnded(now)
+	return out
+}
+
+// pruneEnded drops the ended sequences older than the idle time: by then
+// their slots would have been released anyway.
+func (m *Model) pruneEnded(now time.Time) {
+	for id, e := range m.ended {
+		if now.Sub(e.at) >= m.cfg.Idle {
+			delete(m.ended, id)
+		}
+	}
+}
+
 // move places a sequence of a lost executor (durable state) with its
 // requests in the lowest free slot, or returns the backlog queue the
 // caller puts at the front of the backlog. owned is false for a sequence
@@ -353,10 +422,14 @@ func (m *Model) Enqueue(now time.Time, r *Request) error {
 	r.Arrived = now
 	s := m.seqs[r.ID]
 	if s == nil && !r.Start {
+		if e, ok := m.ended[r.ID]; ok && now.Sub(e.at) < m.cfg.Idle {
+			return e.err
+		}
 		return m.errNoStart(r.ID)
 	}
 	if r.Start {
 		delete(m.lost, r.ID)
+		delete(m.ended, r.ID)
 	}
 	if s != nil && r.Start {
 		m.log.Warn("sequence " + r.ID.text() + " for model '" + m.cfg.Model + "' has a conflict. The previous sequence did not end before this sequence start. Previous sequence will be terminated early.")
@@ -602,6 +675,7 @@ func (m *Model) nextOldest(now time.Time, in *instance) (*Batch, time.Duration) 
 // last request arrived, and fails backlog sequences whose request timeout
 // passed (every queued request, UNAVAILABLE, Triton's message).
 func (m *Model) Tick(now time.Time) []Failure {
+	m.pruneEnded(now)
 	var out []Failure
 	m.pruneLost(now)
 	m.backlog = slices.DeleteFunc(m.backlog, func(q *backlogQueue) bool {

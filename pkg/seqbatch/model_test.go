@@ -413,3 +413,55 @@ func TestRaggedShapesDoNotBatch(t *testing.T) {
 	wantBatch(t, m, t0, k, "1S _ 3S")
 	wantBatch(t, m, t0, k, "_ 2S _")
 }
+
+// TestRemoveInstanceOnUnload: an instance whose model version was unloaded
+// leaves; its sequences end with the reason, now and for their later
+// requests, until they START again or the idle time passes. Sequences of
+// the other instance go on; once no instance is left the backlog ends too.
+func TestRemoveInstanceOnUnload(t *testing.T) {
+	m, st, k := direct(1)
+	k2 := InstanceKey{Executor: "e2", Index: 0}
+	m.AddInstance(t0, k2)
+	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false), req(3, true, false))
+	wantBatch(t, m, t0, k, "1S")
+	wantBatch(t, m, t0, k2, "2S")
+	mustEnqueue(t, m, t0, req(1, false, false)) // queued in k's slot
+	const why = "model 'm' version 1 was unloaded"
+	f := m.RemoveInstance(t0, k, why)
+	if len(f) != 1 || f[0].Req.ID != UintID(1) || f[0].Err.Error() != "sequence 1 of model 'm' ended: "+why ||
+		tritonerr.KindOf(f[0].Err) != tritonerr.Unavailable {
+		t.Fatalf("failures %v", f)
+	}
+	if _, ok := st.bound[UintID(1)]; ok {
+		t.Fatal("the ended sequence is still bound in the store")
+	}
+	err := m.Enqueue(t0.Add(time.Millisecond), req(1, false, false))
+	if err == nil || err.Error() != "sequence 1 of model 'm' ended: "+why {
+		t.Fatalf("later request of the ended sequence: %v", err)
+	}
+	// The other instance's sequence goes on; 3 waits in the backlog.
+	mustEnqueue(t, m, t0, req(2, false, false))
+	wantBatch(t, m, t0, k2, "2")
+	// A START begins a new sequence with the id.
+	mustEnqueue(t, m, t0, req(1, true, false))
+
+	f = m.RemoveInstance(t0, k2, why)
+	ids := map[ID]bool{}
+	for _, x := range f {
+		ids[x.Req.ID] = true
+	}
+	// 2's slot held no request; the backlog held 3S and the new 1S.
+	if len(f) != 2 || !ids[UintID(3)] || !ids[UintID(1)] {
+		t.Fatalf("failures once no instance is left: %v", f)
+	}
+	for _, id := range []uint64{2, 3} {
+		if err := m.Enqueue(t0, req(id, false, false)); err == nil || !strings.Contains(err.Error(), "ended: "+why) {
+			t.Fatalf("later request of sequence %d: %v", id, err)
+		}
+	}
+	// After the idle time Triton's START error is back.
+	m.Tick(t0.Add(2 * time.Second))
+	if err := m.Enqueue(t0.Add(2*time.Second), req(2, false, false)); err == nil || !strings.Contains(err.Error(), "START flag") {
+		t.Fatalf("request long after the unload: %v", err)
+	}
+}

@@ -4,6 +4,11 @@
 // GenerateInitialStateData in Triton's core). It is pure: the executor
 // keeps one Slot per sequence it runs, feeds a request its input states
 // (Slot.Inputs) and records the states the backend updated (Slot.Update).
+//
+// Durable state (durable.go) is the same states kept in a store as well:
+// Encode and Decode give a Slot's bytes, Save and MayDrop are the store's
+// fenced rules for writing and deleting them, and Resume picks the input
+// state of a sequence that moved to another executor.
 package seqstate
 
 import (

@@ -54,7 +54,7 @@ func ParseControlMode(s string) (ControlMode, error) {
 
 // reasonUnloaded is the reason the repository index gives for a version
 // unloaded through the repository API, as Triton's.
-const reasonUnloaded = "unloaded"
+const reasonUnloaded = bus.ReasonUnloaded
 
 // snapshot returns the current model versions; the slice is never changed
 // in place.
@@ -291,6 +291,7 @@ func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest
 	for v, o := range old {
 		if !slices.Contains(m.Versions, v) {
 			retired = append(retired, o) // no longer selected by the policy
+			o.endSequences()
 		}
 	}
 	for _, mv := range fresh {
@@ -357,6 +358,7 @@ func (e *Executor) unloadModel(name string) {
 		if mv.state == StateReady {
 			retired = append(retired, mv)
 			state = StateUnloading
+			mv.endSequences()
 		}
 		during = append(during, e.placeholder(mv.name, mv.version, mv.vstr, mv.dir, mv.cfg, state, reasonUnloaded))
 		next = append(next, e.placeholder(mv.name, mv.version, mv.vstr, mv.dir, mv.cfg, StateUnavailable, reasonUnloaded))

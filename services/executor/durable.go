@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/backoff"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
@@ -80,6 +81,9 @@ func (s *seqRunner) persist(ctx context.Context, idx int, items []*seqItem, fenc
 	})
 	for i, it := range its {
 		slot := int(it.w.GetSlot())
+		if it.p.resp == nil {
+			it.p.resp = &backend.Response{}
+		}
 		switch {
 		case err != nil:
 			it.p.resp.Err = tritonerr.Unavailablef("cannot write the state of sequence %s of model '%s' to Redis: %v; the state was not changed", it.state.id, s.mv.name, err)

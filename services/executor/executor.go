@@ -19,6 +19,10 @@
 //   - bus.ExecutorStatsSubject(id): busv1.StatisticsRequest ->
 //     busv1.StatisticsReply (Triton's statistics and the time to first
 //     response of decoupled models) for the READY versions it serves;
+//   - sequence models (sequence.go): each instance pulls its batches from
+//     the sequence router; implicit state stays with the instance, and
+//     with state_durability "redis" each new state is also written to
+//     Redis before the answer (durable.go, statestore.go);
 //   - shared memory (shm.go): bus.InferDeviceSubject for each GPU it owns,
 //     bus.ShmCudaSubject(node, device) to check CUDA handles at register,
 //     bus.ShmRemovedSubject(node) to drop mappings of removed regions.

@@ -105,6 +105,15 @@ func (mv *modelVersion) load(ctx context.Context) (err error) {
 	return nil
 }
 
+// endSequences marks a version leaving for good (unloaded, or no longer
+// selected by its version policy), not replaced by a reload: when it
+// stops, the sequence router ends the sequences in its slots.
+func (mv *modelVersion) endSequences() {
+	if mv.seq != nil {
+		mv.seq.unloaded.Store(true)
+	}
+}
+
 // describe names the version and why it is not READY, for a log or an error.
 func (mv *modelVersion) describe() string {
 	if mv.vstr == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -70,6 +71,12 @@ type seqRunner struct {
 	// its slots; each map is used only by its instance's puller.
 	states []map[int]*slotState
 
+	// unloaded is set when the version is unloaded, not replaced: stop
+	// then tells the router that the instances leave for good (their
+	// sequences end), with the last batch each ran (lastDone, under mu).
+	unloaded atomic.Bool
+	lastDone []uint64
+
 	// durable: the model's state_durability is "redis" (durable.go); ttl
 	// is how long a sequence's durable state outlives its last write.
 	durable bool
@@ -98,7 +105,11 @@ func startSequence(ctx context.Context, mv *modelVersion) (*seqRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	// stop ends the pulls; a batch already received runs to its end under
+	// the executions' context, so that an unload lets the requests in
+	// flight finish.
+	execCtx := ctx
+	pullCtx, cancel := context.WithCancel(ctx)
 	s := &seqRunner{mv: mv, controls: c, cancel: cancel, durable: d == modelconfig.DurabilityRedis && mv.states != nil}
 	if s.durable {
 		s.ttl = 2*seqIdle(mv.cfg) + stateSweepMargin
@@ -108,6 +119,7 @@ func startSequence(ctx context.Context, mv *modelVersion) (*seqRunner, error) {
 		}
 	}
 	s.states = make([]map[int]*slotState, len(mv.instances))
+	s.lastDone = make([]uint64, len(mv.instances))
 	for i := range s.states {
 		s.states[i] = map[int]*slotState{}
 	}
@@ -117,7 +129,7 @@ func startSequence(ctx context.Context, mv *modelVersion) (*seqRunner, error) {
 		return nil, tritonerr.Unavailablef("model '%s': cannot subscribe to sequence takeovers: %v", mv.name, err)
 	}
 	for idx, in := range mv.instances {
-		s.done.Go(func() { s.pull(ctx, idx, in) })
+		s.done.Go(func() { s.pull(pullCtx, execCtx, idx, in) })
 	}
 	return s, nil
 }
@@ -127,6 +139,19 @@ func (s *seqRunner) stop() {
 	s.cancel()
 	s.done.Wait()
 	s.streams.Wait()
+	if !s.unloaded.Load() {
+		return
+	}
+	mv := s.mv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for idx := range mv.instances {
+		p := &busv1.SequencePull{ExecutorId: mv.e.cfg.ID, Generation: mv.e.generation, Instance: uint32(idx),
+			Instances: uint32(len(mv.instances)), DoneBatch: s.lastDone[idx], FenceEpoch: s.fence.Epoch(), Unloaded: true}
+		if err := mv.e.bus.Publish(bus.SequencePullSubject(mv.name, mv.vstr), p); err != nil {
+			mv.e.log.Warn("cannot tell the sequence router that the model was unloaded", "model", mv.name, "version", mv.vstr, "err", err)
+		}
+	}
 }
 
 // onTakeover raises the fence to the new router's epoch and answers with
@@ -210,12 +235,17 @@ func (s *seqRunner) errNotDirect() error {
 	return tritonerr.Unavailablef("model '%s' has a sequence batcher: its requests go through the sequence router", s.mv.name)
 }
 
-func (s *seqRunner) pull(ctx context.Context, idx int, in *instance) {
+func (s *seqRunner) pull(ctx, execCtx context.Context, idx int, in *instance) {
 	mv := s.mv
 	e := mv.e
 	subject := bus.SequencePullSubject(mv.name, mv.vstr)
 	sendConfig := true
 	var done uint64
+	defer func() { // the batch run but not yet reported, for stop
+		s.mu.Lock()
+		s.lastDone[idx] = done
+		s.mu.Unlock()
+	}()
 	retry := backoff.Backoff{Min: pullRetry, Max: 4 * pullRetry}
 	for ctx.Err() == nil {
 		req := &busv1.SequencePull{
@@ -265,7 +295,7 @@ func (s *seqRunner) pull(ctx context.Context, idx int, in *instance) {
 			continue
 		}
 		s.sweep(idx, batch)
-		s.execute(ctx, idx, in, batch)
+		s.execute(execCtx, idx, in, batch)
 		s.answered(batch)
 		done = batch.GetBatchId()
 	}
@@ -460,11 +490,11 @@ func (s *seqRunner) updateState(it *seqItem) {
 	}
 	next := it.state.st
 	if updated := it.r.UpdatedStates(); len(updated) > 0 {
-		next = c.Next(it.state.st, updated)
 		if s.durable && !it.w.GetEnd() {
+			next = c.Next(it.state.st, updated)
 			it.next = next
 		} else {
-			it.state.st = next
+			c.Update(it.state.st, updated)
 		}
 	}
 	it.state.used = time.Now()

@@ -511,7 +511,13 @@ func (v *view) resolve(name string, version int64) (*versionView, error) {
 		if transient {
 			return nil, tritonerr.Unavailablef("Request for unknown model: '%s' has no available versions", name)
 		}
-		return nil, tritonerr.NotFoundf("Request for unknown model: '%s' has no available versions", name)
+		ended := ""
+		for _, vv := range mv.versions {
+			if endedSequences(vv) {
+				ended = sequencesEnded
+			}
+		}
+		return nil, tritonerr.NotFoundf("Request for unknown model: '%s' has no available versions%s", name, ended)
 	}
 	vv := mv.versions[version]
 	if vv == nil {
@@ -521,9 +527,24 @@ func (v *view) resolve(name string, version int64) (*versionView, error) {
 		return nil, errNoExecutor(name)
 	}
 	if !vv.ready() {
-		return nil, tritonerr.Unavailablef("Request for unknown model: '%s' version %d is not at ready state", name, version)
+		ended := ""
+		if endedSequences(vv) {
+			ended = sequencesEnded
+		}
+		return nil, tritonerr.Unavailablef("Request for unknown model: '%s' version %d is not at ready state%s", name, version, ended)
 	}
 	return vv, nil
+}
+
+// sequencesEnded completes Triton's message for a request to a sequence
+// model that was unloaded: the client of a sequence in progress learns
+// that its sequence is over, not only that the model is unknown.
+const sequencesEnded = "; the model was unloaded, which ended its sequences"
+
+// endedSequences reports whether vv is a version of a sequence model that
+// was unloaded (or is unloading).
+func endedSequences(vv *versionView) bool {
+	return vv.reason == bus.ReasonUnloaded && vv.config.GetSequenceBatching() != nil
 }
 
 // errNoExecutor is the answer for a model this gateway has seen served

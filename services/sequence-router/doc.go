@@ -114,6 +114,11 @@
 // Executors are tracked through their heartbeats: one that withdraws, stops
 // beating for bus.HeartbeatExpiry or comes back with a new generation loses
 // its slots; its sequences are forgotten (their next request fails with the
-// START error: the model's state for them is gone) and requests queued or
-// running on it fail with UNAVAILABLE.
+// START error naming it: the model's state for them is gone) and requests
+// queued or running on it fail with UNAVAILABLE. A model with durable state
+// (parameter state_durability "redis") loses nothing: its sequences move to
+// other instances' free slots (or the front of the backlog) with the
+// request each instance was running first, and their first request there
+// is marked resume (busv1.SequenceWork.resume), so that the executor reads
+// the state from Redis (services/executor, durable.go).
 package seqrouter

@@ -2,6 +2,7 @@ package seqrouter
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -425,6 +426,37 @@ func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
 	}
 	m.inflight[msg.BatchId] = f
 	return msg
+}
+
+// unloaded withdraws an instance whose executor unloaded the model
+// version: the sequences in its slots end (pkg/seqbatch RemoveInstance),
+// and a batch handed to it that it never ran (its pull was cancelled by the
+// unload) fails with the same reason.
+func (m *model) unloaded(now time.Time, p *busv1.SequencePull) {
+	key := seqbatch.InstanceKey{Executor: p.GetExecutorId(), Generation: p.GetGeneration(), Index: int(p.GetInstance())}
+	why := fmt.Sprintf("model '%s' version %s was unloaded", m.name, m.version)
+	m.lock()
+	delete(m.inflight, p.GetDoneBatch())
+	var out []send
+	if m.core != nil {
+		for _, f := range m.core.RemoveInstance(now, key, why) {
+			out = append(out, send{reply: f.Req.Data.(*item).reply, err: f.Err})
+		}
+	}
+	for id, f := range m.inflight {
+		if f.executor == key.Executor && f.generation == key.Generation && f.instance == key.Index {
+			for _, r := range f.reqs {
+				it := r.Data.(*item)
+				out = append(out, send{reply: it.reply, err: tritonerr.Unavailablef(
+					"sequence %s of model '%s' ended: %s before the request ran", it.id.String(), m.name, why)})
+			}
+			delete(m.inflight, id)
+		}
+	}
+	delete(m.pulls, key)
+	m.unlock()
+	m.s.log.Info("instance left: the executor unloaded the model", "model", m.name, "version", m.version, "executor", key.Executor, "instance", key.Index)
+	m.deliver(out)
 }
 
 // lose withdraws an executor's instances (all generations but keep).

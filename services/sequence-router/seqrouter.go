@@ -262,6 +262,12 @@ func (s *Service) handlePull(_ context.Context, subject, reply string, data []by
 	now := time.Now()
 	s.seen(p.GetExecutorId(), p.GetGeneration(), now)
 	m := s.model(name, version)
+	if p.GetUnloaded() {
+		if m != nil { // published: nobody waits for an answer
+			m.unloaded(now, &p)
+		}
+		return
+	}
 	if m == nil {
 		s.bus.ReplyError(reply, bus.NotTaken("the sequence router for model '%s' is not serving it any more", name))
 		return
