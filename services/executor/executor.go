@@ -177,6 +177,10 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.RepositoryPath == "" {
 		return nil, errors.New("executor: Config.RepositoryPath is required")
 	}
+	if cfg.ControlMode == ControlExplicit && slices.Contains(cfg.Models, LoadAll) && len(cfg.Models) > 1 {
+		// tritonserver's startup check, word for word.
+		return nil, errors.New("executor: Wildcard model name '*' must be the ONLY startup model if specified at all.")
+	}
 	if cfg.ID == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
