@@ -61,7 +61,7 @@ const (
 	stateless16Model = "stateless_16_bench"
 	stateless1MModel = "stateless_1m_bench"
 	implicit1MModel  = "implicit_1m_bench" // durable1MModel without durability
-	elems1M          = 1 << 18 // INT32 in 1 MiB
+	elems1M          = 1 << 18             // INT32 in 1 MiB
 )
 
 func init() {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -115,6 +116,17 @@ func New(root string, extra ...string) *Project {
 	}
 }
 
+// Sibling is another project beside p (named p.Name-suffix) with the same
+// files plus extra, and env added to p's environment.
+func (p *Project) Sibling(suffix string, extra []string, env ...string) *Project {
+	return &Project{
+		Name:  p.Name + "-" + suffix,
+		Root:  p.Root,
+		Files: append(slices.Clone(p.Files), extra...),
+		Env:   append(slices.Clone(p.Env), env...),
+	}
+}
+
 // Compose runs docker compose on the project and returns its combined output.
 func (p *Project) Compose(ctx context.Context, args ...string) (string, error) {
 	full := []string{"compose", "--project-directory", p.Root}
@@ -203,8 +215,12 @@ func RemoveStale(root string) {
 	if err != nil {
 		return
 	}
-	for _, name := range strings.Fields(out) {
-		pid, err := strconv.Atoi(strings.TrimPrefix(name, ProjectPrefix))
+	// Siblings (name-suffix) first: they hold on to their first project's network.
+	names := strings.Fields(out)
+	slices.SortFunc(names, func(a, b string) int { return len(b) - len(a) })
+	for _, name := range names {
+		owner, _, _ := strings.Cut(strings.TrimPrefix(name, ProjectPrefix), "-")
+		pid, err := strconv.Atoi(owner)
 		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
 			continue
 		}

@@ -29,6 +29,7 @@ import (
 const (
 	durable  = "implicit_accumulate_durable"
 	volatile = "implicit_accumulate" // the same model without the parameter
+	idle     = "durable_idle"        // durable, idle after half a second
 	// sequences and requests of the runs.
 	sequences = 32
 	requests  = 20
@@ -58,10 +59,11 @@ func start(t *testing.T, executorArgs ...string) *env {
 	repo := constellation.RepoPath(t, "deploy/model_repository")
 	for i := range 2 {
 		e.execs = append(e.execs, e.c.Executor(repo, fmt.Sprintf("exec%d", i), append([]string{"--redis-url", e.redis,
-			"--load-model", durable, "--load-model", volatile}, executorArgs...)...))
+			"--model-repository", constellation.RepoPath(t, "e2e/durablestate/testdata/model_repository"),
+			"--load-model", durable, "--load-model", volatile, "--load-model", idle}, executorArgs...)...))
 	}
 	e.g = e.c.Gateway()
-	for _, m := range []string{durable, volatile} {
+	for _, m := range []string{durable, volatile, idle} {
 		if err := constellation.WaitHTTP(e.g.HTTP()+"/v2/models/"+m+"/ready", 200, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -343,5 +345,24 @@ func TestUnloadDropsStates(t *testing.T) {
 	}
 	if !constellation.WaitFor(10*time.Second, func() bool { return e.stateKeys(t) == "" }) {
 		t.Fatalf("state keys left after the unload:\n%s", e.stateKeys(t))
+	}
+}
+
+// A durable sequence that times out (max_sequence_idle_microseconds) loses
+// its state in Redis too: the record expires twice the idle timeout plus
+// 5 s after its last write, and its next request gets the START error.
+func TestTimedOutStateExpires(t *testing.T) {
+	e := start(t)
+	if got, err := e.infer(idle, 5001, 3, true, false); err != nil || got != 3 {
+		t.Fatalf("start: %d %v", got, err)
+	}
+	if keys := e.stateKeys(t); !strings.Contains(keys, "durable_idle") {
+		t.Fatalf("no state key for the open sequence: %q", keys)
+	}
+	if !constellation.WaitFor(20*time.Second, func() bool { return e.stateKeys(t) == "" }) {
+		t.Fatalf("the state of a timed-out sequence is still in Redis:\n%s", e.stateKeys(t))
+	}
+	if _, err := e.infer(idle, 5001, 1, false, false); err == nil || !strings.Contains(err.Error(), "must specify the START flag") {
+		t.Fatalf("request after the timeout: %v", err)
 	}
 }

@@ -214,17 +214,44 @@ func ValidToken(t string) bool {
 
 // target names what a subject leads to, for error messages a user can act on:
 // "model 'simple' version 1", "executor 'e1' (catalog)", "subject 'x'".
+// inferTarget names the model, version, and for node and device subjects the
+// node and GPU, of an infer subject's tokens after the prefix.
+func inferTarget(tokens []string) (string, bool) {
+	if len(tokens) < 2 {
+		return "", false
+	}
+	model, err1 := Untoken(tokens[0])
+	version, err2 := Untoken(tokens[1])
+	if err1 != nil || err2 != nil {
+		return "", false
+	}
+	t := fmt.Sprintf("model '%s'", model)
+	if version != "" {
+		t += " version " + version
+	}
+	switch {
+	case len(tokens) == 2:
+		return t, true
+	case len(tokens) >= 4 && tokens[2] == "node":
+		node, err := Untoken(tokens[3])
+		if err != nil {
+			return "", false
+		}
+		t += fmt.Sprintf(" on node '%s'", node)
+		if len(tokens) == 4 {
+			return t, true
+		}
+		if len(tokens) == 6 && tokens[4] == "gpu" {
+			return t + " GPU " + tokens[5], true
+		}
+	}
+	return "", false
+}
+
 func target(subject string) string {
 	if rest, ok := strings.CutPrefix(subject, inferPrefix); ok {
-		if m, v, ok := strings.Cut(rest, "."); ok {
-			model, err1 := Untoken(m)
-			version, err2 := Untoken(v)
-			if err1 == nil && err2 == nil {
-				if version == "" {
-					return fmt.Sprintf("model '%s'", model)
-				}
-				return fmt.Sprintf("model '%s' version %s", model, version)
-			}
+		if t, ok := inferTarget(strings.Split(rest, ".")); ok {
+			return t
 		}
 	}
 	if rest, ok := strings.CutPrefix(subject, execPrefix); ok {

@@ -77,6 +77,9 @@ func TestTarget(t *testing.T) {
 		{InferSubject("my.model", "3"), "model 'my.model' version 3", "no executor is serving model 'my.model' version 3"},
 		{ExecutorCatalogSubject("e1"), "executor 'e1' (catalog)", "executor 'e1' (catalog) is not reachable: no responders on nereid.v1.exec.e1.catalog"},
 		{ExecutorStatsSubject("e1"), "executor 'e1' (statistics)", "executor 'e1' (statistics) is not reachable: no responders on nereid.v1.exec.e1.stats"},
+		{InferNodeSubject("simple", "1", "node-a"), "model 'simple' version 1 on node 'node-a'", "no executor is serving model 'simple' version 1 on node 'node-a'"},
+		{InferDeviceSubject("simple", "1", "n.b", 2), "model 'simple' version 1 on node 'n.b' GPU 2", "no executor is serving model 'simple' version 1 on node 'n.b' GPU 2"},
+		{InferSubject("simple", "1") + ".other.x", "subject 'nereid.v1.infer.simple.1.other.x'", "no responders on subject 'nereid.v1.infer.simple.1.other.x'"},
 		{"foo.bar", "subject 'foo.bar'", "no responders on subject 'foo.bar'"},
 	}
 	for _, tt := range tests {

@@ -71,6 +71,10 @@ const (
 	StateUnloading   = bus.StateUnloading
 )
 
+// redisStartWait bounds how long the start waits for Redis (--redis-url)
+// to answer before it goes on without it.
+const redisStartWait = 5 * time.Second
+
 // DrainTimeout bounds how long shutdown waits for requests in flight before
 // it cancels the executions still running.
 const DrainTimeout = 10 * time.Second
@@ -174,6 +178,10 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.RepositoryPath == "" {
 		return nil, errors.New("executor: Config.RepositoryPath is required")
 	}
+	if cfg.ControlMode == ControlExplicit && slices.Contains(cfg.Models, LoadAll) && len(cfg.Models) > 1 {
+		// tritonserver's startup check, word for word.
+		return nil, errors.New("executor: Wildcard model name '*' must be the ONLY startup model if specified at all.")
+	}
 	if cfg.ID == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -228,7 +236,15 @@ func (e *Executor) Run(ctx context.Context) error {
 	e.execCtx = execCtx
 
 	if e.cfg.RedisURL != "" {
-		rdb, err := redisconn.Open(ctx, e.cfg.RedisURL, e.cfg.RedisAuth)
+		// Refused credentials stop the start; a Redis that does not answer
+		// yet does not: the models serve, and durable writes wait for it.
+		octx, cancel := context.WithTimeout(ctx, redisStartWait)
+		rdb, err := redisconn.Open(octx, e.cfg.RedisURL, e.cfg.RedisAuth)
+		cancel()
+		if err != nil && ctx.Err() == nil && octx.Err() != nil {
+			e.log.Warn("Redis does not answer yet; durable sequence states will wait for it", "url", redisconn.Redact(e.cfg.RedisURL), "err", err)
+			rdb, err = redisconn.New(e.cfg.RedisURL, e.cfg.RedisAuth)
+		}
 		if err != nil {
 			return fmt.Errorf("executor: durable sequence state: %w", err)
 		}
