@@ -14,6 +14,7 @@ import (
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/repository"
@@ -220,7 +221,8 @@ func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest
 	}
 	var m repository.Model
 	if req.GetConfig() != "" {
-		cfg, err := modelconfig.LoadJSON(dir, []byte(req.GetConfig()))
+		override := e.completeOverride(dir, []byte(req.GetConfig()))
+		cfg, err := modelconfig.LoadJSON(dir, override)
 		if err != nil {
 			return tritonerr.InvalidArgf("failed to load '%s', failed to parse config override: %s", name, tritonerr.From(err).Msg)
 		}
@@ -326,6 +328,34 @@ func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest
 	return nil
 }
 
+// completeOverride completes a configuration override that names no
+// backend or platform from the model's config.pbtxt when that names a
+// built-in Go backend: Triton completes such an override from the model's
+// files (its auto-completion), and a built-in backend's model has none but
+// its configuration. Any other override is returned as it is (a full
+// replacement, as in Triton), and so is every override when auto-completion
+// is disabled.
+func (e *Executor) completeOverride(dir string, override []byte) []byte {
+	if e.cfg.DisableAutoComplete || !modelconfig.NamesNoBackend(override) {
+		return override
+	}
+	base, err := modelconfig.Load(dir)
+	if err != nil {
+		return override
+	}
+	if _, found := e.cb.Find(backend.Name(base), dir, 0); found {
+		return override // a Triton backend library completes its own
+	}
+	if _, _, err := backend.Resolve(base); err != nil {
+		return override
+	}
+	merged, err := modelconfig.Overlay(base, override)
+	if err != nil {
+		return override
+	}
+	return merged
+}
+
 // failUnloaded lists a model that has no READY version as UNAVAILABLE
 // with the reason it failed.
 func (e *Executor) failUnloaded(name string, m repository.Model) {
@@ -378,6 +408,9 @@ func (e *Executor) unloadModel(name string) {
 	}
 }
 
+// maxNameLen is the longest file name the file systems allow (NAME_MAX).
+const maxNameLen = 255
+
 // writeOverride writes the files of a load request into a new temporary
 // repository: ROOT/NAME/PATH for each file. It returns ROOT.
 func writeOverride(name string, files map[string][]byte) (string, error) {
@@ -390,6 +423,12 @@ func writeOverride(name string, files map[string][]byte) (string, error) {
 		if !filepath.IsLocal(p) || p == modelconfig.FileName {
 			_ = os.RemoveAll(root)
 			return "", tritonerr.InvalidArgf("failed to load '%s', invalid file override path 'file:%s'", name, p)
+		}
+		for _, part := range strings.Split(filepath.ToSlash(p), "/") {
+			if len(part) > maxNameLen {
+				_ = os.RemoveAll(root)
+				return "", tritonerr.InvalidArgf("failed to load '%s', Invalid file path 'file:%.64s...': a path component is longer than %d bytes", name, p, maxNameLen)
+			}
 		}
 		full := filepath.Join(dir, filepath.FromSlash(p))
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err == nil {

@@ -859,6 +859,11 @@ func TestModelControlStrictAndExitOnError(t *testing.T) {
 		return ex, done, cancel
 	}
 
+	if _, err := executor.New(executor.Config{Conn: connect(t, ns, "wild"), RepositoryPath: repo, ControlMode: executor.ControlExplicit,
+		Models: []string{"simple", executor.LoadAll}}); err == nil || !strings.Contains(err.Error(), "Wildcard model name '*' must be the ONLY startup model") {
+		t.Fatalf("'*' with another startup model: %v", err)
+	}
+
 	_, done, cancel := run(executor.Config{ID: "exit", ExitOnError: true})
 	defer cancel()
 	select {
@@ -987,4 +992,104 @@ func TestModelControlSetSurvivesRestarts(t *testing.T) {
 	if e := idx["big/"]; e.State != "UNAVAILABLE" || !strings.Contains(e.Reason, "too large to keep") {
 		t.Fatalf("index entry of a model whose files could not be kept: %+v (index %v)", e, idx)
 	}
+}
+
+// TestTritonModelControlExamples runs the steps of Triton's client examples
+// simple_http_model_control.py and simple_grpc_model_control.py, request
+// for request, against a gateway and an executor in explicit mode.
+func TestTritonModelControlExamples(t *testing.T) {
+	ns := startNATS(t)
+	g := startGateway(t, ns)
+	repo := controlRepo(t)
+	writeModel(t, repo, "other", identConfig, 1)
+	startExplicitExecutor(t, ns, "ex1", repo)
+	waitExecutors(t, g, 1)
+	const inRepo = 3 // simple, ident, other
+	wrongConfig := `"parameters": {"config": {{"max_batch_size": "16"}}}`
+
+	t.Run("http", func(t *testing.T) {
+		base := "http://" + g.HTTPAddr()
+		load := func(model, config string) httpResult {
+			body := ""
+			if config != "" {
+				b, _ := json.Marshal(map[string]any{"parameters": map[string]any{"config": config}})
+				body = string(b)
+			}
+			return post(t, base+"/v2/repository/models/"+model+"/load", body)
+		}
+		var idx []json.RawMessage
+		if r := post(t, base+"/v2/repository/index", ""); json.Unmarshal(r.body, &idx) != nil || len(idx) != inRepo {
+			t.Fatalf("index before any load: %s", r.body)
+		}
+		if r := load("simple", ""); r.status != 200 || !ready(t, base, "simple", "") {
+			t.Fatalf("load simple: %d %s", r.status, r.body)
+		}
+		if r := load("simple", wrongConfig); r.status == 200 || !strings.Contains(string(r.body), "failed to load") {
+			t.Fatalf("load with a malformed config: %d %s", r.status, r.body)
+		}
+		if r := load("simple", `{"max_batch_size":"16"}`); r.status != 200 {
+			t.Fatalf("load with max_batch_size 16: %d %s", r.status, r.body)
+		}
+		var cfg struct {
+			MaxBatchSize int `json:"max_batch_size"`
+		}
+		if r := do(t, "GET", base+"/v2/models/simple/config", nil, nil); json.Unmarshal(r.body, &cfg) != nil || cfg.MaxBatchSize != 16 {
+			t.Fatalf("config after the override: %s", r.body)
+		}
+		if r := post(t, base+"/v2/repository/models/simple/unload", ""); r.status != 200 || ready(t, base, "simple", "") {
+			t.Fatalf("unload: %d %s", r.status, r.body)
+		}
+		if r := load("wrong_model_name", ""); r.status == 200 || !strings.Contains(string(r.body), "failed to load") {
+			t.Fatalf("load of a wrong model name: %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("grpc", func(t *testing.T) {
+		c, _ := grpcClient(t, g)
+		ctx := context.Background()
+		load := func(model, config string, files map[string][]byte) error {
+			params := map[string]*inference.ModelRepositoryParameter{}
+			if config != "" {
+				params["config"] = &inference.ModelRepositoryParameter{ParameterChoice: &inference.ModelRepositoryParameter_StringParam{StringParam: config}}
+			}
+			for k, v := range files {
+				params[k] = &inference.ModelRepositoryParameter{ParameterChoice: &inference.ModelRepositoryParameter_BytesParam{BytesParam: v}}
+			}
+			_, err := c.RepositoryModelLoad(ctx, &inference.RepositoryModelLoadRequest{ModelName: model, Parameters: params})
+			return err
+		}
+		isReady := func() bool {
+			r, err := c.ModelReady(ctx, &inference.ModelReadyRequest{Name: "simple"})
+			return err == nil && r.GetReady()
+		}
+		if idx, err := c.RepositoryIndex(ctx, &inference.RepositoryIndexRequest{}); err != nil || len(idx.GetModels()) != inRepo {
+			t.Fatalf("index before any load: %v %v", idx, err)
+		}
+		if err := load("simple", "", nil); err != nil || !isReady() {
+			t.Fatalf("load simple: %v", err)
+		}
+		if err := load("simple", wrongConfig, nil); err == nil || !strings.Contains(err.Error(), "failed to load") {
+			t.Fatalf("load with a malformed config: %v", err)
+		}
+		if err := load("simple", `{"max_batch_size":"16"}`, nil); err != nil {
+			t.Fatalf("load with max_batch_size 16: %v", err)
+		}
+		if cfg, err := c.ModelConfig(ctx, &inference.ModelConfigRequest{Name: "simple"}); err != nil || cfg.GetConfig().GetMaxBatchSize() != 16 {
+			t.Fatalf("config after the override: %v %v", cfg, err)
+		}
+		if _, err := c.RepositoryModelUnload(ctx, &inference.RepositoryModelUnloadRequest{ModelName: "simple"}); err != nil || isReady() {
+			t.Fatalf("unload: %v", err)
+		}
+		// A path component longer than NAME_MAX is refused; the server lives.
+		err := load("simple", "{}", map[string][]byte{"file:" + strings.Repeat("A", 256): []byte("a")})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "Invalid file path") {
+			t.Fatalf("load with an oversized file name: %v", err)
+		}
+		if r, err := c.ServerLive(ctx, &inference.ServerLiveRequest{}); err != nil || !r.GetLive() {
+			t.Fatalf("server not live after the refused load: %v", err)
+		}
+		if err := load("wrong_model_name", "", nil); err == nil || !strings.Contains(err.Error(), "failed to load") {
+			t.Fatalf("load of a wrong model name: %v", err)
+		}
+	})
 }
