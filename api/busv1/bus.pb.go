@@ -309,7 +309,7 @@ func (*CatalogRequest) Descriptor() ([]byte, []int) {
 	return file_busv1_bus_proto_rawDescGZIP(), []int{3}
 }
 
-// Answered with an inference.ModelStatisticsResponse.
+// Answered with a StatisticsReply.
 type StatisticsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -362,6 +362,150 @@ func (x *StatisticsRequest) GetVersion() string {
 	return ""
 }
 
+// An executor's statistics: Triton's inference.ModelStatisticsResponse
+// (model_stats is its field 1, so either message decodes the other) and
+// what Triton reports only as metrics.
+type StatisticsReply struct {
+	state      protoimpl.MessageState       `protogen:"open.v1"`
+	ModelStats []*inference.ModelStatistics `protobuf:"bytes,1,rep,name=model_stats,json=modelStats,proto3" json:"model_stats,omitempty"`
+	// nv_inference_first_response_histogram_ms of the decoupled versions.
+	FirstResponse []*FirstResponseHistogram `protobuf:"bytes,2,rep,name=first_response,json=firstResponse,proto3" json:"first_response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatisticsReply) Reset() {
+	*x = StatisticsReply{}
+	mi := &file_busv1_bus_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatisticsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatisticsReply) ProtoMessage() {}
+
+func (x *StatisticsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatisticsReply.ProtoReflect.Descriptor instead.
+func (*StatisticsReply) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *StatisticsReply) GetModelStats() []*inference.ModelStatistics {
+	if x != nil {
+		return x.ModelStats
+	}
+	return nil
+}
+
+func (x *StatisticsReply) GetFirstResponse() []*FirstResponseHistogram {
+	if x != nil {
+		return x.FirstResponse
+	}
+	return nil
+}
+
+// The time from a request's arrival to its first response, in whole
+// milliseconds, of one model version: counts per bucket (bounds[i] is the
+// upper bound of counts[i], inclusive; the last count is above every
+// bound), their sum and count.
+type FirstResponseHistogram struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Bounds        []float64              `protobuf:"fixed64,3,rep,packed,name=bounds,proto3" json:"bounds,omitempty"`
+	Counts        []uint64               `protobuf:"varint,4,rep,packed,name=counts,proto3" json:"counts,omitempty"`
+	Sum           float64                `protobuf:"fixed64,5,opt,name=sum,proto3" json:"sum,omitempty"`
+	Count         uint64                 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FirstResponseHistogram) Reset() {
+	*x = FirstResponseHistogram{}
+	mi := &file_busv1_bus_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FirstResponseHistogram) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FirstResponseHistogram) ProtoMessage() {}
+
+func (x *FirstResponseHistogram) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FirstResponseHistogram.ProtoReflect.Descriptor instead.
+func (*FirstResponseHistogram) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *FirstResponseHistogram) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FirstResponseHistogram) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *FirstResponseHistogram) GetBounds() []float64 {
+	if x != nil {
+		return x.Bounds
+	}
+	return nil
+}
+
+func (x *FirstResponseHistogram) GetCounts() []uint64 {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *FirstResponseHistogram) GetSum() float64 {
+	if x != nil {
+		return x.Sum
+	}
+	return 0
+}
+
+func (x *FirstResponseHistogram) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 // Published by a gateway on ModelControlSubject for Triton's repository
 // load and unload; every executor answers with ModelControlReply.
 type ModelControlRequest struct {
@@ -384,7 +528,7 @@ type ModelControlRequest struct {
 
 func (x *ModelControlRequest) Reset() {
 	*x = ModelControlRequest{}
-	mi := &file_busv1_bus_proto_msgTypes[5]
+	mi := &file_busv1_bus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +540,7 @@ func (x *ModelControlRequest) String() string {
 func (*ModelControlRequest) ProtoMessage() {}
 
 func (x *ModelControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[5]
+	mi := &file_busv1_bus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +553,7 @@ func (x *ModelControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelControlRequest.ProtoReflect.Descriptor instead.
 func (*ModelControlRequest) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{5}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ModelControlRequest) GetName() string {
@@ -468,7 +612,7 @@ type ModelControlReply struct {
 
 func (x *ModelControlReply) Reset() {
 	*x = ModelControlReply{}
-	mi := &file_busv1_bus_proto_msgTypes[6]
+	mi := &file_busv1_bus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +624,7 @@ func (x *ModelControlReply) String() string {
 func (*ModelControlReply) ProtoMessage() {}
 
 func (x *ModelControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[6]
+	mi := &file_busv1_bus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +637,7 @@ func (x *ModelControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelControlReply.ProtoReflect.Descriptor instead.
 func (*ModelControlReply) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{6}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ModelControlReply) GetExecutorId() string {
@@ -528,7 +672,7 @@ var File_busv1_bus_proto protoreflect.FileDescriptor
 
 const file_busv1_bus_proto_rawDesc = "" +
 	"\n" +
-	"\x0fbusv1/bus.proto\x12\rnereid.bus.v1\x1a\x1cinference/model_config.proto\"\xa0\x01\n" +
+	"\x0fbusv1/bus.proto\x12\rnereid.bus.v1\x1a\x1cinference/grpc_service.proto\x1a\x1cinference/model_config.proto\"\xa0\x01\n" +
 	"\x11ExecutorHeartbeat\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x12\n" +
@@ -557,7 +701,18 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x0eCatalogRequest\"A\n" +
 	"\x11StatisticsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\xa7\x02\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\x9c\x01\n" +
+	"\x0fStatisticsReply\x12;\n" +
+	"\vmodel_stats\x18\x01 \x03(\v2\x1a.inference.ModelStatisticsR\n" +
+	"modelStats\x12L\n" +
+	"\x0efirst_response\x18\x02 \x03(\v2%.nereid.bus.v1.FirstResponseHistogramR\rfirstResponse\"\x9e\x01\n" +
+	"\x16FirstResponseHistogram\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
+	"\x06bounds\x18\x03 \x03(\x01R\x06bounds\x12\x16\n" +
+	"\x06counts\x18\x04 \x03(\x04R\x06counts\x12\x10\n" +
+	"\x03sum\x18\x05 \x01(\x01R\x03sum\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\x04R\x05count\"\xa7\x02\n" +
 	"\x13ModelControlRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04load\x18\x02 \x01(\bR\x04load\x12+\n" +
@@ -589,28 +744,33 @@ func file_busv1_bus_proto_rawDescGZIP() []byte {
 	return file_busv1_bus_proto_rawDescData
 }
 
-var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_busv1_bus_proto_goTypes = []any{
-	(*ExecutorHeartbeat)(nil),     // 0: nereid.bus.v1.ExecutorHeartbeat
-	(*ExecutorCatalog)(nil),       // 1: nereid.bus.v1.ExecutorCatalog
-	(*ModelVersionState)(nil),     // 2: nereid.bus.v1.ModelVersionState
-	(*CatalogRequest)(nil),        // 3: nereid.bus.v1.CatalogRequest
-	(*StatisticsRequest)(nil),     // 4: nereid.bus.v1.StatisticsRequest
-	(*ModelControlRequest)(nil),   // 5: nereid.bus.v1.ModelControlRequest
-	(*ModelControlReply)(nil),     // 6: nereid.bus.v1.ModelControlReply
-	nil,                           // 7: nereid.bus.v1.ModelControlRequest.FilesEntry
-	(*inference.ModelConfig)(nil), // 8: inference.ModelConfig
+	(*ExecutorHeartbeat)(nil),         // 0: nereid.bus.v1.ExecutorHeartbeat
+	(*ExecutorCatalog)(nil),           // 1: nereid.bus.v1.ExecutorCatalog
+	(*ModelVersionState)(nil),         // 2: nereid.bus.v1.ModelVersionState
+	(*CatalogRequest)(nil),            // 3: nereid.bus.v1.CatalogRequest
+	(*StatisticsRequest)(nil),         // 4: nereid.bus.v1.StatisticsRequest
+	(*StatisticsReply)(nil),           // 5: nereid.bus.v1.StatisticsReply
+	(*FirstResponseHistogram)(nil),    // 6: nereid.bus.v1.FirstResponseHistogram
+	(*ModelControlRequest)(nil),       // 7: nereid.bus.v1.ModelControlRequest
+	(*ModelControlReply)(nil),         // 8: nereid.bus.v1.ModelControlReply
+	nil,                               // 9: nereid.bus.v1.ModelControlRequest.FilesEntry
+	(*inference.ModelConfig)(nil),     // 10: inference.ModelConfig
+	(*inference.ModelStatistics)(nil), // 11: inference.ModelStatistics
 }
 var file_busv1_bus_proto_depIdxs = []int32{
-	2, // 0: nereid.bus.v1.ExecutorCatalog.models:type_name -> nereid.bus.v1.ModelVersionState
-	8, // 1: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
-	7, // 2: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
-	1, // 3: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	2,  // 0: nereid.bus.v1.ExecutorCatalog.models:type_name -> nereid.bus.v1.ModelVersionState
+	10, // 1: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
+	11, // 2: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
+	6,  // 3: nereid.bus.v1.StatisticsReply.first_response:type_name -> nereid.bus.v1.FirstResponseHistogram
+	9,  // 4: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
+	1,  // 5: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
+	6,  // [6:6] is the sub-list for method output_type
+	6,  // [6:6] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_busv1_bus_proto_init() }
@@ -624,7 +784,7 @@ func file_busv1_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_busv1_bus_proto_rawDesc), len(file_busv1_bus_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

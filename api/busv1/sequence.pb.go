@@ -119,7 +119,12 @@ type SequenceRequest struct {
 	// The request's input shapes as a key (inputs that allow a ragged batch
 	// left out): requests with different keys never share a batch, as in
 	// Triton. Empty matches only empty.
-	Shape         string `protobuf:"bytes,10,opt,name=shape,proto3" json:"shape,omitempty"`
+	Shape string `protobuf:"bytes,10,opt,name=shape,proto3" json:"shape,omitempty"`
+	// For a decoupled model: the gateway asked for a streamed reply
+	// (bus.Conn.StreamQueued) with this window; the executor that runs the
+	// request streams its responses straight to the gateway
+	// (bus.Conn.ReplyStream). 0: a single reply.
+	StreamWindow  uint32 `protobuf:"varint,11,opt,name=stream_window,json=streamWindow,proto3" json:"stream_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -222,6 +227,13 @@ func (x *SequenceRequest) GetShape() string {
 		return x.Shape
 	}
 	return ""
+}
+
+func (x *SequenceRequest) GetStreamWindow() uint32 {
+	if x != nil {
+		return x.StreamWindow
+	}
+	return 0
 }
 
 // Executor instance -> router on bus.SequencePullSubject: "I am idle, give me
@@ -440,7 +452,9 @@ type SequenceWork struct {
 	// request is the one the lost executor was running, the store tells
 	// whether its state was already written (the store's token is this
 	// request's) and the request runs again from the state before it.
-	Resume        bool `protobuf:"varint,11,opt,name=resume,proto3" json:"resume,omitempty"`
+	Resume bool `protobuf:"varint,11,opt,name=resume,proto3" json:"resume,omitempty"`
+	// SequenceRequest.stream_window: stream the responses to reply.
+	StreamWindow  uint32 `protobuf:"varint,12,opt,name=stream_window,json=streamWindow,proto3" json:"stream_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -550,6 +564,13 @@ func (x *SequenceWork) GetResume() bool {
 		return x.Resume
 	}
 	return false
+}
+
+func (x *SequenceWork) GetStreamWindow() uint32 {
+	if x != nil {
+		return x.StreamWindow
+	}
+	return 0
 }
 
 // Router -> executors and gateways on bus.SequenceTakeoverSubject, with a
@@ -728,7 +749,7 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\rCorrelationId\x12\x17\n" +
 	"\auint_id\x18\x01 \x01(\x04R\x06uintId\x12\x1b\n" +
 	"\tstring_id\x18\x02 \x01(\tR\bstringId\x12\x1b\n" +
-	"\tis_string\x18\x03 \x01(\bR\bisString\"\x9d\x02\n" +
+	"\tis_string\x18\x03 \x01(\bR\bisString\"\xc2\x02\n" +
 	"\x0fSequenceRequest\x12,\n" +
 	"\x02id\x18\x01 \x01(\v2\x1c.nereid.bus.v1.CorrelationIdR\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\bR\x05start\x12\x10\n" +
@@ -742,7 +763,8 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"stream_seq\x18\b \x01(\x04R\tstreamSeq\x12\x18\n" +
 	"\aresolve\x18\t \x03(\tR\aresolve\x12\x14\n" +
 	"\x05shape\x18\n" +
-	" \x01(\tR\x05shape\"\x95\x02\n" +
+	" \x01(\tR\x05shape\x12#\n" +
+	"\rstream_window\x18\v \x01(\rR\fstreamWindow\"\x95\x02\n" +
 	"\fSequencePull\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x1e\n" +
@@ -762,7 +784,7 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\x04work\x18\x02 \x03(\v2\x1b.nereid.bus.v1.SequenceWorkR\x04work\x12\x1f\n" +
 	"\vneed_config\x18\x03 \x01(\bR\n" +
 	"needConfig\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xcc\x02\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xf1\x02\n" +
 	"\fSequenceWork\x12\x18\n" +
 	"\apadding\x18\x01 \x01(\bR\apadding\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12,\n" +
@@ -775,7 +797,8 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\x12received_unix_nano\x18\t \x01(\x03R\x10receivedUnixNano\x12\x14\n" +
 	"\x05token\x18\n" +
 	" \x01(\tR\x05token\x12\x16\n" +
-	"\x06resume\x18\v \x01(\bR\x06resume\"E\n" +
+	"\x06resume\x18\v \x01(\bR\x06resume\x12#\n" +
+	"\rstream_window\x18\f \x01(\rR\fstreamWindow\"E\n" +
 	"\x10SequenceTakeover\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\trouter_id\x18\x02 \x01(\tR\brouterId\"]\n" +

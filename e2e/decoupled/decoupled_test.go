@@ -18,8 +18,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/e2e/constellation"
+	"github.com/nereid-io/nereid/pkg/bus"
 )
 
 // TestDecoupled runs the cases that leave the constellation intact on one
@@ -289,6 +291,34 @@ func testConcurrentStreams(t *testing.T, e *env) {
 	for err := range errs {
 		t.Error(err)
 	}
+	// The streams spread over both executors (the executors' queue group
+	// picks one at random per request: all 24 on one would be a 1 in 8
+	// million chance).
+	for _, id := range []string{"exec0", "exec1"} {
+		if n := executorInferences(t, e, id, "repeat_int32"); n == 0 {
+			t.Errorf("executor %s ran no request of the concurrent streams", id)
+		}
+	}
+}
+
+// executorInferences asks one executor, over the bus as a gateway does,
+// for its inference count of model.
+func executorInferences(t *testing.T, e *env, id, model string) uint64 {
+	t.Helper()
+	bc, err := bus.New(e.c.ConnectAs(bus.RoleGateway))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bc.Close()
+	var reply busv1.StatisticsReply
+	if err := bc.Request(testCtx(t), bus.ExecutorStatsSubject(id), &busv1.StatisticsRequest{Name: model}, &reply); err != nil {
+		t.Fatalf("statistics of executor %s: %v", id, err)
+	}
+	var n uint64
+	for _, ms := range reply.GetModelStats() {
+		n += ms.GetInferenceCount()
+	}
+	return n
 }
 
 func seq(n int, from int32) []int32 {

@@ -29,6 +29,13 @@
 //     instance owns, after Execute returns; they stop when the client goes
 //     away (Request.IsCancelled) and always end with the final flag.
 //
+//   - "sequence_repeat" (decoupled, with a sequence batcher): one response
+//     per element of IN, each with the running sum of the sequence's IN
+//     elements so far (OUT) and its index (IDX), paced by an optional
+//     DELAY; the sums are computed in Execute and the responses sent after
+//     it returns, so the sequence's next request runs while the previous
+//     one still streams. It serves sequence_repeat_int32.
+//
 // They handle each request of a batch on its own, so dynamic batching
 // works with any shapes, and report Triton's per-request and per-batch
 // statistics.

@@ -60,6 +60,17 @@ func (c *Conn) listenCancels() error {
 	return c.cancels.err
 }
 
+// TrackRequest makes ctx end when the requester of the request whose reply
+// subject is reply cancels it (or, for a stream, is found gone), as a
+// handler's ctx does: for a process that answers a request it did not
+// receive itself (ReplyStream, Reply). The returned func stops tracking.
+func (c *Conn) TrackRequest(ctx context.Context, reply string) (context.Context, func()) {
+	if err := c.listenCancels(); err != nil {
+		c.opts.log.Warn("bus: cancellations not followed", "err", err)
+	}
+	return c.trackHandler(ctx, reply)
+}
+
 // trackHandler registers the handler serving reply; the returned func
 // unregisters it. ctx is cancelled if the requester cancels.
 func (c *Conn) trackHandler(ctx context.Context, reply string) (context.Context, func()) {

@@ -101,7 +101,7 @@
 // A request with HeaderStream (Nereid-Stream: W, the requester's window in
 // messages) may be answered by many messages (Conn.Stream, StreamOf):
 //
-//	requester -> subject          Nereid-Stream: W, deadline, trace; reply R (chunked as above if large)
+//	requester -> subject          Nereid-Stream: W, Nereid-Ask: 1, deadline, trace; reply R (chunked as above if large)
 //	responder -> R                Nereid-Stream: open; reply A (A: the responder's private subject)
 //	responder -> R                Nereid-Seq: 0, 1, ...; reply A; a body, or an error
 //	                              (Nereid-Error-Kind, Nereid-Error); the last one has Nereid-End
@@ -114,8 +114,14 @@
 // (no error, up to 64 KiB) gather into one batch message, Nereid-Batch: k,
 // whose body is k items each as a 4-byte little-endian length and the
 // bytes (at most 256 items, 64 KiB); it goes out when credit comes, so a
-// producer faster than its consumer sends fewer, larger messages. The requester sends credit after each half
-// window consumed and every StreamPing; a responder that waits for credit
+// producer faster than its consumer sends fewer, larger messages. A
+// requester that puts Nereid-Ask: 1 on its request answers any stream
+// message carrying Nereid-Ask with credit as soon as it consumes it; its
+// responder then batches as soon as two messages are in flight (marking
+// with Nereid-Ask each message sent with two or more in flight), so a fast
+// producer sends a few large batches, each released by the credit for the
+// one before. The requester sends credit after each half
+// window consumed, on Nereid-Ask, and every StreamPing; a responder that waits for credit
 // resends "open" every StreamPing. Either message's reply subject then gets
 // NATS's "no responders" (503) when the other side's connection is gone,
 // which ends the stream with an error on the requester's side (UNAVAILABLE)
@@ -124,6 +130,13 @@
 // never waits on a stream its responder has forgotten. A requester that gives up
 // before the end publishes R on CancelSubject as for any request. A refusal
 // before streaming (an error reply without Nereid-Seq) ends the stream too.
+//
+// A delegated request (HandleDelegated) is streamed the same way by the
+// process it was handed to (Conn.ReplyStream): that process opens the
+// stream on R with its own private subject, and its TrackRequest follows
+// the requester's cancellation. A requester whose request may wait in a
+// queue before anyone opens its stream (Conn.StreamQueued) sets no idle
+// timeout until "open" arrives.
 //
 // # Subjects
 //

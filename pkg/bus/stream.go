@@ -41,7 +41,23 @@ const (
 	// HeaderCredit, from the requester to the responder's private subject,
 	// counts the stream messages consumed so far.
 	HeaderCredit = "Nereid-Credit"
+	// HeaderAsk on a request: the requester answers HeaderAsk on a stream
+	// message with credit as soon as it consumes that message. On a stream
+	// message: the responder holds what it sends next until that credit.
+	HeaderAsk = "Nereid-Ask"
 )
+
+// streamAskLow is how many messages a responder keeps in flight before it
+// gathers what it sends next into one batch, when the requester answers
+// HeaderAsk: a producer faster than its consumer then sends a few large
+// batches, each released by the credit for the one before, instead of one
+// message per item.
+const streamAskLow = 2
+
+// answerAsk is whether requesters say they answer HeaderAsk; tests turn it
+// off to act as a requester that does not (whose responders batch only
+// while the window is full).
+var answerAsk = true
 
 // streamOpen is the value of HeaderStream on the opening message.
 const streamOpen = "open"
@@ -73,6 +89,7 @@ type Stream struct {
 	window  int
 	first   *nats.Msg    // a message the request leg already received
 	batch   []StreamItem // the rest of a batch being read
+	queued  bool         // no idle timeout before the stream opens (StreamQueued)
 
 	mu       sync.Mutex
 	peer     string // the responder's private subject, once opened
@@ -90,6 +107,19 @@ type Stream struct {
 // ctx's deadline, if any, bounds the whole stream; cancelling ctx (or
 // Close before the end) cancels the responder's handler.
 func (c *Conn) Stream(ctx context.Context, subject string, req proto.Message, window int) (*Stream, error) {
+	return c.stream(ctx, subject, req, window, false)
+}
+
+// StreamQueued is Stream for a request that may wait in a queue before
+// anyone opens its stream (the sequence router holds a request until its
+// sequence's turn): no idle timeout applies until the stream opens, so
+// ctx alone bounds that wait. Once open, the pings find a responder that
+// went away as for Stream.
+func (c *Conn) StreamQueued(ctx context.Context, subject string, req proto.Message, window int) (*Stream, error) {
+	return c.stream(ctx, subject, req, window, true)
+}
+
+func (c *Conn) stream(ctx context.Context, subject string, req proto.Message, window int, queued bool) (*Stream, error) {
 	if window <= 0 {
 		window = DefaultStreamWindow
 	}
@@ -101,9 +131,12 @@ func (c *Conn) Stream(ctx context.Context, subject string, req proto.Message, wi
 		return nil, transferError(err, subject)
 	}
 	reply, in := c.register()
-	s := &Stream{c: c, ctx: ctx, subject: subject, reply: reply, in: in, window: window, stop: make(chan struct{})}
-	hdr := make(nats.Header, 3)
+	s := &Stream{c: c, ctx: ctx, subject: subject, reply: reply, in: in, window: window, queued: queued, stop: make(chan struct{})}
+	hdr := make(nats.Header, 4)
 	hdr[HeaderStream] = []string{strconv.Itoa(window)}
+	if answerAsk {
+		hdr[HeaderAsk] = []string{"1"}
+	}
 	if d, ok := ctx.Deadline(); ok {
 		setDeadline(hdr, d)
 	}
@@ -148,7 +181,7 @@ func (s *Stream) Recv() (StreamItem, error) {
 			// can tell that the request reached nobody alive; after, the
 			// pings do.
 			idle := time.Duration(0)
-			if peer == "" {
+			if peer == "" && !s.queued {
 				idle = s.c.opts.idleTimeout
 			}
 			var err error
@@ -199,7 +232,7 @@ func (s *Stream) Recv() (StreamItem, error) {
 			}
 			item, s.batch = items[0], items[1:]
 		}
-		s.consume()
+		s.consume(m.Header[HeaderAsk] != nil)
 		return item, nil
 	}
 }
@@ -252,11 +285,12 @@ func splitBatch(m *nats.Msg) ([]StreamItem, error) {
 }
 
 // consume counts one message and grants more credit once half the window
-// has been used, so credits cost one message per half window.
-func (s *Stream) consume() {
+// has been used, so credits cost one message per half window, or at once
+// when the responder asked for it (it holds its next messages until then).
+func (s *Stream) consume(ask bool) {
 	s.mu.Lock()
 	s.consumed++
-	send := s.peer != "" && s.consumed-s.granted >= max(1, s.window/2)
+	send := s.peer != "" && (ask || s.consumed-s.granted >= max(1, s.window/2))
 	if send {
 		s.granted = s.consumed
 	}
@@ -340,6 +374,11 @@ type StreamWriter struct {
 	ackTo   string
 	in      *inbox
 	window  int
+	// low is how many messages stay in flight before sends gather into a
+	// batch: streamAskLow when the requester answers HeaderAsk, else the
+	// window.
+	low     int
+	release func() // unregisters an inbox the writer opened (ReplyStream)
 
 	mu           sync.Mutex
 	seq          int // messages sent
@@ -373,10 +412,52 @@ func (c *Conn) openStream(m *nats.Msg, ackTo string, in *inbox) (w *StreamWriter
 		ackTo, in = c.register()
 		release = func() { c.unregister(ackTo) }
 	}
-	w = &StreamWriter{c: c, subject: m.Subject, reply: m.Reply, ackTo: ackTo, in: in, window: window, room: make(chan struct{}, 1)}
+	low := window
+	if m.Header[HeaderAsk] != nil {
+		low = min(window, streamAskLow)
+	}
+	w = &StreamWriter{c: c, subject: m.Subject, reply: m.Reply, ackTo: ackTo, in: in, window: window, low: low, room: make(chan struct{}, 1)}
 	in.setNotify(w.credited)
 	w.open()
 	return w, release
+}
+
+// ReplyStream opens the streamed reply of a request that another process
+// received and passed on with its reply subject (HandleDelegated): the
+// sequence router hands a decoupled model's request to the executor that
+// runs it, which streams the responses straight to the requester. window
+// is the requester's (it travels with the delegated request); subject
+// names the request in errors. The writer works as StreamOf's, except that
+// nothing ends the stream for the caller: it sends the last message
+// (Send or SendError with final, or End) and then Closes the writer. Use
+// TrackRequest for the requester's cancellation. The requester must answer
+// HeaderAsk (Stream and StreamQueued do).
+func (c *Conn) ReplyStream(subject, reply string, window int) *StreamWriter {
+	if window < 1 {
+		window = DefaultStreamWindow
+	}
+	ackTo, in := c.register()
+	w := &StreamWriter{c: c, subject: subject, reply: reply, ackTo: ackTo, in: in, window: window, low: min(window, streamAskLow),
+		room: make(chan struct{}, 1), release: func() { c.unregister(ackTo) }}
+	in.setNotify(w.credited)
+	w.open()
+	return w
+}
+
+// Close releases a writer opened with ReplyStream; sends after it fail.
+// Closing before the last message leaves the requester to find the
+// responder gone.
+func (w *StreamWriter) Close() {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = tritonerr.Internalf("bus: stream to the requester of %s is closed", target(w.subject))
+	}
+	release := w.release
+	w.release = nil
+	w.mu.Unlock()
+	if release != nil {
+		release()
+	}
 }
 
 // open tells the requester where credits go. Sent again while waiting for
@@ -396,6 +477,13 @@ func (w *StreamWriter) Send(ctx context.Context, m proto.Message, final bool) er
 		return tritonerr.Internalf("bus: cannot encode reply from %s: %v", target(w.subject), err)
 	}
 	return w.send(ctx, newPayload(parts...).bytes(), nil, final)
+}
+
+// SendEncoded is Send for a message the caller encoded itself (as the
+// Conn's codec would, so that the requester decodes it alike). The
+// writer keeps body until it is sent.
+func (w *StreamWriter) SendEncoded(ctx context.Context, body []byte, final bool) error {
+	return w.send(ctx, body, nil, final)
 }
 
 // SendError sends err as the stream's next message (the requester sees
@@ -446,32 +534,31 @@ func (w *StreamWriter) send(ctx context.Context, body []byte, hdr nats.Header, f
 	if err := ctx.Err(); err != nil {
 		return transferError(err, w.subject)
 	}
-	if hdr == nil {
-		hdr = make(nats.Header, 2)
-	}
 	if !w.c.fits(len(body), hdr) {
 		w.err = tritonerr.Internalf("bus: a response of %d bytes from %s does not fit in one message of the bus (max payload %d bytes)", len(body), target(w.subject), w.c.nc.MaxPayload())
 		return w.err
 	}
-	// A plain small message may join a batch while the window is full;
-	// errors and the end travel alone, after the batch.
-	batchable := !final && len(hdr) == 0 && len(body) <= streamBatchBytes
+	// A plain small message joins a batch while low messages are in
+	// flight; errors and the end travel alone, after the batch.
+	batchable := !final && hdr == nil && len(body) <= streamBatchBytes
 	for {
 		if err := w.takeCredits(); err != nil {
 			return w.fail(err)
 		}
-		room := w.seq-w.acked < w.window
-		if len(w.pending) > 0 && (room || final) {
+		inFlight := w.seq - w.acked
+		room, low := inFlight < w.window, inFlight < w.low
+		fits := batchable && len(w.pending) < streamBatchItems && w.pendingBytes+len(body) <= streamBatchBytes
+		// The end may always go out: it is small and it frees the requester.
+		if len(w.pending) > 0 && (low || final || (room && !fits)) {
 			if err := w.flush(); err != nil {
 				return err
 			}
 			continue
 		}
-		// The end may always go out: it is small and it frees the requester.
-		if len(w.pending) == 0 && (room || final) {
+		if len(w.pending) == 0 && (low || final || (room && !batchable)) {
 			return w.publish(body, hdr, final)
 		}
-		if batchable && len(w.pending) < streamBatchItems && w.pendingBytes+len(body) <= streamBatchBytes {
+		if fits {
 			w.pending = append(w.pending, body)
 			w.pendingBytes += len(body)
 			return nil
@@ -482,9 +569,10 @@ func (w *StreamWriter) send(ctx context.Context, body []byte, hdr nats.Header, f
 	}
 }
 
-// Batches: while the window is full, small messages queue in one batch (at
-// most streamBatchItems, streamBatchBytes) that goes out as one message
-// when credit comes. A producer faster than the consumer thus sends fewer,
+// Batches: while low messages are in flight (the window when the requester
+// does not answer HeaderAsk), small messages queue in one batch (at most
+// streamBatchItems, streamBatchBytes) that goes out as one message when
+// credit comes. A producer faster than the consumer thus sends fewer,
 // larger messages, and the first responses still go out one by one at once.
 const (
 	streamBatchItems = 256
@@ -493,7 +581,14 @@ const (
 
 // publish sends one stream message; w.mu is held.
 func (w *StreamWriter) publish(body []byte, hdr nats.Header, final bool) error {
+	if hdr == nil {
+		hdr = make(nats.Header, 3)
+	}
 	hdr[HeaderSeq] = []string{strconv.Itoa(w.seq)}
+	if !final && w.low < w.window && w.seq+1-w.acked >= w.low {
+		// What follows waits for the credit this asks for.
+		hdr[HeaderAsk] = []string{"1"}
+	}
 	if final {
 		hdr[HeaderEnd] = []string{"1"}
 	}
@@ -519,7 +614,7 @@ func (w *StreamWriter) flush() error {
 			body = append(body, it...)
 		}
 	}
-	hdr := make(nats.Header, 2)
+	hdr := make(nats.Header, 3)
 	if len(w.pending) > 1 {
 		hdr[HeaderBatch] = []string{strconv.Itoa(len(w.pending))}
 	}
@@ -546,7 +641,7 @@ func (w *StreamWriter) credited() {
 	if w.err == nil && !w.ended && len(w.pending) > 0 {
 		if err := w.takeCredits(); err != nil {
 			w.fail(err)
-		} else if w.seq-w.acked < w.window {
+		} else if w.seq-w.acked < w.low {
 			_ = w.flush()
 		}
 	}

@@ -340,3 +340,63 @@ func TestStreamForgotten(t *testing.T) {
 	wantErr(t, err, tritonerr.Unavailable, "stream from subject 'test.forgotten' ended: the responder gave it up before its last response")
 	idle(t, client)
 }
+
+// A producer faster than its consumer: with HeaderAsk answered, what it
+// sends while two messages are in flight gathers into batches, so 1,000
+// items cross in a handful of messages; a requester that does not answer
+// HeaderAsk gets one message per item until the window is full. Order and
+// content are the same either way. Every item is sent before anything is
+// read, which neither case blocks.
+func TestStreamAskBatching(t *testing.T) {
+	s := startServer(t, 1<<20)
+	server, client := connect(t, s), connect(t, s)
+	const window = 64
+	for _, tc := range []struct {
+		name          string
+		ask           bool
+		n             int
+		minMsgs, msgs int
+	}{
+		{"ask answered", true, 1000, 2, 12},
+		{"ask not answered", false, window, window, window},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			answerAsk = tc.ask
+			defer func() { answerAsk = true }()
+			sent := make(chan struct{})
+			subject := "test.ask." + fmt.Sprint(tc.ask)
+			mustHandle(t, server, subject, "", func(ctx context.Context, _ []byte) (proto.Message, error) {
+				w := StreamOf(ctx)
+				defer close(sent)
+				for i := range tc.n {
+					if err := w.Send(ctx, wrapperspb.String(fmt.Sprint(i)), false); err != nil {
+						return nil, err
+					}
+				}
+				return nil, nil
+			})
+			st, err := client.Stream(context.Background(), subject, wrapperspb.String(""), window)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			<-sent
+			items := recvAll(t, st)
+			if len(items) != tc.n+1 {
+				t.Fatalf("got %d items, want %d and the end", len(items), tc.n)
+			}
+			for i, it := range items[:tc.n] {
+				var v wrapperspb.StringValue
+				if err := st.Unmarshal(it.Data, &v); err != nil || v.Value != fmt.Sprint(i) {
+					t.Fatalf("item %d: %q %v", i, v.Value, err)
+				}
+			}
+			st.mu.Lock()
+			msgs := st.consumed
+			st.mu.Unlock()
+			if msgs < tc.minMsgs || msgs > tc.msgs {
+				t.Errorf("%d items took %d messages, want %d to %d", tc.n, msgs, tc.minMsgs, tc.msgs)
+			}
+		})
+	}
+}

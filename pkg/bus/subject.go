@@ -85,8 +85,8 @@ func ExecutorCatalogSubject(id string) string {
 	return execPrefix + Token(id) + ".catalog"
 }
 
-// ExecutorStatsSubject is where executor id answers StatisticsRequest with an
-// inference.ModelStatisticsResponse: "nereid.v1.exec.<Token(id)>.stats".
+// ExecutorStatsSubject is where executor id answers StatisticsRequest with a
+// StatisticsReply: "nereid.v1.exec.<Token(id)>.stats".
 func ExecutorStatsSubject(id string) string {
 	return execPrefix + Token(id) + ".stats"
 }

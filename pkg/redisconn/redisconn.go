@@ -111,6 +111,16 @@ func clientOptions(rawURL string, o Options) (*redis.Options, error) {
 	return opt, nil
 }
 
+// New returns a client for rawURL without contacting Redis: it connects on
+// first use (for a service that must start while Redis is away).
+func New(rawURL string, o Options) (*redis.Client, error) {
+	opt, err := clientOptions(rawURL, o)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewClient(opt), nil
+}
+
 // Open connects to rawURL and waits, until ctx ends, for Redis to answer, so
 // that a service started alongside Redis does not fail on the first try.
 // Refused credentials and certificates fail at once: they do not get better

@@ -25,15 +25,24 @@ func (b boolValue) String() string {
 }
 
 func (b boolValue) Set(s string) error {
+	v, err := ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*b.p = v
+	return nil
+}
+
+// ParseBool reads a boolean as tritonserver's flags take it: true, 1, on,
+// yes or false, 0, off, no, in any case.
+func ParseBool(s string) (bool, error) {
 	switch strings.ToLower(s) {
 	case "true", "1", "on", "yes":
-		*b.p = true
+		return true, nil
 	case "false", "0", "off", "no":
-		*b.p = false
-	default:
-		return fmt.Errorf("invalid boolean value %q (want true or false)", s)
+		return false, nil
 	}
-	return nil
+	return false, fmt.Errorf("invalid boolean value %q (want true or false)", s)
 }
 
 // Bool defines a boolean flag that requires a value, as tritonserver's do.

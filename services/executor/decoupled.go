@@ -9,6 +9,7 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/infer"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -19,21 +20,25 @@ import (
 // handler returns, ending the stream, once the backend has sent the final
 // response or flag.
 
-// serveDecoupled queues a validated request of a decoupled model and
-// streams its responses until the final one.
-func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.ModelInferRequest, p *pending, sh *shmRequest) (proto.Message, error) {
-	w := bus.StreamOf(ctx)
-	if w == nil {
-		mv.stats.failed(p.received)
-		return nil, tritonerr.Unsupportedf("model '%s' is decoupled: its responses need a stream (gRPC ModelStreamInfer or HTTP generate)", mv.name)
-	}
+// streamResponses makes p's responses go out through w as the backend
+// sends them (p.onResponse), with their statistics; the returned channel
+// is closed once the final response or flag has been taken. The final
+// flag alone and what follows a cancellation are not sent: the stream's
+// end is the caller's.
+func (mv *modelVersion) streamResponses(ctx context.Context, w *bus.StreamWriter, req *inference.ModelInferRequest, p *pending, sh *shmRequest) <-chan struct{} {
 	final := make(chan struct{})
-	index, last := 0, p.received
+	index, first := 0, true
+	var last time.Time // when the previous response went out
+	// Read once: every response of the request uses them.
+	classes, classErr := infer.ClassificationCounts(req.GetOutputs())
 	p.onResponse = func(resp *backend.Response) {
 		if resp.Final {
 			defer close(final)
 		}
-		now := time.Now()
+		t := responseTimes{start: last, output: time.Now()}
+		if t.start.IsZero() {
+			t.start = p.execStart()
+		}
 		kind := responseSuccess
 		switch {
 		case resp.FlagOnly:
@@ -43,25 +48,67 @@ func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.Model
 		case resp.Err != nil:
 			kind = responseFail
 		}
-		mv.stats.response(index, kind, now.Sub(last))
-		index, last = index+1, now
-		if resp.FlagOnly || ctx.Err() != nil {
-			return // the end goes out as the handler returns; nobody reads after a cancel
+		if first && !resp.FlagOnly {
+			// The final flag alone is no response (Triton observes the
+			// first one sent).
+			first = false
+			mv.stats.firstResponse(t.output.Sub(p.received))
 		}
+		send := !resp.FlagOnly && ctx.Err() == nil // nobody reads after a cancel
+		var out *inference.ModelInferResponse
+		var enc []byte
+		var err error
 		if resp.Err != nil {
-			_ = w.SendError(ctx, resp.Err, resp.Final)
-			return
+			err = resp.Err // a nil *tritonerr.Error must not become a non-nil error
 		}
-		out, err := mv.response(req, p.req, resp)
-		if err == nil {
-			err = sh.finish(out)
+		plain := len(classes) == 0 && classErr == nil && sh == nil
+		if send && err == nil && plain {
+			var ok bool
+			if enc, ok = mv.encodeResponse(nil, req, p.req, resp); !ok {
+				enc = nil
+			}
 		}
-		if err != nil {
+		if send && err == nil && enc == nil {
+			out, err = mv.responseWith(classes, req, p.req, resp)
+			if classErr != nil {
+				err = classErr
+			}
+			if err == nil {
+				err = sh.finish(out)
+			}
+			if err != nil {
+				kind = responseFail
+			}
+		}
+		t.end = time.Now()
+		mv.stats.response(index, kind, t)
+		index++
+		switch {
+		case !send:
+			// The end goes out as the caller ends the stream.
+		case err != nil:
 			_ = w.SendError(ctx, err, resp.Final)
-			return
+		case enc != nil:
+			_ = w.SendEncoded(ctx, enc, resp.Final)
+		default:
+			_ = w.Send(ctx, out, resp.Final)
 		}
-		_ = w.Send(ctx, out, resp.Final)
+		// Waiting for the client's credit is not the model's time: the
+		// next response starts when this one has gone out.
+		last = time.Now()
 	}
+	return final
+}
+
+// serveDecoupled queues a validated request of a decoupled model and
+// streams its responses until the final one.
+func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.ModelInferRequest, p *pending, sh *shmRequest) (proto.Message, error) {
+	w := bus.StreamOf(ctx)
+	if w == nil {
+		mv.stats.failed(p.received)
+		return nil, tritonerr.Unsupportedf("model '%s' is decoupled: its responses need a stream (gRPC ModelStreamInfer or HTTP generate)", mv.name)
+	}
+	final := mv.streamResponses(ctx, w, req, p, sh)
 	if err := mv.sched.enqueue(p); err != nil {
 		mv.stats.failed(p.received)
 		return nil, err

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/binary"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -159,5 +160,29 @@ func TestDurableResume(t *testing.T) {
 	// sequence; it is not run from a fresh state.
 	if _, msg := r.run(17, "t6", 1, false, false, true); !strings.Contains(msg, "the durable state of sequence 5 of model 'implicit_accumulate_durable' is not in Redis") {
 		t.Fatalf("resume without a record: %q", msg)
+	}
+}
+
+// An executor whose Redis does not answer (yet) still starts and serves
+// after redisStartWait; its durable states wait for Redis.
+func TestStartsWhileRedisIsAway(t *testing.T) {
+	url := startNATS(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	client, err := bus.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, url: url, client: client}
+	h.ex, h.stop = runExecutor(t, url, Config{RepositoryPath: exampleRepo, Models: []string{"identity_fp32"}, ID: "ex-1", Node: "node-a",
+		RedisURL: "redis://" + addr + "/0"})
+	req := &inference.ModelInferRequest{Inputs: []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1, 1}}},
+		RawInputContents: [][]byte{{0, 0, 128, 63}}}
+	if _, err := h.infer("identity_fp32", req); err != nil {
+		t.Fatalf("infer: %v", err)
 	}
 }

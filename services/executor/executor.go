@@ -17,7 +17,8 @@
 //     busv1.ExecutorCatalog, every model version with its state (READY or
 //     UNAVAILABLE with the reason) and config;
 //   - bus.ExecutorStatsSubject(id): busv1.StatisticsRequest ->
-//     inference.ModelStatisticsResponse for the READY versions it serves;
+//     busv1.StatisticsReply (Triton's statistics and the time to first
+//     response of decoupled models) for the READY versions it serves;
 //   - sequence models (sequence.go): each instance pulls its batches from
 //     the sequence router; implicit state stays with the instance, and
 //     with state_durability "redis" each new state is also written to
@@ -69,6 +70,10 @@ const (
 	StateLoading     = bus.StateLoading
 	StateUnloading   = bus.StateUnloading
 )
+
+// redisStartWait bounds how long the start waits for Redis (--redis-url)
+// to answer before it goes on without it.
+const redisStartWait = 5 * time.Second
 
 // DrainTimeout bounds how long shutdown waits for requests in flight before
 // it cancels the executions still running.
@@ -231,7 +236,15 @@ func (e *Executor) Run(ctx context.Context) error {
 	e.execCtx = execCtx
 
 	if e.cfg.RedisURL != "" {
-		rdb, err := redisconn.Open(ctx, e.cfg.RedisURL, e.cfg.RedisAuth)
+		// Refused credentials stop the start; a Redis that does not answer
+		// yet does not: the models serve, and durable writes wait for it.
+		octx, cancel := context.WithTimeout(ctx, redisStartWait)
+		rdb, err := redisconn.Open(octx, e.cfg.RedisURL, e.cfg.RedisAuth)
+		cancel()
+		if err != nil && ctx.Err() == nil && octx.Err() != nil {
+			e.log.Warn("Redis does not answer yet; durable sequence states will wait for it", "url", redisconn.Redact(e.cfg.RedisURL), "err", err)
+			rdb, err = redisconn.New(e.cfg.RedisURL, e.cfg.RedisAuth)
+		}
 		if err != nil {
 			return fmt.Errorf("executor: durable sequence state: %w", err)
 		}
@@ -567,13 +580,16 @@ func (e *Executor) handleStats(_ context.Context, data []byte) (proto.Message, e
 	if err := proto.Unmarshal(data, &req); err != nil {
 		return nil, tritonerr.InvalidArgf("malformed statistics request: %v", err)
 	}
-	resp := &inference.ModelStatisticsResponse{ModelStats: []*inference.ModelStatistics{}}
+	resp := &busv1.StatisticsReply{ModelStats: []*inference.ModelStatistics{}}
 	for _, mv := range e.snapshot() {
 		if mv.state != StateReady || (req.GetName() != "" && req.GetName() != mv.name) ||
 			(req.GetVersion() != "" && req.GetVersion() != mv.vstr) {
 			continue
 		}
 		resp.ModelStats = append(resp.ModelStats, mv.stats.proto(mv.name, mv.vstr))
+		if h := mv.stats.firstResponseProto(mv.name, mv.vstr); h != nil {
+			resp.FirstResponse = append(resp.FirstResponse, h)
+		}
 	}
 	return resp, nil
 }

@@ -79,6 +79,9 @@ func (mv *modelVersion) load(ctx context.Context) (err error) {
 			mv.cfg = cfg
 		}
 	}
+	if mv.decoupled() {
+		mv.stats.first = newHistogram(firstResponseBuckets(mv.cfg))
+	}
 	defer func() {
 		if err != nil {
 			mv.unload()
@@ -131,6 +134,12 @@ func responseParameter(v any) *inference.InferParameter {
 	default:
 		return &inference.InferParameter{ParameterChoice: &inference.InferParameter_StringParam{StringParam: fmt.Sprint(x)}}
 	}
+}
+
+// decoupled reports whether the model uses the decoupled transaction
+// policy: any number of responses per request, streamed.
+func (mv *modelVersion) decoupled() bool {
+	return mv.cfg.GetModelTransactionPolicy().GetDecoupled()
 }
 
 // unguarded reports whether the model's backend runs code the fault guard
@@ -208,7 +217,7 @@ func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Mes
 	}
 	p.req = r
 	p.size = max(1, r.BatchSize)
-	if r.Decoupled = mv.cfg.GetModelTransactionPolicy().GetDecoupled(); r.Decoupled {
+	if r.Decoupled = mv.decoupled(); r.Decoupled {
 		return mv.serveDecoupled(ctx, req, p, sh)
 	}
 	if err := mv.sched.enqueue(p); err != nil {
@@ -246,6 +255,14 @@ func (mv *modelVersion) response(req *inference.ModelInferRequest, r *backend.Re
 	if err != nil {
 		return nil, err
 	}
+	return mv.responseWith(classes, req, r, resp)
+}
+
+// responseWith is response with the request's classification counts
+// already read (a decoupled request reads them once for all its
+// responses).
+func (mv *modelVersion) responseWith(classes map[string]uint64, req *inference.ModelInferRequest, r *backend.Request, resp *backend.Response) (*inference.ModelInferResponse, error) {
+	var err error
 	out := &inference.ModelInferResponse{ModelName: mv.name, ModelVersion: mv.vstr, Id: req.GetId()}
 	for _, name := range r.RequestedOutputs {
 		for _, o := range resp.Outputs {

@@ -34,7 +34,16 @@ type pending struct {
 	// backend sends it (on the sending goroutine, in order); resp is then
 	// only the first one.
 	onResponse func(*backend.Response)
-	executed   atomic.Bool // an execution took the request
+	executed   atomic.Bool  // an execution took the request
+	started    atomic.Int64 // when that execution started, Unix nanoseconds
+}
+
+// execStart is when the execution that took p started (now if none has).
+func (p *pending) execStart() time.Time {
+	if ns := p.started.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Now()
 }
 
 // finish closes p.done and runs what waited for it (whenDone).
@@ -349,15 +358,16 @@ func (in *instance) executeBatch(ctx context.Context, batch []*pending) {
 // already have moved).
 func (in *instance) execute(ctx context.Context, reqs []*backend.Request, batch []*pending, rerun bool) {
 	current := make(map[*backend.Request]*pending, len(batch))
+	start := time.Now()
 	for _, p := range batch {
 		current[p.req] = p
+		p.started.Store(start.UnixNano())
 		p.executed.Store(true)
 	}
 	in.mu.Lock()
 	in.current, in.batchReported = current, false
 	in.mu.Unlock()
 
-	start := time.Now()
 	err := in.call(ctx, reqs)
 	for f, ok := shm.AsFault(err); ok; f, ok = shm.AsFault(err) {
 		err = in.faulted(ctx, batch, f, rerun)

@@ -55,6 +55,9 @@ type seqRunner struct {
 	cancel   context.CancelFunc
 	done     sync.WaitGroup
 	takeover *bus.Subscription
+	// streams are the decoupled requests still streaming after their
+	// execution (finishStream).
+	streams sync.WaitGroup
 
 	mu        sync.Mutex
 	lastClaim time.Time
@@ -135,6 +138,7 @@ func (s *seqRunner) stop() {
 	_ = s.takeover.Unsubscribe()
 	s.cancel()
 	s.done.Wait()
+	s.streams.Wait()
 	if !s.unloaded.Load() {
 		return
 	}
@@ -313,16 +317,35 @@ type seqItem struct {
 	// whose sequence moved on without this executor: it is not answered.
 	next  *seqstate.Slot
 	stale bool
+
+	// A decoupled model's request streams its responses to the gateway
+	// (stream), ended once final is closed; ctx ends when the client
+	// cancels or its deadline passes.
+	ctx     context.Context
+	untrack func()
+	stream  *bus.StreamWriter
+	final   <-chan struct{}
 }
 
-// release ends what the item holds: its deadline's context and its
-// shared-memory uses. Nothing touches the mappings once it runs.
+// release ends what the item holds: its deadline's context, its
+// shared-memory uses and its stream. Nothing touches the mappings once it
+// runs.
 func (it *seqItem) release() {
 	if it.cctx != nil {
 		it.cctx()
 	}
+	if it.untrack != nil {
+		it.untrack()
+	}
+	if it.stream != nil {
+		it.stream.Close()
+	}
 	it.sh.releaseNow()
 }
+
+// streaming reports whether the item is a decoupled request whose stream
+// is open: it outlives its execution (finishStream).
+func (it *seqItem) streaming() bool { return it.stream != nil }
 
 // execute runs one batch from the router: each entry is prepared (decode,
 // attach, normalize and its implicit state), the batch runs on the
@@ -362,7 +385,11 @@ func (s *seqRunner) execute(ctx context.Context, idx int, in *instance, batch *b
 	}
 	defer func() {
 		for _, it := range items {
-			it.release()
+			// A streaming request is released once its stream ends
+			// (finishStream), a stale one here: it is not answered.
+			if !it.streaming() || it.stale {
+				it.release()
+			}
 		}
 	}()
 	if len(real) == 0 {
@@ -390,7 +417,11 @@ func (s *seqRunner) execute(ctx context.Context, idx int, in *instance, batch *b
 		if it.w.GetPadding() || it.stale {
 			continue
 		}
-		s.reply(ctx, it)
+		if it.streaming() {
+			s.finishStream(ctx, it)
+		} else {
+			s.reply(ctx, it)
+		}
 		if it.state != nil && it.w.GetEnd() {
 			if s.durable && it.state.after != "" {
 				drops = append(drops, keyedDrop{key: s.stateKey(it.state.id), fence: fence, token: it.w.GetToken(), after: it.state.after})
@@ -566,7 +597,46 @@ func (s *seqRunner) prepare(ctx context.Context, now time.Time, idx int, w, temp
 	if err == nil {
 		err = s.bindState(ctx, idx, it, entry)
 	}
+	if err == nil && s.mv.decoupled() && !w.GetPadding() {
+		err = s.openStream(it)
+	}
 	return it, err
+}
+
+// openStream starts the stream of a decoupled model's request to its
+// gateway: the backend's responses go out as it sends them
+// (streamResponses), in order, under the gateway's window.
+func (s *seqRunner) openStream(it *seqItem) error {
+	mv := s.mv
+	window := it.w.GetStreamWindow()
+	if window == 0 {
+		return tritonerr.Unsupportedf("model '%s' is decoupled: its responses need a stream (gRPC ModelStreamInfer or HTTP generate)", mv.name)
+	}
+	it.stream = mv.e.bus.ReplyStream(bus.SequenceInferSubject(mv.name, mv.vstr), it.reply, int(window))
+	it.final = mv.streamResponses(it.ctx, it.stream, it.req, it.p, it.sh)
+	return nil
+}
+
+// finishStream waits, on a goroutine of the runner, for the final
+// response of a decoupled request whose execution has returned, ends its
+// stream and releases it. As in Triton, the sequence's next request does
+// not wait for it: the instance pulls its next batch once Execute has
+// returned (the requests are released), while these responses still flow.
+func (s *seqRunner) finishStream(ctx context.Context, it *seqItem) {
+	s.streams.Go(func() {
+		defer it.release()
+		end := context.WithoutCancel(it.ctx) // the end goes out even after a cancellation
+		select {
+		case <-it.final:
+			if err := it.stream.End(end); err != nil {
+				s.mv.e.log.Debug("end of sequence stream not delivered", "model", s.mv.name, "err", err)
+			}
+		case <-ctx.Done():
+			// The model is unloading and the backend did not end the
+			// request: the client learns it did not complete.
+			_ = it.stream.SendError(end, tritonerr.Unavailablef("model '%s' version %s is unloading", s.mv.name, s.mv.vstr), true)
+		}
+	})
 }
 
 // decode reads the entry's encoded ModelInferRequest (its template's for
@@ -582,9 +652,15 @@ func (s *seqRunner) decode(ctx context.Context, now time.Time, w, template *busv
 		received = time.Unix(0, n)
 	}
 	rctx := ctx
-	if d := w.GetDeadlineUnixNano(); d > 0 && !w.GetPadding() {
-		rctx, it.cctx = context.WithDeadline(ctx, time.Unix(0, d))
+	if s.mv.decoupled() && !w.GetPadding() && w.GetReply() != "" {
+		// The client's cancellation reaches the backend
+		// (Request.IsCancelled), as on the stateless path.
+		rctx, it.untrack = s.mv.e.bus.TrackRequest(rctx, w.GetReply())
 	}
+	if d := w.GetDeadlineUnixNano(); d > 0 && !w.GetPadding() {
+		rctx, it.cctx = context.WithDeadline(rctx, time.Unix(0, d))
+	}
+	it.ctx = rctx
 	it.p = &pending{received: received, queued: received, size: 1, done: make(chan struct{})}
 	it.r = backend.NewRequest(rctx, it.p.complete)
 	it.req = &inference.ModelInferRequest{}
@@ -624,6 +700,7 @@ func (s *seqRunner) normalize(it *seqItem) (seqbatch.Entry, error) {
 	}
 	entry := seqbatch.Entry{Slot: int(w.GetSlot()), ID: seqbatch.FromProto(w.GetId()),
 		Start: w.GetStart(), End: w.GetEnd(), Ready: !w.GetPadding()}
+	r.Decoupled = s.mv.decoupled()
 	if w.GetPadding() {
 		r.ID = ""
 	} else {

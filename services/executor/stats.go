@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
 )
@@ -35,14 +36,17 @@ type stats struct {
 	success, fail, queue            duration
 	computeInput, computeInfer, out duration
 	batches                         map[uint64]*batchStats
-	responses                       map[uint64]*responseStats // decoupled models, by response index
+	responses                       []responseStats // decoupled models, by response index
+	// first is nv_inference_first_response_histogram_ms, for decoupled
+	// models only (as Triton creates it).
+	first *histogram
 }
 
 // responseStats is Triton's InferResponseStatistics for one response index.
 type responseStats struct{ infer, output, success, fail, empty, cancel duration }
 
 func newStats() *stats {
-	return &stats{batches: map[uint64]*batchStats{}, responses: map[uint64]*responseStats{}}
+	return &stats{batches: map[uint64]*batchStats{}}
 }
 
 // responseKind is what became of one response of a decoupled model.
@@ -55,29 +59,42 @@ const (
 	responseCancelled              // produced after the client had gone
 )
 
-// response records the response at index of a decoupled model's request,
-// d after the previous one (or the request's arrival): the time to produce
-// it counts as compute_infer, as a backend reporting nothing per response
-// would have it.
-func (s *stats) response(index int, kind responseKind, d time.Duration) {
+// responseTimes are the instants of one response of a decoupled model,
+// as Triton's backends report them
+// (TRITONBACKEND_ModelInstanceResponseStatistics): start is when the
+// previous response went out (the request's execution start for the
+// first), output when the backend handed the response over (its outputs
+// start being copied into the reply), end when the reply was ready to go.
+type responseTimes struct{ start, output, end time.Time }
+
+// response records the response at index of a decoupled model's request
+// with the rules of Triton's InferenceStatsAggregator: a success counts
+// compute_infer (start to output), compute_output (output to end) and
+// success (start to end); a failure compute_infer and fail (start to end,
+// no outputs were copied); the final flag alone compute_infer and
+// empty_response; a response produced after the client had gone only
+// cancel.
+func (s *stats) response(index int, kind responseKind, t responseTimes) {
+	total := t.end.Sub(t.start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.responses[uint64(index)]
-	if r == nil {
-		r = &responseStats{}
-		s.responses[uint64(index)] = r
+	if index >= len(s.responses) {
+		s.responses = append(s.responses, make([]responseStats, index+1-len(s.responses))...)
 	}
+	r := &s.responses[index]
 	switch kind {
 	case responseSuccess:
-		r.infer.add(d)
-		r.output.add(0)
-		r.success.add(d)
+		r.infer.add(t.output.Sub(t.start))
+		r.output.add(t.end.Sub(t.output))
+		r.success.add(total)
 	case responseFail:
-		r.fail.add(d)
+		r.infer.add(total)
+		r.fail.add(total)
 	case responseEmpty:
-		r.empty.add(d)
+		r.infer.add(total)
+		r.empty.add(total)
 	case responseCancelled:
-		r.cancel.add(d)
+		r.cancel.add(total)
 	}
 }
 
@@ -158,7 +175,7 @@ func (s *stats) proto(name, version string) *inference.ModelStatistics {
 		ResponseStats: map[string]*inference.InferResponseStatistics{},
 	}
 	for i, r := range s.responses {
-		ms.ResponseStats[strconv.FormatUint(i, 10)] = &inference.InferResponseStatistics{
+		ms.ResponseStats[strconv.Itoa(i)] = &inference.InferResponseStatistics{
 			ComputeInfer: r.infer.proto(), ComputeOutput: r.output.proto(), Success: r.success.proto(),
 			Fail: r.fail.proto(), EmptyResponse: r.empty.proto(), Cancel: r.cancel.proto(),
 		}
@@ -175,4 +192,67 @@ func (s *stats) proto(name, version string) *inference.ModelStatistics {
 		})
 	}
 	return ms
+}
+
+// FirstResponseFamily is the metric family of the time to first response,
+// whose buckets a model's model_metrics may set.
+const FirstResponseFamily = "nv_inference_first_response_histogram_ms"
+
+// defaultFirstResponseBuckets are Triton's bucket bounds, in milliseconds.
+var defaultFirstResponseBuckets = []float64{100, 500, 2000, 5000}
+
+// firstResponseBuckets are the model's buckets for the time to first
+// response: those of a model_metrics metric_control for the family, else
+// Triton's.
+func firstResponseBuckets(cfg *inference.ModelConfig) []float64 {
+	for _, mc := range cfg.GetModelMetrics().GetMetricControl() {
+		if mc.GetMetricIdentifier().GetFamily() == FirstResponseFamily {
+			b := slices.Clone(mc.GetHistogramOptions().GetBuckets())
+			slices.Sort(b)
+			return slices.Compact(b)
+		}
+	}
+	return defaultFirstResponseBuckets
+}
+
+// histogram counts observations per bucket (a Prometheus histogram kept
+// as plain counts, so that executors' histograms add up at the gateway).
+type histogram struct {
+	bounds []float64
+	counts []uint64 // per bound, then one above every bound
+	sum    float64
+	count  uint64
+}
+
+func newHistogram(bounds []float64) *histogram {
+	return &histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+}
+
+func (h *histogram) observe(v float64) {
+	i, _ := slices.BinarySearch(h.bounds, v) // the first bound >= v
+	h.counts[i]++
+	h.sum += v
+	h.count++
+}
+
+// firstResponse records the time from a request's arrival to its first
+// response, in whole milliseconds as Triton rounds it.
+func (s *stats) firstResponse(d time.Duration) {
+	if s == nil || s.first == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.first.observe(float64(d.Milliseconds()))
+}
+
+// firstResponseProto is the histogram on the bus, nil for a model without.
+func (s *stats) firstResponseProto(name, version string) *busv1.FirstResponseHistogram {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.first == nil {
+		return nil
+	}
+	return &busv1.FirstResponseHistogram{Name: name, Version: version, Bounds: slices.Clone(s.first.bounds),
+		Counts: slices.Clone(s.first.counts), Sum: s.first.sum, Count: s.first.count}
 }

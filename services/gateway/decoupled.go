@@ -3,6 +3,9 @@ package gateway
 import (
 	"context"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
@@ -29,6 +32,10 @@ type response struct {
 	resp  *inference.ModelInferResponse
 	err   error
 	final bool
+	// enc is resp as the executor encoded it, when the caller of
+	// streamInfer asked for responses undecoded (resp is then nil): a
+	// gRPC stream passes them on as they are.
+	enc []byte
 }
 
 // isDecoupled reports whether the model uses the decoupled transaction
@@ -42,23 +49,43 @@ func isDecoupled(vv *versionView) bool {
 // order until the final one. emit blocks as long as the client needs; its
 // error (the client is gone) ends the stream and cancels the request. A
 // failure of the transport (the executor lost mid-stream) is returned.
-func (g *Gateway) streamInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, emit func(response) error) error {
+func (g *Gateway) streamInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, encoded bool, emit func(response) error) error {
 	req.ModelVersion = vv.versionString()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // an early return cancels the executor's work
 	if vv.config.GetSequenceBatching() != nil {
-		return tritonerr.Unsupportedf("model '%s' is a decoupled sequence model: its streams are not supported", req.GetModelName())
+		// A decoupled sequence model: the router queues the request for
+		// its sequence's slot, and the executor that runs it streams the
+		// responses straight here.
+		sp, err := sequenceParams(req)
+		if err != nil {
+			return err
+		}
+		return g.sendSequence(ctx, vv, req, sp, decoupledWindow, func(rctx context.Context, subject string, sr *busv1.SequenceRequest) error {
+			st, err := g.bus.StreamQueued(rctx, subject, sr, decoupledWindow)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			return relay(st, encoded, emit)
+		})
 	}
 	subject, release, err := g.shmRoute(ctx, req, bus.InferSubject(req.GetModelName(), req.GetModelVersion()))
 	if err != nil {
 		return err
 	}
 	defer release()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // an early return cancels the executor's work
 	st, err := g.bus.Stream(ctx, subject, req, decoupledWindow)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	return relay(st, encoded, emit)
+}
+
+// relay hands the responses of st to emit until the final one, decoded
+// or, when encoded, as the executor encoded them.
+func relay(st *bus.Stream, encoded bool, emit func(response) error) error {
 	for {
 		item, err := st.Recv()
 		if err != nil {
@@ -68,6 +95,8 @@ func (g *Gateway) streamInfer(ctx context.Context, vv *versionView, req *inferen
 		switch {
 		case item.Err != nil:
 			r.err = item.Err
+		case encoded && (len(item.Data) > 0 || !item.Final):
+			r.enc = item.Data
 		case len(item.Data) > 0 || !item.Final:
 			r.resp = &inference.ModelInferResponse{}
 			if err := st.Unmarshal(item.Data, r.resp); err != nil {
@@ -105,9 +134,10 @@ var errStreamStopped = tritonerr.New(tritonerr.Cancelled, "the stream has ended"
 
 // sendNow writes one response of a decoupled request at once (decoupled
 // responses are not ordered behind other requests' answers, as in
-// Triton). With "triton_grpc_error: true" an error ends the stream with
-// its status.
-func (st *streamState) sendNow(out *inference.ModelStreamInferResponse, err error) error {
+// Triton): a *inference.ModelStreamInferResponse, or one already encoded
+// (encodedStreamResponse). With "triton_grpc_error: true" an error ends
+// the stream with its status.
+func (st *streamState) sendNow(out any, err error) error {
 	st.sendMu.Lock()
 	defer st.sendMu.Unlock()
 	st.mu.Lock()
@@ -120,7 +150,7 @@ func (st *streamState) sendNow(out *inference.ModelStreamInferResponse, err erro
 	if stopped {
 		return errStreamStopped
 	}
-	if err := st.stream.Send(out); err != nil {
+	if err := st.stream.SendMsg(out); err != nil {
 		st.mu.Lock()
 		st.finish(err)
 		st.mu.Unlock()
@@ -143,6 +173,12 @@ func (g *Gateway) streamDecoupledGRPC(ctx context.Context, st *streamState, vv *
 	}
 	var clientErr error
 	emit := func(r response) error {
+		if r.enc != nil {
+			// The executor's encoding is the stream response's
+			// infer_response as it is: no decoding, no re-encoding.
+			clientErr = st.sendNow(wrapStreamResponse(r.enc, emptyFinal, r.final), nil)
+			return clientErr
+		}
 		out := &inference.ModelStreamInferResponse{InferResponse: r.resp}
 		if r.err != nil {
 			out.ErrorMessage = tritonerr.From(r.err).Msg
@@ -175,9 +211,62 @@ func (g *Gateway) streamDecoupledGRPC(ctx context.Context, st *streamState, vv *
 		err = kserve.ContentsToRaw(req)
 	}
 	if err == nil {
-		err = g.streamInfer(ctx, vv, req, emit)
+		err = g.streamInfer(ctx, vv, req, true, emit)
 	}
 	if err != nil && err != clientErr && ctx.Err() == nil {
 		_ = emit(response{err: err, final: true})
 	}
+}
+
+// encodedStreamResponse is a ModelStreamInferResponse already encoded, in
+// parts (the wrapping's head, the executor's encoding, the parameter it
+// gains); the gateway's gRPC codec sends them as they are.
+type encodedStreamResponse struct{ head, enc, tail []byte }
+
+// Field numbers of Triton's grpc_service.proto used to wrap an encoded
+// response.
+const (
+	fieldStreamInferResponse = 2 // ModelStreamInferResponse.infer_response
+	fieldResponseParameters  = 4 // ModelInferResponse.parameters
+	fieldParamBool           = 1 // InferParameter.bool_param
+)
+
+// finalParams are the encoded parameter entries triton_final_response
+// false and true, appended to a response's encoding (protobuf merges them
+// into its parameters).
+var finalParams = [2][]byte{finalParam(false), finalParam(true)}
+
+func finalParam(final bool) []byte {
+	var v []byte
+	v = protowire.AppendTag(v, fieldParamBool, protowire.VarintType)
+	v = protowire.AppendVarint(v, protowire.EncodeBool(final))
+	var entry []byte
+	entry = protowire.AppendTag(entry, 1, protowire.BytesType) // map key
+	entry = protowire.AppendString(entry, "triton_final_response")
+	entry = protowire.AppendTag(entry, 2, protowire.BytesType) // map value
+	entry = protowire.AppendBytes(entry, v)
+	var param []byte
+	param = protowire.AppendTag(param, fieldResponseParameters, protowire.BytesType)
+	return protowire.AppendBytes(param, entry)
+}
+
+// wrapStreamResponse makes the encoded ModelInferResponse enc the
+// infer_response of a stream response, without copying it; with the empty
+// final response asked for, it also carries triton_final_response.
+func wrapStreamResponse(enc []byte, emptyFinal, final bool) *encodedStreamResponse {
+	e := &encodedStreamResponse{enc: enc}
+	if emptyFinal {
+		e.tail = finalParams[0]
+		if final {
+			e.tail = finalParams[1]
+		}
+	}
+	n := len(enc) + len(e.tail)
+	e.head = protowire.AppendVarint(protowire.AppendTag(make([]byte, 0, 11), fieldStreamInferResponse, protowire.BytesType), uint64(n))
+	return e
+}
+
+// bytes joins the parts (tests).
+func (e *encodedStreamResponse) bytes() []byte {
+	return append(append(append([]byte(nil), e.head...), e.enc...), e.tail...)
 }

@@ -27,7 +27,10 @@
 // extension (generate.go: POST .../generate and .../generate_stream).
 // The stream's credits let the executor run only a bounded window ahead of
 // the client; closing the stream or the connection cancels the request in
-// the backend.
+// the backend. A decoupled model with a sequence batcher goes through the
+// sequence router like any sequence model (bus.Conn.StreamQueued: the
+// request may wait for its sequence's slot); the executor that runs it
+// streams the responses straight back (bus.Conn.ReplyStream).
 //
 // Readiness (/v2/health/ready, ServerReady, grpc.health.v1 Check) follows
 // Triton's non-strict readiness adapted to a constellation: the gateway is

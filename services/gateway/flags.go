@@ -3,6 +3,8 @@ package gateway
 import (
 	"errors"
 	"flag"
+	"fmt"
+	"strings"
 
 	"github.com/nereid-io/nereid/pkg/tlsreload"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
@@ -13,11 +15,52 @@ import (
 type EdgeFlags struct {
 	grpc, http             tlsFlags
 	httpRestr, grpcRestrct RestrictionFlag
+	metrics                MetricsConfig
 }
 
 type tlsFlags struct {
 	use, mutual     bool
 	cert, key, root string
+}
+
+// MetricsConfig is tritonserver's --metrics-config: settings of the
+// per-model metrics, given as <setting>=<value>.
+type MetricsConfig struct {
+	// HistogramLatencies (histogram_latencies=true; default false) adds
+	// nv_inference_first_response_histogram_ms for decoupled models.
+	HistogramLatencies bool
+	// NoCounterLatencies (counter_latencies=false) leaves out the
+	// cumulative duration counters (nv_inference_*_duration_us).
+	NoCounterLatencies bool
+}
+
+// String implements flag.Value.
+func (m *MetricsConfig) String() string {
+	if m == nil {
+		return ""
+	}
+	return fmt.Sprintf("histogram_latencies=%t,counter_latencies=%t", m.HistogramLatencies, !m.NoCounterLatencies)
+}
+
+// Set implements flag.Value: one <setting>=<value>.
+func (m *MetricsConfig) Set(v string) error {
+	key, val, ok := strings.Cut(v, "=")
+	if !ok {
+		return fmt.Errorf("--metrics-config %q: expected <setting>=<value>", v)
+	}
+	b, err := tritonflag.ParseBool(val)
+	if err != nil && (key == "histogram_latencies" || key == "counter_latencies") {
+		return fmt.Errorf("--metrics-config %s: %v", key, err)
+	}
+	switch key {
+	case "histogram_latencies":
+		m.HistogramLatencies = b
+	case "counter_latencies":
+		m.NoCounterLatencies = !b
+	default:
+		return fmt.Errorf("--metrics-config %q: unknown setting %q (histogram_latencies, counter_latencies)", v, key)
+	}
+	return nil
 }
 
 // Register defines --grpc-use-ssl, --grpc-use-ssl-mutual,
@@ -36,6 +79,7 @@ func (f *EdgeFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.http.root, "http-root-cert", "", "PEM root certificate verifying HTTP clients' certificates")
 	fs.Var(&f.httpRestr, "http-restricted-api", "restrict HTTP API groups to requests carrying a header: <api list>:<key>=<value> (repeatable)")
 	fs.Var(&f.grpcRestrct, "grpc-restricted-protocol", "restrict gRPC API groups to calls carrying metadata triton-grpc-protocol-<key>: <api list>:<key>=<value> (repeatable)")
+	fs.Var(&f.metrics, "metrics-config", "a metrics setting: histogram_latencies=<bool> or counter_latencies=<bool> (repeatable)")
 }
 
 func (t tlsFlags) files(name string) (*tlsreload.Files, error) {
@@ -64,5 +108,6 @@ func (f *EdgeFlags) Apply(cfg *Config) error {
 		return err
 	}
 	cfg.HTTPRestricted, cfg.GRPCRestricted = f.httpRestr.R, f.grpcRestrct.R
+	cfg.Metrics = f.metrics
 	return nil
 }

@@ -83,6 +83,8 @@ type Config struct {
 	// HTTPRestricted and GRPCRestricted are tritonserver's
 	// --http-restricted-api and --grpc-restricted-protocol.
 	HTTPRestricted, GRPCRestricted Restrictions
+	// Metrics are tritonserver's --metrics-config settings.
+	Metrics MetricsConfig
 }
 
 // Gateway terminates Triton's HTTP/REST and gRPC protocols and forwards to

@@ -79,7 +79,7 @@ func (g *Gateway) generateOne(w http.ResponseWriter, r *http.Request, vv *versio
 			got, count = []response{{resp: resp, final: true}}, 1
 			return err
 		}
-		return g.streamInfer(ctx, vv, req, func(rs response) error {
+		return g.streamInfer(ctx, vv, req, false, func(rs response) error {
 			if rs.resp != nil || rs.err != nil {
 				count++
 				got = append(got, rs)
@@ -154,7 +154,7 @@ func (g *Gateway) generateStream(w http.ResponseWriter, r *http.Request, vv *ver
 	}
 	var err error
 	if isDecoupled(vv) {
-		err = g.streamInfer(r.Context(), vv, req, emit)
+		err = g.streamInfer(r.Context(), vv, req, false, emit)
 	} else {
 		ctx, cancel := g.inferContext(r.Context())
 		var resp *inference.ModelInferResponse

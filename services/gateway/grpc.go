@@ -140,9 +140,11 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 			}
 			if vv, err := s.g.resolveRequest(req.GetModelName(), req.GetModelVersion()); err == nil && isDecoupled(vv) {
 				st.begin()
+				_, done := order.enter(req) // a decoupled sequence model's requests keep their order too
 				go func() {
 					defer st.end1()
-					s.g.streamDecoupledGRPC(ctx, st, vv, req)
+					s.g.streamDecoupledGRPC(order.context(ctx, req), st, vv, req)
+					done()
 				}()
 				continue
 			}

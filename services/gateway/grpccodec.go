@@ -67,6 +67,13 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(*encodedStreamResponse); ok {
+		bs := mem.BufferSlice{mem.SliceBuffer(e.head), mem.SliceBuffer(e.enc)}
+		if len(e.tail) > 0 {
+			bs = append(bs, mem.SliceBuffer(e.tail))
+		}
+		return bs, nil
+	}
 	var resp *inference.ModelInferResponse
 	var wrap protowire.Number
 	var errMsg string

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/nereid-io/nereid/api/busv1"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -35,6 +37,11 @@ var (
 		"Cumulative inference compute output duration in microseconds (does not include cached requests)", labels, nil)
 )
 
+// descFirstResponse is Triton's histogram of the time to a decoupled
+// model's first response (--metrics-config histogram_latencies=true).
+var descFirstResponse = prometheus.NewDesc("nv_inference_first_response_histogram_ms",
+	"Duration from request to first response in milliseconds", labels, nil)
+
 // descInflight is the gateway's own: the HTTP body bytes that requests in
 // flight hold, against --http-max-inflight-body-size.
 var descInflight = prometheus.NewDesc("nereid_http_inflight_body_bytes",
@@ -46,18 +53,20 @@ type statsCollector struct{ g *Gateway }
 
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSuccess, descFailure, descCount, descExecCount,
-		descRequestDuration, descQueueDuration, descComputeInput, descComputeInfer, descComputeOutput, descInflight} {
+		descRequestDuration, descQueueDuration, descComputeInput, descComputeInfer, descComputeOutput, descInflight, descFirstResponse} {
 		ch <- d
 	}
 }
 
 func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(c.g.inflight.used.Load()))
-	resp, err := c.g.statistics(context.Background(), "", "")
+	want, parts, err := c.g.executorStats(context.Background(), "", "")
 	if err != nil {
 		c.g.log.Warn("metrics: statistics failed", "err", err)
 		return
 	}
+	resp := sumStats(parts, want)
+	mc := c.g.cfg.Metrics
 	counter := func(d *prometheus.Desc, v uint64, model, version string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), model, version)
 	}
@@ -68,12 +77,63 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descFailure, is.GetFail().GetCount(), m, v)
 		counter(descCount, s.GetInferenceCount(), m, v)
 		counter(descExecCount, s.GetExecutionCount(), m, v)
+		if mc.NoCounterLatencies {
+			continue
+		}
 		counter(descRequestDuration, is.GetSuccess().GetNs()/1000, m, v)
 		counter(descQueueDuration, is.GetQueue().GetNs()/1000, m, v)
 		counter(descComputeInput, is.GetComputeInput().GetNs()/1000, m, v)
 		counter(descComputeInfer, is.GetComputeInfer().GetNs()/1000, m, v)
 		counter(descComputeOutput, is.GetComputeOutput().GetNs()/1000, m, v)
 	}
+	if mc.HistogramLatencies {
+		for _, h := range sumFirstResponse(parts, want) {
+			ch <- prometheus.MustNewConstHistogram(descFirstResponse, h.count, h.sum, h.buckets, h.name, h.version)
+		}
+	}
+}
+
+// firstResponse is one version's time-to-first-response histogram summed
+// over executors: cumulative counts by upper bound, as Prometheus wants.
+type firstResponse struct {
+	name, version string
+	count         uint64
+	sum           float64
+	buckets       map[float64]uint64
+}
+
+// sumFirstResponse adds up the executors' histograms of the versions in
+// want, in that order. Executors loaded from the same config have the
+// same bounds; a bound only some have counts what falls at or below it
+// where it is known.
+func sumFirstResponse(parts []*busv1.StatisticsReply, want []statsKey) []firstResponse {
+	sums := map[statsKey]*firstResponse{}
+	for _, p := range parts {
+		for _, h := range p.GetFirstResponse() {
+			k := statsKey{h.GetName(), h.GetVersion()}
+			f := sums[k]
+			if f == nil {
+				f = &firstResponse{name: k.name, version: k.version, buckets: map[float64]uint64{}}
+				sums[k] = f
+			}
+			f.count += h.GetCount()
+			f.sum += h.GetSum()
+			var below uint64
+			for i, b := range h.GetBounds() {
+				if i < len(h.GetCounts()) {
+					below += h.GetCounts()[i]
+				}
+				f.buckets[b] += below
+			}
+		}
+	}
+	var out []firstResponse
+	for _, k := range want {
+		if f := sums[k]; f != nil {
+			out = append(out, *f)
+		}
+	}
+	return out
 }
 
 // metricsHandler serves GET /metrics in the Prometheus text format (not

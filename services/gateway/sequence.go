@@ -82,18 +82,35 @@ func sequenceParams(req *inference.ModelInferRequest) (seqParams, error) {
 }
 
 // routeSequence sends a request for a model with a sequence batcher to the
-// sequence router (handled true); other models keep the direct path. The
-// checks run in Triton's order: parameters, normalization (incl. the
-// CORRID datatype), then the sequence batcher's batch size and id checks.
+// sequence router (handled true); other models keep the direct path.
 func (g *Gateway) routeSequence(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (*inference.ModelInferResponse, bool, error) {
 	sp, err := sequenceParams(req)
 	if err != nil {
 		return nil, true, err
 	}
-	cfg := vv.config
-	if cfg.GetSequenceBatching() == nil {
+	if vv.config.GetSequenceBatching() == nil {
 		return nil, false, nil
 	}
+	var resp inference.ModelInferResponse
+	err = g.sendSequence(ctx, vv, req, sp, 0, func(rctx context.Context, subject string, sr *busv1.SequenceRequest) error {
+		return g.bus.Request(rctx, subject, sr, &resp)
+	})
+	if err != nil {
+		return nil, true, err
+	}
+	return &resp, true, nil
+}
+
+// sendSequence checks a request of a sequence model in Triton's order
+// (parameters, normalization incl. the CORRID datatype, then the sequence
+// batcher's batch size and id checks), and sends it to the sequence router
+// with send, again while no router takes it (for at most
+// SequenceRouterWait). window > 0 asks the executor to stream the
+// responses (a decoupled model). The request's shared-memory regions are
+// held until send returns.
+func (g *Gateway) sendSequence(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, sp seqParams, window int,
+	send func(rctx context.Context, subject string, sr *busv1.SequenceRequest) error) error {
+	cfg := vv.config
 	model := req.GetModelName()
 	// Tensors in shared memory: hold their regions and check the ranges
 	// as for a stateless request (shm.go); the lease travels inside the
@@ -103,47 +120,46 @@ func (g *Gateway) routeSequence(ctx context.Context, vv *versionView, req *infer
 	// request otherwise (UNAVAILABLE, naming the node).
 	_, _, release, err := g.shmHold(ctx, req)
 	if err != nil {
-		return nil, true, err
+		return err
 	}
 	defer release()
 	r := backend.NewRequest(nil, nil)
 	if err := infer.NormalizeShm(cfg, req, r, shmInputSizes(req)); err != nil {
-		return nil, true, err
+		return err
 	}
 	if err := seqbatch.ValidateCorrelationID(cfg, sp.id); err != nil {
-		return nil, true, err
+		return err
 	}
 	if r.BatchSize > 1 {
-		return nil, true, tritonerr.InvalidArgf("inference request to model '%s' must specify batch-size 1 due to requirements of sequence batcher", model)
+		return tritonerr.InvalidArgf("inference request to model '%s' must specify batch-size 1 due to requirements of sequence batcher", model)
 	}
 	if sp.id.IsZero() {
-		return nil, true, tritonerr.InvalidArgf("inference request to model '%s' must specify a non-zero or non-empty correlation ID", model)
+		return tritonerr.InvalidArgf("inference request to model '%s' must specify a non-zero or non-empty correlation ID", model)
 	}
 	body, err := proto.Marshal(req)
 	if err != nil {
-		return nil, true, tritonerr.Internalf("cannot encode the request for model '%s': %v", model, err)
+		return tritonerr.Internalf("cannot encode the request for model '%s': %v", model, err)
 	}
 	token, w, rctx, done := g.seq.track(model, req.GetModelVersion(), ctx)
 	defer done()
 	sr := &busv1.SequenceRequest{Id: sp.id.Proto(), Start: sp.start, End: sp.end, TimeoutUs: sp.timeoutUs, Request: body, Token: token,
-		Shape: shapeKey(cfg, r)}
+		Shape: shapeKey(cfg, r), StreamWindow: uint32(window)}
 	if st, ok := ctx.Value(streamStampKey{}).(streamStamp); ok {
 		sr.Stream, sr.StreamSeq = st.stream, st.seq
 	}
 	subject := bus.SequenceInferSubject(model, req.GetModelVersion())
-	var resp inference.ModelInferResponse
 	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 200 * time.Millisecond}
 	var firstMiss time.Time
 	for {
 		w.sent.Store(true)
-		err = g.bus.Request(rctx, subject, sr, &resp)
+		err = send(rctx, subject, sr)
 		if err != nil && errors.Is(context.Cause(rctx), errRouterLost) {
-			return nil, true, errLost(model)
+			return errLost(model)
 		}
 		// Nobody received it (no router yet, or a takeover in progress):
 		// sending again cannot run it twice.
 		if err == nil || !bus.IsNoResponders(err) {
-			break
+			return err
 		}
 		w.sent.Store(false)
 		if firstMiss.IsZero() {
@@ -151,15 +167,11 @@ func (g *Gateway) routeSequence(ctx context.Context, vv *versionView, req *infer
 		}
 		if time.Since(firstMiss) >= SequenceRouterWait || retry.Wait(rctx) != nil {
 			if errors.Is(context.Cause(rctx), errRouterLost) {
-				return nil, true, errLost(model)
+				return errLost(model)
 			}
-			return nil, true, errNoRouter(model, time.Since(firstMiss), err)
+			return errNoRouter(model, time.Since(firstMiss), err)
 		}
 	}
-	if err != nil {
-		return nil, true, err
-	}
-	return &resp, true, nil
 }
 
 // shapeKey names a request's input shapes, leaving out the inputs that

@@ -21,9 +21,19 @@ type statsKey struct{ name, version string }
 // TRITONSERVER_ServerModelStatistics does (only ready versions are reported,
 // with its messages), summing what every executor serving a version reports.
 func (g *Gateway) statistics(ctx context.Context, name, versionStr string) (*inference.ModelStatisticsResponse, error) {
-	version, err := parseVersion(versionStr)
+	want, parts, err := g.executorStats(ctx, name, versionStr)
 	if err != nil {
 		return nil, err
+	}
+	return sumStats(parts, want), nil
+}
+
+// executorStats asks the executors serving the versions to report (want)
+// for their statistics.
+func (g *Gateway) executorStats(ctx context.Context, name, versionStr string) ([]statsKey, []*busv1.StatisticsReply, error) {
+	version, err := parseVersion(versionStr)
+	if err != nil {
+		return nil, nil, err
 	}
 	v := g.cat.current()
 
@@ -48,10 +58,10 @@ func (g *Gateway) statistics(ctx context.Context, name, versionStr string) (*inf
 	} else {
 		ready := v.readyVersions(name)
 		if len(ready) == 0 {
-			return nil, tritonerr.InvalidArgf("requested model '%s' is not available", name)
+			return nil, nil, tritonerr.InvalidArgf("requested model '%s' is not available", name)
 		}
 		if version != latestVersion && !slices.Contains(ready, version) {
-			return nil, tritonerr.InvalidArgf("requested model version is not available for model '%s'", name)
+			return nil, nil, tritonerr.InvalidArgf("requested model version is not available for model '%s'", name)
 		}
 		for _, ver := range ready {
 			if version != latestVersion && ver != version {
@@ -71,7 +81,12 @@ func (g *Gateway) statistics(ctx context.Context, name, versionStr string) (*inf
 	if name != "" && version != latestVersion {
 		req.Version = versionStr
 	}
-	parts := g.collectStats(ctx, execs, req)
+	return want, g.collectStats(ctx, execs, req), nil
+}
+
+// sumStats adds up the executors' statistics of the versions in want, in
+// that order.
+func sumStats(parts []*busv1.StatisticsReply, want []statsKey) *inference.ModelStatisticsResponse {
 
 	sums := map[statsKey]*inference.ModelStatistics{}
 	for _, p := range parts {
@@ -97,25 +112,25 @@ func (g *Gateway) statistics(ctx context.Context, name, versionStr string) (*inf
 		})
 		out.ModelStats = append(out.ModelStats, s)
 	}
-	return out, nil
+	return out
 }
 
 // collectStats asks the given executors in parallel. An executor that does
 // not answer is left out (and logged) rather than failing the whole call:
 // it is most likely going away, and its catalog entry with it.
-func (g *Gateway) collectStats(ctx context.Context, execs map[string]bool, req *busv1.StatisticsRequest) []*inference.ModelStatisticsResponse {
+func (g *Gateway) collectStats(ctx context.Context, execs map[string]bool, req *busv1.StatisticsRequest) []*busv1.StatisticsReply {
 	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
 	var (
 		mu    sync.Mutex
 		wg    sync.WaitGroup
-		parts []*inference.ModelStatisticsResponse
+		parts []*busv1.StatisticsReply
 	)
 	for id := range execs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var resp inference.ModelStatisticsResponse
+			var resp busv1.StatisticsReply
 			if err := g.bus.Request(ctx, bus.ExecutorStatsSubject(id), req, &resp); err != nil {
 				g.log.Warn("executor statistics failed", "executor", id, "err", err)
 				return

@@ -31,6 +31,14 @@
 // 250 ms for a missing one), so a stream's requests queue up at once and
 // batch as Triton's do.
 //
+// A decoupled model's request carries the gateway's stream window
+// (SequenceRequest.stream_window, passed on in SequenceWork): the executor
+// that runs it streams its responses to the gateway's reply subject
+// (bus.Conn.ReplyStream) instead of one reply. The router is not involved
+// in the stream: as in Triton, the sequence's next request may run once
+// the executor pulls again, when the previous request's execution has
+// returned, even while its responses still flow.
+//
 // A request in the middle of a sequence thus costs gateway -> router ->
 // executor (over the held pull's reply) -> gateway: one NATS leg more than a
 // stateless request, and no store access. Batches form while an instance is

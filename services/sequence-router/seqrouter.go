@@ -236,7 +236,7 @@ func (s *Service) handleInfer(ctx context.Context, subject, reply string, data [
 	now := time.Now()
 	it := &item{reply: reply, body: sr.GetRequest(), received: now, id: seqbatch.FromProto(sr.GetId()),
 		start: sr.GetStart(), end: sr.GetEnd(), timeout: time.Duration(sr.GetTimeoutUs()) * time.Microsecond, token: sr.GetToken(),
-		stream: sr.GetStream(), seq: sr.GetStreamSeq(), shape: sr.GetShape()}
+		stream: sr.GetStream(), seq: sr.GetStreamSeq(), shape: sr.GetShape(), window: sr.GetStreamWindow()}
 	if d, ok := ctx.Deadline(); ok {
 		it.deadline = d
 	}

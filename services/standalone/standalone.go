@@ -79,7 +79,9 @@ type Config struct {
 	// (see gateway.Config).
 	HTTPTLS, GRPCTLS               *tlsreload.Files
 	HTTPRestricted, GRPCRestricted gateway.Restrictions
-	Logger                         *slog.Logger
+	// Metrics are the gateway's --metrics-config settings.
+	Metrics gateway.MetricsConfig
+	Logger  *slog.Logger
 	// BackendDirectory, BackendConfig and ServerLibrary are the executor's
 	// (Triton backends: --backend-directory, --backend-config).
 	BackendDirectory string
@@ -231,6 +233,7 @@ func (s *Server) Run(ctx context.Context) error {
 		HTTPTLS:          s.cfg.HTTPTLS,
 		GRPCTLS:          s.cfg.GRPCTLS,
 		HTTPRestricted:   s.cfg.HTTPRestricted,
+		Metrics:          s.cfg.Metrics,
 		GRPCRestricted:   s.cfg.GRPCRestricted,
 		Logger:           s.log,
 	})

@@ -69,6 +69,7 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.HTTPTLS, cfg.GRPCTLS, cfg.HTTPRestricted, cfg.GRPCRestricted = gw.HTTPTLS, gw.GRPCTLS, gw.HTTPRestricted, gw.GRPCRestricted
+	cfg.Metrics = gw.Metrics
 
 	cfg.Logger = logger()
 
