@@ -748,6 +748,15 @@ func TestModelControlPoll(t *testing.T) {
 	if n := inferenceCount(t, base, "multi", "1"); n != 1 {
 		t.Fatalf("version 1 was reloaded with version 2 (inference count %d, want 1)", n)
 	}
+	// A file deleted from it reloads it too (L0_lifecycle's file delete).
+	checkModel(t, base, "multi", "2", [4]int{2, 2, 2, 2})
+	if err := os.Remove(filepath.Join(repo, "multi", "2", "weights.bin")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "version 2 reloaded after a file deletion", 10*time.Second, func() bool { return inferenceCount(t, base, "multi", "2") == 0 })
+	if n := inferenceCount(t, base, "multi", "1"); n != 1 {
+		t.Fatalf("version 1 was reloaded with version 2 (inference count %d, want 1)", n)
+	}
 	// A file of the model itself concerns every version.
 	checkModel(t, base, "multi", "2", [4]int{2, 2, 2, 2})
 	if err := os.WriteFile(filepath.Join(repo, "multi", "labels.txt"), []byte("a\nb\n"), 0o644); err != nil {
