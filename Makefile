@@ -39,6 +39,7 @@ unit:
 	$(GO) test $(TESTFLAGS) $$($(GO) list work | grep -v /e2e)
 
 e2e: deps
+	@bash scripts/images.sh --if-docker
 	$(GO) test $(TESTFLAGS) -v ./e2e/...
 
 bench: deps

@@ -143,6 +143,12 @@ type Request struct {
 	// (model_transaction_policy { decoupled: true }): the request may get
 	// any number of responses, sent through its ResponseSender.
 	Decoupled bool
+	// OutputPlace, when set, returns the memory an output of size bytes
+	// is bound for (the client's shared-memory region it goes to), for a
+	// backend that can produce the output there instead of in a buffer of
+	// its own; nil when the output is not bound to such memory or does not
+	// fit. Data in it is the response's output as any other.
+	OutputPlace func(name string, size int) []byte
 
 	ctx      context.Context
 	complete func(*Request, *Response)

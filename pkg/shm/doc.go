@@ -26,16 +26,25 @@
 //
 // Guard relies on the Go runtime (runtime/debug.SetPanicOnFault), which
 // covers Go code on the guarding goroutine only. Code that Guard cannot
-// cover must never be given a pointer into a Mapping:
+// cover must never be given a pointer into a Mapping, unless the mapping
+// is Protected:
 //
 //   - C code (cgo, a C backend): a fault in C is fatal whatever Go does.
-//     Give it private memory instead: copy inputs out with Mapping.Read
-//     into C-allocated (or pinned Go) buffers before the call, let it
-//     write outputs into private buffers, and copy those in with
-//     Mapping.Write after it returns. The copy is the price of safety; a
-//     SIGBUS handler with siglongjmp around C reads would race with the Go
-//     runtime's own signal handling and is not an option.
+//     An executor running C backends sets a Watcher (SetWatcher): a SIGBUS
+//     handler installed from C catches faults in watched mappings, puts
+//     zero pages over the mapping so that the faulting code goes on, and
+//     reports the mapping poisoned (Poisoned, Check); every other SIGBUS
+//     goes on to the Go runtime's handler. A Protected mapping may be
+//     handed to C as it is; the request that used it fails afterwards if
+//     it was poisoned. A mapping that is not (no Watcher, or the handler
+//     not installed) gets private copies instead: Mapping.Read into
+//     C-allocated (or pinned Go) buffers before the call, Mapping.Write
+//     of private outputs after it returns.
 //   - goroutines started by guarded code: each must call Guard itself.
+//
+// With the handler installed, a fault in a watched mapping never reaches
+// Guard either: Go code reads zeros there, and Read, Write and Check report
+// the poisoning.
 //
 // Errors are *tritonerr.Error with Triton's kinds and messages
 // (TRITON-BEHAVIOUR.md §2.1), ready to be returned to a client.

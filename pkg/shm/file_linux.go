@@ -91,6 +91,7 @@ type Mapping struct {
 	fd       int
 	offset   uint64
 	poisoned atomic.Bool
+	w        Watch // nil: not watched (see Watcher)
 }
 
 // Map maps byteSize bytes of the object key names, from offset (which must
@@ -116,6 +117,7 @@ func Map(key string, offset, byteSize uint64) (*Mapping, error) {
 		_ = syscall.Close(fd)
 		return nil, tritonerr.Internalf("unable to map shared memory region '%s': %s", key, strerror(err))
 	}
+	m.w = watch(m.Data)
 	return m, nil
 }
 
@@ -123,7 +125,7 @@ func Map(key string, offset, byteSize uint64) (*Mapping, error) {
 // client truncated it): touching the missing pages would raise SIGBUS. A
 // poisoned mapping fails for good, whatever the object's size now.
 func (m *Mapping) Check() error {
-	if m.poisoned.Load() {
+	if m.Poisoned() {
 		return m.errPoisoned()
 	}
 	var st syscall.Stat_t
@@ -136,6 +138,10 @@ func (m *Mapping) Check() error {
 // Close unmaps the region and closes the object.
 func (m *Mapping) Close() error {
 	var err error
+	if m.w != nil {
+		m.w.Unwatch() // before the address range can be reused
+		m.w = nil
+	}
 	if len(m.Data) > 0 {
 		err = syscall.Munmap(m.Data)
 		m.Data = nil
@@ -163,8 +169,18 @@ func (m *Mapping) Contains(addr uintptr) bool {
 // then on; the client registers the region again to get a fresh mapping.
 func (m *Mapping) Poison() { m.poisoned.Store(true) }
 
-// Poisoned reports whether Poison was called.
-func (m *Mapping) Poisoned() bool { return m.poisoned.Load() }
+// Poisoned reports whether Poison was called or the Watcher's handler
+// absorbed a fault in the mapping.
+func (m *Mapping) Poisoned() bool {
+	if m.poisoned.Load() {
+		return true
+	}
+	if m.w != nil && m.w.Poisoned() {
+		m.poisoned.Store(true)
+		return true
+	}
+	return false
+}
 
 func (m *Mapping) errPoisoned() error {
 	return tritonerr.InvalidArgf("shared memory object '%s' was truncated while the server used it; regions on it are unusable until unregistered and registered again", m.key)
@@ -189,12 +205,16 @@ func (m *Mapping) Write(off uint64, src []byte) error {
 }
 
 func (m *Mapping) guarded(fn func()) error {
-	if m.poisoned.Load() {
+	if m.Poisoned() {
 		return m.errPoisoned()
 	}
 	err := Guard(func() error { fn(); return nil })
 	if f, ok := AsFault(err); ok && m.Contains(f.Addr) {
 		m.Poison()
+		return m.errPoisoned()
+	}
+	if err == nil && m.Poisoned() {
+		// A Watcher's handler absorbed the fault: what was read is zeros.
 		return m.errPoisoned()
 	}
 	return err

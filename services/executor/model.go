@@ -210,6 +210,7 @@ func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Mes
 		}
 	}
 	r := backend.NewRequest(ctx, p.complete)
+	sh.bindOutputs(r)
 	// Validation reads BYTES inputs, which may lie in a client's region.
 	if err := sh.guard(func() error { return infer.Normalize(mv.cfg, req, r) }); err != nil {
 		mv.stats.failed(received)

@@ -684,6 +684,7 @@ func (s *seqRunner) attach(it *seqItem) error {
 			return err
 		}
 	}
+	it.sh.bindOutputs(it.r)
 	if it.sh != nil && !it.w.GetPadding() && pastDeadline(it.w) {
 		return errSeqTimedOut(mv.name)
 	}

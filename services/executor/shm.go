@@ -12,9 +12,11 @@ import (
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/shm"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
+	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
 	"github.com/nereid-io/nereid/services/executor/internal/gpu"
 )
 
@@ -70,6 +72,11 @@ func (e *Executor) startShm(ctx context.Context, bc *bus.Conn) (stop func(), err
 		sys:  newRefCache[*shm.Mapping]("unmapping a shared memory region", e.log),
 		cuda: newRefCache[*gpu.IPCMem]("closing a CUDA IPC handle", e.log)}
 	s.discover()
+	if w := cbackend.ShmWatcher(); w != nil {
+		// C backends read and write clients' mappings in place under the
+		// C fault guard (internal/cbackend faultguard.c).
+		shm.SetWatcher(w)
+	}
 	sub, err := bc.Subscribe(bus.ShmRemovedSubject(e.cfg.Node), s.onRemoved)
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
@@ -469,7 +476,13 @@ func (sr *shmRequest) finish(out *inference.ModelInferResponse) error {
 				o.GetName(), t.size, n)
 		}
 	}
-	for _, m := range sr.sys {
+	for i, m := range sr.sys {
+		if m.val.Poisoned() {
+			// A fault absorbed while the request ran (a C backend, or Go
+			// code once the C guard is installed): what it read or wrote
+			// there is zeros.
+			return errUnusable(sr.sysNames[i])
+		}
 		if err := m.val.Check(); err != nil {
 			return err
 		}
@@ -490,7 +503,9 @@ func (sr *shmRequest) finish(out *inference.ModelInferResponse) error {
 			continue
 		}
 		data := raw[i]
-		if t.sys != nil {
+		if t.sys != nil && sr.inPlace(t, data) {
+			// Produced in the region by the backend (OutputPlace).
+		} else if t.sys != nil {
 			// The output may itself lie in a mapping (an identity model
 			// echoing a shared-memory input): the guard covers both sides.
 			if err := sr.guard(func() error { copy(t.sys.val.Data[t.offset:t.offset+uint64(len(data))], data); return nil }); err != nil {
@@ -504,15 +519,47 @@ func (sr *shmRequest) finish(out *inference.ModelInferResponse) error {
 	return nil
 }
 
+// inPlace reports whether data is the output's place in its region: the
+// backend wrote it there.
+func (sr *shmRequest) inPlace(t shmTarget, data []byte) bool {
+	if len(data) == 0 || uint64(len(data)) > t.size {
+		return false
+	}
+	return unsafe.SliceData(data) == unsafe.SliceData(t.sys.val.Data[t.offset:])
+}
+
+// outputPlace is backend.Request.OutputPlace: the slice of the system
+// region an output is bound for, when it fits and the mapping is under the
+// C fault guard (which the code writing there may need).
+func (sr *shmRequest) outputPlace(name string, size int) []byte {
+	t, ok := sr.outputs[name]
+	if !ok || t.sys == nil || size <= 0 || uint64(size) > t.size || !t.sys.val.Protected() || t.sys.val.Poisoned() {
+		return nil
+	}
+	end := t.offset + uint64(size)
+	return t.sys.val.Data[t.offset:end:end]
+}
+
+// bindOutputs lets the backend produce r's shared-memory outputs in place.
+func (sr *shmRequest) bindOutputs(r *backend.Request) {
+	if sr != nil && len(sr.outputs) > 0 {
+		r.OutputPlace = sr.outputPlace
+	}
+}
+
 // privatize replaces the request's inputs that lie in system regions with
-// private copies, for backends whose code the fault guard cannot cover (C
-// backends): a client truncating its object must fail its request, not
-// kill the executor inside a backend.
+// private copies, for backends whose code the fault guard of Go cannot
+// cover (C backends), unless the mapping is under the C fault guard
+// (Mapping.Protected): a client truncating its object must fail its
+// request, not kill the executor inside a backend.
 func (sr *shmRequest) privatize(req *inference.ModelInferRequest) error {
 	if sr == nil {
 		return nil
 	}
 	for _, i := range sr.inputs {
+		if sr.protected(req.RawInputContents[i]) {
+			continue // read in place
+		}
 		src := req.RawInputContents[i]
 		dst := make([]byte, len(src))
 		if err := sr.guard(func() error { copy(dst, src); return nil }); err != nil {
@@ -531,6 +578,9 @@ func (sr *shmRequest) privatize(req *inference.ModelInferRequest) error {
 // and comes back as it is.
 func (sr *shmRequest) guard(fn func() error) error {
 	err := shm.Guard(fn)
+	if err == nil {
+		return sr.absorbed()
+	}
 	f, ok := shm.AsFault(err)
 	if !ok {
 		return err
@@ -539,6 +589,21 @@ func (sr *shmRequest) guard(fn func() error) error {
 		return ferr
 	}
 	return tritonerr.Internalf("memory fault outside any shared memory region: %v", f)
+}
+
+// absorbed returns the request's error when the C fault guard absorbed a
+// fault in one of its mappings (Go code touching it then reads zeros
+// instead of panicking).
+func (sr *shmRequest) absorbed() error {
+	if sr == nil {
+		return nil
+	}
+	for i, m := range sr.sys {
+		if m.val.Poisoned() {
+			return errUnusable(sr.sysNames[i])
+		}
+	}
+	return nil
 }
 
 // faulted poisons the request's mapping that f hit and returns the
@@ -554,6 +619,16 @@ func (sr *shmRequest) faulted(f *shm.Fault) error {
 		}
 	}
 	return nil
+}
+
+// protected reports whether b lies in a mapping under the C fault guard.
+func (sr *shmRequest) protected(b []byte) bool {
+	for _, m := range sr.sys {
+		if m.val.Protected() && m.val.Contains(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) {
+			return true
+		}
+	}
+	return false
 }
 
 // aliases reports whether b lies in one of the request's mappings.

@@ -225,6 +225,29 @@ func TestModelControlHTTP(t *testing.T) {
 		}
 		checkIdent(t, base, "2", [4]int{2, 4, 6, 8})
 	})
+	t.Run("a version added on disk loads with the next load", func(t *testing.T) {
+		if err := os.MkdirAll(filepath.Join(repo, "ident", "3"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if ready(t, base, "ident", "3") {
+			t.Fatal("version 3 ready before a load: explicit mode does not poll")
+		}
+		if r := post(t, base+"/v2/repository/models/ident/load", ""); r.status != 200 {
+			t.Fatalf("load: %d %s", r.status, r.body)
+		}
+		if !ready(t, base, "ident", "3") || ready(t, base, "ident", "2") {
+			t.Fatal("after the load: want version 3 ready and 2 unloaded (latest policy)")
+		}
+		if err := os.RemoveAll(filepath.Join(repo, "ident", "3")); err != nil {
+			t.Fatal(err)
+		}
+		if r := post(t, base+"/v2/repository/models/ident/load", ""); r.status != 200 {
+			t.Fatalf("load: %d %s", r.status, r.body)
+		}
+		if ready(t, base, "ident", "3") || !ready(t, base, "ident", "2") {
+			t.Fatal("after removing version 3 and loading: want version 2 ready again")
+		}
+	})
 	t.Run("reload on config change", func(t *testing.T) {
 		writeModel(t, repo, "ident", identConfig+`parameters { key: "execute_delay_ms" value { string_value: "1" } }`+"\n")
 		if r := post(t, base+"/v2/repository/models/ident/load", ""); r.status != 200 {
@@ -701,6 +724,11 @@ func TestModelControlPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "new version 3", 10*time.Second, func() bool { return ready(t, base, "ident", "3") && !ready(t, base, "ident", "2") })
+	// Version 3 removed from disk: it unloads and the policy serves 2 again.
+	if err := os.RemoveAll(filepath.Join(repo, "ident", "3")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "version 3 removed", 10*time.Second, func() bool { return !ready(t, base, "ident", "3") && ready(t, base, "ident", "2") })
 
 	if err := os.RemoveAll(filepath.Join(repo, "added")); err != nil {
 		t.Fatal(err)

@@ -168,7 +168,10 @@ func TRITONBACKEND_OutputBuffer(o *C.TRITONBACKEND_Output, buf *unsafe.Pointer, 
 	if o.buffer != nil {
 		return newError(tritonerr.New(tritonerr.AlreadyExists, "output '%s' already has a buffer", C.GoString(o.name)))
 	}
-	p, err := cr.allocOutput(int(size))
+	p, err := cr.placeOutput(C.GoString(o.name), int(size))
+	if err == nil && p == nil {
+		p, err = cr.allocOutput(int(size))
+	}
 	if err != nil {
 		return newError(err)
 	}

@@ -204,6 +204,9 @@ func (l *Loader) open(f Found) (backend.Backend, error) {
 	if err := openServerLibrary(l.cfg.ServerLibrary); err != nil {
 		return nil, tritonerr.Unavailablef("unable to load backend '%s': %v", f.Name, err)
 	}
+	if err := installFaultGuard(); err != nil {
+		return nil, tritonerr.Unavailablef("unable to load backend '%s': %v", f.Name, err)
+	}
 	cp := C.CString(f.Library)
 	defer C.free(unsafe.Pointer(cp))
 	var cerr *C.char

@@ -542,6 +542,32 @@ func (cr *cRequest) allocOutput(size int) (unsafe.Pointer, error) {
 	return p, nil
 }
 
+// placeOutput returns the memory an output of size bytes is bound for in
+// a client's shared-memory region, so that the backend writes it there and
+// no copy follows; nil when the output is not bound to a region it fits
+// in. A decoupled model's responses each need memory of their own: they
+// get private buffers.
+func (cr *cRequest) placeOutput(name string, size int) (unsafe.Pointer, error) {
+	if cr.r.OutputPlace == nil || size == 0 || cr.in.m.decoupled() {
+		return nil, nil
+	}
+	b := cr.r.OutputPlace(name, size)
+	if len(b) != size {
+		return nil, nil
+	}
+	p := unsafe.Pointer(unsafe.SliceData(b))
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	if cr.bufs == nil {
+		return nil, tritonerr.InvalidArgf("request has been released and answered")
+	}
+	if _, taken := cr.bufs[p]; taken {
+		return nil, nil // two outputs bound to the same place: one gets its own
+	}
+	cr.bufs[p] = b
+	return p, nil
+}
+
 // send is TRITONBACKEND_ResponseSend (resp nil: ResponseFactorySendFlags).
 func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.TRITONSERVER_Error) error {
 	final := flags&C.TRITONSERVER_RESPONSE_COMPLETE_FINAL != 0

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
+	"github.com/nereid-io/nereid/pkg/shm"
 )
 
 // Available reports whether this build can load C backends: a build
@@ -49,3 +50,9 @@ func (l *Loader) Find(name, modelDir string, version int64) (Found, bool) { retu
 
 // Factory is never called without cgo.
 func (l *Loader) Factory(Found) backend.Factory { return nil }
+
+// ShmWatcher is nil without cgo: no C code runs, Go's guard suffices.
+func ShmWatcher() shm.Watcher { return nil }
+
+// AbsorbedFaults is 0 without cgo.
+func AbsorbedFaults() uint64 { return 0 }

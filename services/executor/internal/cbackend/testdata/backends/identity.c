@@ -2,8 +2,11 @@
  * A test backend: every input INPUTn comes back as OUTPUTn. It reports
  * per-request and per-batch statistics, logs, counts requests in a custom
  * metric, sets a response parameter, and crashes (a segmentation fault) on
- * a request carrying the parameter "crash" = true.
+ * a request carrying the parameter "crash" = true. A request carrying
+ * "copy_on_thread" = true is copied by a thread the backend starts (not one
+ * of the server's).
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -98,22 +101,47 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
   return TRITONSERVER_MetricDelete((TRITONSERVER_Metric*)metric);
 }
 
-static bool crash_requested(TRITONBACKEND_Request* request) {
+static bool flag(TRITONBACKEND_Request* request, const char* name) {
   uint32_t n = 0;
   if (TRITONBACKEND_RequestParameterCount(request, &n)) return false;
   for (uint32_t i = 0; i < n; i++) {
     const char* key;
     TRITONSERVER_ParameterType type;
     const void* v;
-    if (TRITONBACKEND_RequestParameter(request, i, &key, &type, &v) == NULL && strcmp(key, "crash") == 0 &&
+    if (TRITONBACKEND_RequestParameter(request, i, &key, &type, &v) == NULL && strcmp(key, name) == 0 &&
         type == TRITONSERVER_PARAMETER_BOOL && *(const bool*)v)
       return true;
   }
   return false;
 }
 
+static bool crash_requested(TRITONBACKEND_Request* request) { return flag(request, "crash"); }
+
+typedef struct {
+  void* dst;
+  const void* src;
+  uint64_t n;
+} copy_job;
+
+static void* copy_run(void* arg) {
+  copy_job* j = arg;
+  memcpy(j->dst, j->src, j->n);
+  return NULL;
+}
+
+static void copy(void* dst, const void* src, uint64_t n, bool on_thread) {
+  pthread_t t;
+  copy_job j = {dst, src, n};
+  if (on_thread && pthread_create(&t, NULL, copy_run, &j) == 0) {
+    pthread_join(t, NULL);
+    return;
+  }
+  memcpy(dst, src, n);
+}
+
 static TRITONSERVER_Error* respond(TRITONBACKEND_Request* request, TRITONBACKEND_Response* response, uint64_t* batch) {
   uint32_t count;
+  bool on_thread = flag(request, "copy_on_thread");
   RETURN_IF_ERROR(TRITONBACKEND_RequestInputCount(request, &count));
   for (uint32_t i = 0; i < count; i++) {
     TRITONBACKEND_Input* input;
@@ -140,7 +168,7 @@ static TRITONSERVER_Error* respond(TRITONBACKEND_Request* request, TRITONBACKEND
       TRITONSERVER_MemoryType imt = TRITONSERVER_MEMORY_CPU;
       int64_t imid = 0;
       RETURN_IF_ERROR(TRITONBACKEND_InputBuffer(input, b, &src, &n, &imt, &imid));
-      memcpy((char*)dst + off, src, n);
+      copy((char*)dst + off, src, n, on_thread);
       off += n;
     }
   }

@@ -1,0 +1,139 @@
+// The fault guard of clients' shared memory for C code. A client may
+// truncate the object behind a region at any moment; touching a page of the
+// mapping past the new end raises SIGBUS, which in a C backend would kill
+// the executor (the Go runtime turns faults into panics only in Go code
+// that asked for it). The handler below catches SIGBUS at an address inside
+// a watched mapping, puts anonymous zero pages over the whole mapping
+// (mmap MAP_FIXED) so that the faulting instruction and every later access
+// succeed, and marks the mapping poisoned: the executor then fails the
+// requests that used it. Every other SIGBUS goes to the handler installed
+// before (the Go runtime's), with the same arguments, as if this one were
+// not there.
+//
+// The table of watched mappings is read by the handler without locks:
+// slots are published start last and withdrawn start first, and a mapping
+// is never withdrawn while a request uses it.
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define GUARD_SLOTS 4096
+
+typedef struct {
+  _Atomic uintptr_t start;
+  _Atomic uintptr_t len;
+  _Atomic int poisoned;
+} guard_slot;
+
+static guard_slot slots[GUARD_SLOTS];
+static _Atomic int high; /* slots below this index may be in use */
+static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction previous;
+static _Atomic int installed;
+static _Atomic uint64_t absorbed;
+
+static void forward(int sig, siginfo_t* info, void* uctx) {
+  if (previous.sa_flags & SA_SIGINFO) {
+    if (previous.sa_sigaction != NULL) {
+      previous.sa_sigaction(sig, info, uctx);
+      return;
+    }
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(sig);
+    return;
+  }
+  /* No handler before this one: the default action, taken when the
+   * faulting instruction runs again on return. */
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigaction(sig, &dfl, NULL);
+}
+
+static void on_sigbus(int sig, siginfo_t* info, void* uctx) {
+  int saved = errno;
+  uintptr_t a = (uintptr_t)info->si_addr;
+  int n = atomic_load_explicit(&high, memory_order_acquire);
+  for (int i = 0; i < n; i++) {
+    uintptr_t s = atomic_load_explicit(&slots[i].start, memory_order_acquire);
+    if (s == 0 || a < s) continue;
+    uintptr_t len = atomic_load_explicit(&slots[i].len, memory_order_acquire);
+    if (a - s >= len) continue;
+    void* r = mmap((void*)s, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (r != MAP_FAILED) {
+      atomic_store_explicit(&slots[i].poisoned, 1, memory_order_release);
+      atomic_fetch_add_explicit(&absorbed, 1, memory_order_relaxed);
+      errno = saved;
+      return;
+    }
+    break;
+  }
+  errno = saved;
+  forward(sig, info, uctx);
+}
+
+/* nereid_guard_install installs the handler once; it returns 0 or errno.
+ * SA_ONSTACK: the Go runtime requires it of every handler (Go threads
+ * run signal handlers on their alternate stacks). */
+int nereid_guard_install(void) {
+  pthread_mutex_lock(&slots_mu);
+  int err = 0;
+  if (!atomic_load(&installed)) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigfillset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, &previous) != 0) {
+      err = errno;
+    } else {
+      atomic_store(&installed, 1);
+    }
+  }
+  pthread_mutex_unlock(&slots_mu);
+  return err;
+}
+
+int nereid_guard_installed(void) { return atomic_load(&installed); }
+
+/* nereid_guard_watch adds a mapping; it returns its slot, or -1 when the
+ * table is full. */
+int nereid_guard_watch(uintptr_t start, uintptr_t len) {
+  pthread_mutex_lock(&slots_mu);
+  int slot = -1;
+  for (int i = 0; i < GUARD_SLOTS; i++) {
+    if (atomic_load(&slots[i].start) == 0 && atomic_load(&slots[i].len) == 0) {
+      slot = i;
+      break;
+    }
+  }
+  if (slot >= 0) {
+    atomic_store(&slots[slot].poisoned, 0);
+    atomic_store_explicit(&slots[slot].len, len, memory_order_release);
+    atomic_store_explicit(&slots[slot].start, start, memory_order_release);
+    if (slot >= atomic_load(&high)) atomic_store_explicit(&high, slot + 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&slots_mu);
+  return slot;
+}
+
+void nereid_guard_unwatch(int slot) {
+  if (slot < 0 || slot >= GUARD_SLOTS) return;
+  pthread_mutex_lock(&slots_mu);
+  atomic_store_explicit(&slots[slot].start, 0, memory_order_release);
+  atomic_store_explicit(&slots[slot].len, 0, memory_order_release);
+  pthread_mutex_unlock(&slots_mu);
+}
+
+int nereid_guard_poisoned(int slot) {
+  if (slot < 0 || slot >= GUARD_SLOTS) return 0;
+  return atomic_load_explicit(&slots[slot].poisoned, memory_order_acquire);
+}
+
+uint64_t nereid_guard_absorbed(void) { return atomic_load(&absorbed); }
