@@ -1121,3 +1121,40 @@ func TestTritonModelControlExamples(t *testing.T) {
 		}
 	})
 }
+
+// TestModelControlPollTwoExecutors: in poll mode each executor watches its
+// own copy of the repository; the same change on both gives the same
+// result on both.
+func TestModelControlPollTwoExecutors(t *testing.T) {
+	ns := startNATS(t)
+	g := startGateway(t, ns)
+	repos := []string{controlRepo(t), controlRepo(t)}
+	for i, repo := range repos {
+		id := fmt.Sprintf("poll%d", i)
+		ex, err := executor.New(executor.Config{Conn: connect(t, ns, id), RepositoryPath: repo, ID: id, Logger: discardLogger(),
+			ControlMode: executor.ControlPoll, PollInterval: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- ex.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	waitExecutors(t, g, 2)
+	for _, repo := range repos {
+		writeModel(t, repo, "added", identConfig, 1)
+	}
+	for _, id := range []string{"poll0", "poll1"} {
+		waitFor(t, id+" serving the added model", 10*time.Second, func() bool { return servesReady(g, id, "added") })
+	}
+	for _, repo := range repos {
+		if err := os.RemoveAll(filepath.Join(repo, "ident")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"poll0", "poll1"} {
+		waitFor(t, id+" unloading the removed model", 10*time.Second, func() bool { return !servesReady(g, id, "ident") })
+	}
+	checkModel(t, "http://"+g.HTTPAddr(), "added", "1", [4]int{6, 7, 8, 9})
+}
