@@ -93,7 +93,8 @@ func TestFaultRollingRestart(t *testing.T) {
 // others serve every request after; each sequence either continues with its
 // sum or, if it lived on the killed executor, ends with an error saying its
 // state is gone (or, once the router has forgotten it, Triton's error for a
-// sequence without START), and new sequences start on the others. Requests
+// sequence without START), and new sequences start on the others; every
+// sequence of a model with durable state continues with its sum. Requests
 // that were in flight on the killed executor get no answer from the bus: they
 // end at the client's deadline, and the test prints how many did.
 func TestFaultExecutorKilled(t *testing.T) {
@@ -103,14 +104,35 @@ func TestFaultExecutorKilled(t *testing.T) {
 	for _, id := range seqs {
 		accumulate(t, id, 1, true, false)
 	}
+	// The same with durable implicit state (the executors have --redis-url).
+	durable := []uint64{71, 72, 73, 74, 75, 76}
+	for _, id := range durable {
+		if got, code, msg, err := seqInfer("implicit_accumulate_durable", id, 1, true, false); err != nil || code != http.StatusOK || got != 1 {
+			t.Fatalf("durable sequence %d start: %d %d %q %v", id, got, code, msg, err)
+		}
+	}
+	// The executor running the most durable sequences is the one killed.
+	held := e.counts(t, before, "implicit_accumulate_durable")
+	target := before[0]
+	for _, id := range before {
+		if held[id] > held[target] {
+			target = id
+		}
+	}
+	if held[target] == 0 {
+		t.Fatalf("no executor counts the durable sequences' starts: %v", held)
+	}
+	victimC := containerOf(t, target)
 	l := startLoad(loadWorkers, inferSimple)
 	settle(t, l, time.Time{}, 10)
-	victimC := executorContainers(t)[0]
 	fault := time.Now()
 	docker(t, "kill", victimC)
 	victim := e.waitGone(t, before, time.Minute)
 	left := time.Since(fault)
 	gone := time.Now()
+	if victim != target {
+		t.Fatalf("killed the container of %s, but %s left", target, victim)
+	}
 	settle(t, l, gone, 30)
 	s := l.finish(fault)
 	s.report(t, "docker kill of an executor")
@@ -139,6 +161,15 @@ func TestFaultExecutorKilled(t *testing.T) {
 		}
 	}
 	t.Logf("  sequences: %d continued, %d ended with an error (state lost)", kept, lost)
+	// Durable sequences all continue, those of the killed executor from the
+	// state in Redis.
+	for _, id := range durable {
+		got, code, msg, err := seqInfer("implicit_accumulate_durable", id, 2, false, true)
+		if err != nil || code != http.StatusOK || got != 3 {
+			t.Errorf("durable sequence %d after the kill: %d %d %q %v, want 3", id, got, code, msg, err)
+		}
+	}
+	t.Logf("  durable sequences: all %d continued with their sums (%d requests of them had run on the killed executor)", len(durable), held[victim])
 	if got := accumulate(t, "k-new", 5, true, true); got != 5 {
 		t.Errorf("a new sequence after the kill: %d, want 5", got)
 	}
@@ -230,6 +261,18 @@ func TestFaultExecutorPartition(t *testing.T) {
 	}) {
 		t.Errorf("executor %s rejoined but serves no request", victim)
 	}
+}
+
+// containerOf is the executor container whose executor has id.
+func containerOf(t *testing.T, id string) string {
+	t.Helper()
+	for _, c := range executorContainers(t) {
+		if strings.Contains(compose.Logs(ctxFor(t, time.Minute), c), "executor="+id+" ") {
+			return c
+		}
+	}
+	t.Fatalf("no executor container logs executor=%s", id)
+	return ""
 }
 
 // activeRouter is the sequence-router container holding the lease.

@@ -225,6 +225,29 @@ func TestModelControlHTTP(t *testing.T) {
 		}
 		checkIdent(t, base, "2", [4]int{2, 4, 6, 8})
 	})
+	t.Run("a version added on disk loads with the next load", func(t *testing.T) {
+		if err := os.MkdirAll(filepath.Join(repo, "ident", "3"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if ready(t, base, "ident", "3") {
+			t.Fatal("version 3 ready before a load: explicit mode does not poll")
+		}
+		if r := post(t, base+"/v2/repository/models/ident/load", ""); r.status != 200 {
+			t.Fatalf("load: %d %s", r.status, r.body)
+		}
+		if !ready(t, base, "ident", "3") || ready(t, base, "ident", "2") {
+			t.Fatal("after the load: want version 3 ready and 2 unloaded (latest policy)")
+		}
+		if err := os.RemoveAll(filepath.Join(repo, "ident", "3")); err != nil {
+			t.Fatal(err)
+		}
+		if r := post(t, base+"/v2/repository/models/ident/load", ""); r.status != 200 {
+			t.Fatalf("load: %d %s", r.status, r.body)
+		}
+		if ready(t, base, "ident", "3") || !ready(t, base, "ident", "2") {
+			t.Fatal("after removing version 3 and loading: want version 2 ready again")
+		}
+	})
 	t.Run("reload on config change", func(t *testing.T) {
 		writeModel(t, repo, "ident", identConfig+`parameters { key: "execute_delay_ms" value { string_value: "1" } }`+"\n")
 		if r := post(t, base+"/v2/repository/models/ident/load", ""); r.status != 200 {
@@ -701,6 +724,11 @@ func TestModelControlPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "new version 3", 10*time.Second, func() bool { return ready(t, base, "ident", "3") && !ready(t, base, "ident", "2") })
+	// Version 3 removed from disk: it unloads and the policy serves 2 again.
+	if err := os.RemoveAll(filepath.Join(repo, "ident", "3")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "version 3 removed", 10*time.Second, func() bool { return !ready(t, base, "ident", "3") && ready(t, base, "ident", "2") })
 
 	if err := os.RemoveAll(filepath.Join(repo, "added")); err != nil {
 		t.Fatal(err)
@@ -717,6 +745,15 @@ func TestModelControlPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "version 2 reloaded", 10*time.Second, func() bool { return inferenceCount(t, base, "multi", "2") == 0 })
+	if n := inferenceCount(t, base, "multi", "1"); n != 1 {
+		t.Fatalf("version 1 was reloaded with version 2 (inference count %d, want 1)", n)
+	}
+	// A file deleted from it reloads it too (L0_lifecycle's file delete).
+	checkModel(t, base, "multi", "2", [4]int{2, 2, 2, 2})
+	if err := os.Remove(filepath.Join(repo, "multi", "2", "weights.bin")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "version 2 reloaded after a file deletion", 10*time.Second, func() bool { return inferenceCount(t, base, "multi", "2") == 0 })
 	if n := inferenceCount(t, base, "multi", "1"); n != 1 {
 		t.Fatalf("version 1 was reloaded with version 2 (inference count %d, want 1)", n)
 	}
@@ -1092,4 +1129,41 @@ func TestTritonModelControlExamples(t *testing.T) {
 			t.Fatalf("load of a wrong model name: %v", err)
 		}
 	})
+}
+
+// TestModelControlPollTwoExecutors: in poll mode each executor watches its
+// own copy of the repository; the same change on both gives the same
+// result on both.
+func TestModelControlPollTwoExecutors(t *testing.T) {
+	ns := startNATS(t)
+	g := startGateway(t, ns)
+	repos := []string{controlRepo(t), controlRepo(t)}
+	for i, repo := range repos {
+		id := fmt.Sprintf("poll%d", i)
+		ex, err := executor.New(executor.Config{Conn: connect(t, ns, id), RepositoryPath: repo, ID: id, Logger: discardLogger(),
+			ControlMode: executor.ControlPoll, PollInterval: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- ex.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	waitExecutors(t, g, 2)
+	for _, repo := range repos {
+		writeModel(t, repo, "added", identConfig, 1)
+	}
+	for _, id := range []string{"poll0", "poll1"} {
+		waitFor(t, id+" serving the added model", 10*time.Second, func() bool { return servesReady(g, id, "added") })
+	}
+	for _, repo := range repos {
+		if err := os.RemoveAll(filepath.Join(repo, "ident")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"poll0", "poll1"} {
+		waitFor(t, id+" unloading the removed model", 10*time.Second, func() bool { return !servesReady(g, id, "ident") })
+	}
+	checkModel(t, "http://"+g.HTTPAddr(), "added", "1", [4]int{6, 7, 8, 9})
 }
