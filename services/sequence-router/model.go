@@ -287,7 +287,7 @@ func (m *model) pull(now time.Time, reply string, p *busv1.SequencePull) {
 		return
 	}
 	m.tk.Expect(p.GetExecutorId())
-	delete(m.inflight, p.GetDoneBatch())
+	m.finished(p.GetDoneBatch())
 	var out []send
 	if m.core == nil {
 		if p.GetConfig() == nil {
@@ -345,6 +345,7 @@ func (m *model) dispatch(now time.Time) []send {
 			// Held across a NATS reconnect: its requester gave up, and a
 			// batch sent to it would be lost. The instance pulls again.
 			delete(m.pulls, key)
+			m.s.bus.Release(pl.reply)
 			continue
 		}
 		b, wait := m.core.Next(now, key)
@@ -428,6 +429,24 @@ func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
 	return msg
 }
 
+// finished forgets a batch its executor reported done: the executor has
+// answered its requests, so the router stops answering for them to their
+// gateways' liveness probes. Until then the router holds them (the bus
+// holds a delegated request until it is answered or released), so that a
+// lost executor's requests wait for the router's decision (fail them, or
+// run them again where the state is durable) instead of failing on their
+// own. m.mu is held.
+func (m *model) finished(id uint64) {
+	f := m.inflight[id]
+	if f == nil {
+		return
+	}
+	for _, r := range f.reqs {
+		m.s.bus.Release(r.Data.(*item).reply)
+	}
+	delete(m.inflight, id)
+}
+
 // unloaded withdraws an instance whose executor unloaded the model
 // version: the sequences in its slots end (pkg/seqbatch RemoveInstance),
 // and a batch handed to it that it never ran (its pull was cancelled by the
@@ -436,7 +455,7 @@ func (m *model) unloaded(now time.Time, p *busv1.SequencePull) {
 	key := seqbatch.InstanceKey{Executor: p.GetExecutorId(), Generation: p.GetGeneration(), Index: int(p.GetInstance())}
 	why := fmt.Sprintf("model '%s' version %s was unloaded", m.name, m.version)
 	m.lock()
-	delete(m.inflight, p.GetDoneBatch())
+	m.finished(p.GetDoneBatch())
 	var out []send
 	if m.core != nil {
 		for _, f := range m.core.RemoveInstance(now, key, why) {
@@ -453,7 +472,10 @@ func (m *model) unloaded(now time.Time, p *busv1.SequencePull) {
 			delete(m.inflight, id)
 		}
 	}
-	delete(m.pulls, key)
+	if pl := m.pulls[key]; pl != nil {
+		m.s.bus.Release(pl.reply)
+		delete(m.pulls, key)
+	}
 	m.unlock()
 	m.s.log.Info("instance left: the executor unloaded the model", "model", m.name, "version", m.version, "executor", key.Executor, "instance", key.Index)
 	m.deliver(out)
@@ -503,8 +525,9 @@ func (m *model) lose(executor string, keep uint64, why string) {
 			delete(m.inflight, id)
 		}
 	}
-	for key := range m.pulls {
+	for key, pl := range m.pulls {
 		if key.Executor == executor && (keep == 0 || key.Generation != keep) {
+			m.s.bus.Release(pl.reply)
 			delete(m.pulls, key)
 		}
 	}
@@ -579,6 +602,11 @@ func (m *model) shutdown(err error) bool {
 		out = append(out, send{reply: pl.reply, batch: &busv1.SequenceBatch{}})
 	}
 	m.pulls = nil
+	// Batches already on executors are theirs to answer: this router no
+	// longer answers for them (it would not learn that they are done).
+	for id := range m.inflight {
+		m.finished(id)
+	}
 	m.unlock()
 	m.deliver(out)
 	return true
