@@ -6,6 +6,7 @@
 package decoupled
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -401,3 +402,40 @@ func TestExecutorKilledMidStream(t *testing.T) {
 }
 
 func waitFor(cond func() bool) bool { return constellation.WaitFor(30*time.Second, cond) }
+
+// Losing the executor in the middle of a generate_stream: the events sent
+// stand, and the stream ends with an error event (the status is already
+// 200), never a hang.
+func TestExecutorKilledMidGenerateStream(t *testing.T) {
+	e := start(t, 1)
+	r := post(t, e.g.HTTP()+"/v2/models/text_words/generate_stream",
+		`{"text_input": "`+strings.Repeat("word ", 1000)+`", "delay_ms": 20}`)
+	if r.StatusCode != 200 {
+		t.Fatalf("status %d", r.StatusCode)
+	}
+	body := bufio.NewReader(r.Body)
+	for { // the first event
+		line, err := body.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line == "\n" {
+			break
+		}
+	}
+	e.execs[0].Kill()
+	events := readSSE(t, body)
+	if len(events) == 0 {
+		t.Fatal("the stream ended without an error event")
+	}
+	last := events[len(events)-1]
+	msg, _ := last["error"].(string)
+	if !strings.Contains(msg, "went away") {
+		t.Errorf("last event %v, want an error naming the lost executor", last)
+	}
+	for _, ev := range events[:len(events)-1] {
+		if ev["text_output"] != " word" {
+			t.Errorf("event before the error: %v", ev)
+		}
+	}
+}

@@ -30,10 +30,10 @@ func TestDecoupledSequence(t *testing.T) {
 	constellation.Start(t, "router", e.c.Bin.Path("nereid-sequence-router"),
 		"--nats-url", e.c.NATSURL, "--redis-url", redis, "--id", "router0")
 	for i := range 2 {
-		e.execs = append(e.execs, e.c.Executor(e.repo, fmt.Sprintf("exec%d", i), "--load-model", seqModel, "--load-model", "repeat_int32"))
+		e.execs = append(e.execs, e.c.Executor(e.repo, fmt.Sprintf("exec%d", i), "--load-model", seqModel, "--load-model", oldestModel, "--load-model", "repeat_int32"))
 	}
 	e.g = e.c.Gateway("--metrics-config", "histogram_latencies=true")
-	for _, m := range []string{seqModel, "repeat_int32"} {
+	for _, m := range []string{seqModel, oldestModel, "repeat_int32"} {
 		if !constellation.WaitFor(30*time.Second, func() bool {
 			r, err := http.Get(e.g.HTTP() + "/v2/models/" + m + "/ready")
 			if err != nil {
@@ -50,7 +50,8 @@ func TestDecoupledSequence(t *testing.T) {
 		f    func(*testing.T, *env)
 	}{
 		{"NextRequestRunsWhilePreviousStreams", testSeqReleaseOrder},
-		{"ConcurrentSequences", testSeqConcurrent},
+		{"ConcurrentSequences", func(t *testing.T, e *env) { testSeqConcurrent(t, e, seqModel) }},
+		{"ConcurrentSequencesOldest", func(t *testing.T, e *env) { testSeqConcurrent(t, e, oldestModel) }},
 		{"Errors", testSeqErrors},
 		{"NoStreaming", testSeqNoStreaming},
 		{"GenerateStream", testSeqGenerateStream},
@@ -62,14 +63,27 @@ func TestDecoupledSequence(t *testing.T) {
 	}
 }
 
-const seqModel = "sequence_repeat_int32"
+const (
+	seqModel    = "sequence_repeat_int32"
+	oldestModel = "sequence_repeat_oldest"
+)
 
 // seqRequest is a request of sequence id to sequence_repeat_int32; delay
 // < 0 leaves DELAY out.
 func seqRequest(reqID string, id int64, start, end bool, in []int32, delay int64) *inference.ModelInferRequest {
+	return seqRequestFor(seqModel, reqID, id, start, end, in, delay)
+}
+
+// seqRequestFor is seqRequest for another model of the same backend; one
+// with a batch dimension (sequence_repeat_oldest) gets shapes with it.
+func seqRequestFor(model, reqID string, id int64, start, end bool, in []int32, delay int64) *inference.ModelInferRequest {
+	var batch []int64
+	if model == oldestModel {
+		batch = []int64{1}
+	}
 	req := &inference.ModelInferRequest{
-		ModelName: seqModel, Id: reqID,
-		Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "IN", Datatype: "INT32", Shape: []int64{int64(len(in))}}},
+		ModelName: model, Id: reqID,
+		Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "IN", Datatype: "INT32", Shape: append(batch, int64(len(in)))}},
 		RawInputContents: [][]byte{int32Bytes(in...)},
 		Parameters: map[string]*inference.InferParameter{
 			"sequence_id":                        {ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: id}},
@@ -79,7 +93,7 @@ func seqRequest(reqID string, id int64, start, end bool, in []int32, delay int64
 		},
 	}
 	if delay >= 0 {
-		req.Inputs = append(req.Inputs, &inference.ModelInferRequest_InferInputTensor{Name: "DELAY", Datatype: "UINT32", Shape: []int64{1}})
+		req.Inputs = append(req.Inputs, &inference.ModelInferRequest_InferInputTensor{Name: "DELAY", Datatype: "UINT32", Shape: append(batch, 1)})
 		req.RawInputContents = append(req.RawInputContents, uint32Bytes(uint32(delay)))
 	}
 	return req
@@ -203,10 +217,11 @@ func responseCount(t *testing.T, e *env, index, kind string) float64 {
 	return n
 }
 
-// More sequences than slots (2 executors x 2 instances), each on its own
-// stream: every sequence's sums come out right and in order, the sequences
-// beyond the slots waiting in the router's backlog.
-func testSeqConcurrent(t *testing.T, e *env) {
+// More sequences than slots (2 executors x 2 instances; the oldest model:
+// 2 x 4 candidates, batched), each on its own stream: every sequence's
+// sums come out right and in order, the sequences beyond the slots
+// waiting in the router's backlog.
+func testSeqConcurrent(t *testing.T, e *env, model string) {
 	const sequences = 8
 	c := grpcClient(t, e.g.GRPC())
 	var wg sync.WaitGroup
@@ -221,9 +236,9 @@ func testSeqConcurrent(t *testing.T, e *env) {
 			}
 			base := int32(s * 10)
 			reqs := []*inference.ModelInferRequest{
-				seqRequest("1", id, true, false, []int32{base, 1}, 1),
-				seqRequest("2", id, false, false, []int32{2}, -1),
-				seqRequest("3", id, false, true, []int32{3, 4, 5}, 0),
+				seqRequestFor(model, "1", id, true, false, []int32{base, 1}, 1),
+				seqRequestFor(model, "2", id, false, false, []int32{2}, -1),
+				seqRequestFor(model, "3", id, false, true, []int32{3, 4, 5}, 0),
 			}
 			for _, r := range reqs {
 				if err := stream.Send(r); err != nil {

@@ -113,14 +113,18 @@ func (i *seqRepeatInstance) execute(r *backend.Request) error {
 	if flag(r, i.m.end) {
 		delete(i.sums, id)
 	}
+	shape := []int64{1}
+	if r.BatchSize > 0 {
+		shape = []int64{1, 1} // a batching model's outputs keep the batch dimension
+	}
 	i.p.run(r, func(s *backend.ResponseSender) {
 		for k, v := range sums {
 			if k > 0 && !i.p.sleep(r, delay) {
 				return
 			}
 			err := s.Send(0,
-				backend.Output{Name: "OUT", DataType: tensor.Int32, Shape: []int64{1}, Data: tensor.AppendInt32s(nil, v)},
-				backend.Output{Name: "IDX", DataType: tensor.Uint32, Shape: []int64{1}, Data: appendUint32(nil, uint32(k))})
+				backend.Output{Name: "OUT", DataType: tensor.Int32, Shape: shape, Data: tensor.AppendInt32s(nil, v)},
+				backend.Output{Name: "IDX", DataType: tensor.Uint32, Shape: shape, Data: appendUint32(nil, uint32(k))})
 			if err != nil {
 				return // the client is gone
 			}

@@ -158,4 +158,14 @@
 // into one subject token by Token: letters, digits, '-' and '_' stay, every
 // other byte is '~' and two upper-case hex digits, and the empty string is
 // "~". See subject.go for the subjects themselves.
+//
+// # Key-value state
+//
+// One piece of cluster state lives in NATS itself rather than with a
+// service: the models loaded through the repository API in explicit model
+// control mode, in the JetStream key-value bucket LoadedModelsBucket (keys
+// from LoadedModelKey: Token's escaping with '=' for '~', as keys allow
+// fewer characters than tokens). Executors write and read it; the routes
+// in permissions.go grant them the bucket's JetStream API subjects and
+// nothing else of JetStream.
 package bus

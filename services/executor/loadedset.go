@@ -128,9 +128,15 @@ func (s *loadedSet) put(ctx context.Context, req *busv1.ModelControlRequest) err
 	return err
 }
 
-// remove records an unload: the key's history goes with it.
+// remove records an unload: the key's history goes with it. An unload of
+// a model the set does not hold writes nothing, so that unloads of
+// arbitrary names leave no markers behind.
 func (s *loadedSet) remove(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, setTimeout)
 	defer cancel()
-	return s.kv.Purge(ctx, bus.LoadedModelKey(name))
+	key := bus.LoadedModelKey(name)
+	if _, err := s.kv.Get(ctx, key); errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	return s.kv.Purge(ctx, key)
 }

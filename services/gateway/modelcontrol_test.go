@@ -748,6 +748,15 @@ func TestModelControlPoll(t *testing.T) {
 	if n := inferenceCount(t, base, "multi", "1"); n != 1 {
 		t.Fatalf("version 1 was reloaded with version 2 (inference count %d, want 1)", n)
 	}
+	// A file deleted from it reloads it too (L0_lifecycle's file delete).
+	checkModel(t, base, "multi", "2", [4]int{2, 2, 2, 2})
+	if err := os.Remove(filepath.Join(repo, "multi", "2", "weights.bin")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "version 2 reloaded after a file deletion", 10*time.Second, func() bool { return inferenceCount(t, base, "multi", "2") == 0 })
+	if n := inferenceCount(t, base, "multi", "1"); n != 1 {
+		t.Fatalf("version 1 was reloaded with version 2 (inference count %d, want 1)", n)
+	}
 	// A file of the model itself concerns every version.
 	checkModel(t, base, "multi", "2", [4]int{2, 2, 2, 2})
 	if err := os.WriteFile(filepath.Join(repo, "multi", "labels.txt"), []byte("a\nb\n"), 0o644); err != nil {
@@ -1120,4 +1129,41 @@ func TestTritonModelControlExamples(t *testing.T) {
 			t.Fatalf("load of a wrong model name: %v", err)
 		}
 	})
+}
+
+// TestModelControlPollTwoExecutors: in poll mode each executor watches its
+// own copy of the repository; the same change on both gives the same
+// result on both.
+func TestModelControlPollTwoExecutors(t *testing.T) {
+	ns := startNATS(t)
+	g := startGateway(t, ns)
+	repos := []string{controlRepo(t), controlRepo(t)}
+	for i, repo := range repos {
+		id := fmt.Sprintf("poll%d", i)
+		ex, err := executor.New(executor.Config{Conn: connect(t, ns, id), RepositoryPath: repo, ID: id, Logger: discardLogger(),
+			ControlMode: executor.ControlPoll, PollInterval: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- ex.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	waitExecutors(t, g, 2)
+	for _, repo := range repos {
+		writeModel(t, repo, "added", identConfig, 1)
+	}
+	for _, id := range []string{"poll0", "poll1"} {
+		waitFor(t, id+" serving the added model", 10*time.Second, func() bool { return servesReady(g, id, "added") })
+	}
+	for _, repo := range repos {
+		if err := os.RemoveAll(filepath.Join(repo, "ident")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"poll0", "poll1"} {
+		waitFor(t, id+" unloading the removed model", 10*time.Second, func() bool { return !servesReady(g, id, "ident") })
+	}
+	checkModel(t, "http://"+g.HTTPAddr(), "added", "1", [4]int{6, 7, 8, 9})
 }
