@@ -106,12 +106,12 @@ var routes = []Route{
 	// requests.
 	{Pattern: CancelSubject, Publishers: []Role{RoleGateway, RoleExecutor},
 		Subscribers: []Role{RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
-	// Liveness probes of requests in flight: requesters ask every Conn
-	// that handles requests which of theirs it still holds, and the holder
-	// answers on the request's reply subject.
-	{Pattern: AliveSubject, Publishers: []Role{RoleGateway, RoleExecutor},
-		Subscribers: []Role{RoleExecutor, RoleSequenceRouter, RoleShmRegistry},
-		Repliers:    []Role{RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
+	// Liveness probes of requests in flight: every role that sends
+	// requests asks every Conn that handles requests which of them it still
+	// holds. The holder answers on the request's reply subject, which its
+	// role may publish to already: it answers that request.
+	{Pattern: AliveSubject, Publishers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter},
+		Subscribers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
 	// Liveness pings of the singleton services; probes, not services, send
 	// them.
 	{Pattern: Prefix + ".svc.*.ping", Publishers: none, Subscribers: []Role{RoleSequenceRouter, RoleShmRegistry}},
