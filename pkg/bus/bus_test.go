@@ -162,7 +162,7 @@ func TestRoundTrip(t *testing.T) {
 				return bytesValue(pattern(tt.reply, 2)), nil
 			})
 			var resp wrapperspb.BytesValue
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			if err := client.Request(ctx, subject, bytesValue(pattern(tt.req, 1)), &resp); err != nil {
 				t.Fatal(err)
@@ -431,7 +431,7 @@ func TestQueueGroupLargeTransfer(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			seed := byte(i)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var resp wrapperspb.BytesValue
 			if err := client.Request(ctx, subject, bytesValue(pattern(size, seed)), &resp); err != nil {
@@ -638,7 +638,7 @@ func TestHuge(t *testing.T) {
 		}
 		return bytesValue(req[:size-16]), nil
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
 	out, err := client.RequestBytes(ctx, "test.huge", body)

@@ -117,6 +117,12 @@ var routes = []Route{
 	{Pattern: SequencePullWildcard, Publishers: ex, Subscribers: rt, Repliers: rt},
 	{Pattern: SequenceClaimWildcard, Publishers: ex, Subscribers: rt},
 	{Pattern: SequenceTakeoverWildcard, Publishers: rt, Subscribers: []Role{RoleExecutor, RoleGateway}, Repliers: []Role{RoleExecutor, RoleGateway}},
+	// Run-time settings (trace, logging): a gateway spreads a change to
+	// every service, which acknowledges; a starting service asks a gateway
+	// for the current settings.
+	{Pattern: settingsPrefix + "*", Publishers: gw, Subscribers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter},
+		Repliers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter}},
+	{Pattern: settingsPrefix + "*.sync", Publishers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter}, Subscribers: gw, Repliers: gw},
 	// The shared-memory registry and the executors that map regions.
 	{Pattern: ShmRegisterSubject, Publishers: gw, Subscribers: reg, Repliers: reg},
 	{Pattern: ShmUnregisterSubject, Publishers: gw, Subscribers: reg, Repliers: reg},

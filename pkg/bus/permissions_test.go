@@ -46,6 +46,8 @@ var subjectExamples = map[string]string{
 	"ShmReleaseSubject":        ShmReleaseSubject,
 	"ShmRemovedSubject":        ShmRemovedSubject("node-a"),
 	"ShmCudaSubject":           ShmCudaSubject("node-a", 0),
+	"SettingsSubject":          SettingsSubject(SettingsTrace),
+	"SettingsSyncSubject":      SettingsSyncSubject(SettingsLogging),
 }
 
 // exportedSubjectNames lists the exported functions, constants and

@@ -59,6 +59,8 @@ import (
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/repository"
 	"github.com/nereid-io/nereid/pkg/routines"
+	"github.com/nereid-io/nereid/pkg/settingbus"
+	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
 )
@@ -83,6 +85,9 @@ const DrainTimeout = 10 * time.Second
 type Config struct {
 	// Conn is the NATS connection (required). The executor does not close it.
 	Conn *nats.Conn
+	// Trace is --trace-config: the startup trace settings, changed at run
+	// time by the trace extension through any gateway.
+	Trace tracesetting.Config
 	// RepositoryPath is the model repository to serve (required).
 	RepositoryPath string
 	// MoreRepositories are further repositories (--model-repository given
@@ -131,6 +136,7 @@ type Config struct {
 // Executor serves a model repository over NATS.
 type Executor struct {
 	cfg        Config
+	trace      *tracesetting.Manager // trace extension settings, kept in step by any gateway
 	log        *slog.Logger
 	generation uint64
 	revision   atomic.Uint64 // catalog changes within the generation
@@ -200,6 +206,10 @@ func New(cfg Config) (*Executor, error) {
 		ready:      make(chan struct{}),
 		backends:   map[string]backend.Backend{},
 	}
+	if cfg.Trace.Mode == "" {
+		e.cfg.Trace = tracesetting.DefaultConfig()
+	}
+	e.trace = tracesetting.New(e.cfg.Trace, cfg.ID)
 	// A restarted executor with the same id announces a newer generation,
 	// so gateways refetch its catalog; a load or unload, a new revision.
 	e.generation = uint64(time.Now().UnixNano())
@@ -324,6 +334,11 @@ func (e *Executor) Run(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	subs = append(subs, statsSub)
+	traceFollow, err := settingbus.Follow(ctx, bc, bus.SettingsTrace, e.trace, bus.RoleExecutor, e.cfg.ID, false)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	defer traceFollow.Stop()
 	// Backends calling other models (BLS) need to know who serves what:
 	// peers are known from their heartbeats, within HeartbeatInterval.
 	peers, err := bc.Subscribe(bus.HeartbeatSubject, e.peerHeartbeat)
@@ -593,3 +608,6 @@ func (e *Executor) handleStats(_ context.Context, data []byte) (proto.Message, e
 	}
 	return resp, nil
 }
+
+// TraceSettings returns the trace settings the executor applies.
+func (e *Executor) TraceSettings() *tracesetting.Manager { return e.trace }

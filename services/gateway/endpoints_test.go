@@ -110,7 +110,7 @@ func TestMetadataEndpoints(t *testing.T) {
 		status                   int
 		want                     string // JSON; "" = empty body
 	}{
-		{"server metadata", "GET", "/v2", "", 200, `{"name":"triton","version":"test","extensions":["classification","binary_tensor_data","cuda_shared_memory","system_shared_memory","model_configuration","model_repository","statistics","sequence","sequence(string_id)"]}`},
+		{"server metadata", "GET", "/v2", "", 200, `{"name":"triton","version":"test","extensions":["classification","binary_tensor_data","cuda_shared_memory","system_shared_memory","model_configuration","model_repository","statistics","sequence","sequence(string_id)","trace"]}`},
 		{"model metadata", "GET", "/v2/models/simple", "", 200, simpleMeta},
 		{"model metadata version", "GET", "/v2/models/simple/versions/1", "", 200, simpleMeta},
 		{"model ready", "GET", "/v2/models/simple/ready", "", 200, ""},
@@ -270,10 +270,10 @@ func TestMetadataEndpoints(t *testing.T) {
 			_, err := c.RepositoryModelLoad(ctx, &inference.RepositoryModelLoadRequest{ModelName: "simple"})
 			return err
 		}, codes.Unavailable, "explicit model load / unload is not allowed if polling is enabled"},
-		{"TraceSetting", func() error {
-			_, err := c.TraceSetting(ctx, &inference.TraceSettingRequest{})
+		{"TraceSetting unknown model", func() error {
+			_, err := c.TraceSetting(ctx, &inference.TraceSettingRequest{ModelName: "nope"})
 			return err
-		}, codes.Unimplemented, "trace setting is not supported yet"},
+		}, codes.InvalidArgument, "Request for unknown model : nope"},
 	} {
 		t.Run("grpc "+tc.name, func(t *testing.T) {
 			s := status.Convert(tc.call())

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/nereid-io/nereid/pkg/tlsreload"
+	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
 )
 
@@ -16,6 +17,7 @@ type EdgeFlags struct {
 	grpc, http             tlsFlags
 	httpRestr, grpcRestrct RestrictionFlag
 	metrics                MetricsConfig
+	trace                  tracesetting.Flag
 }
 
 type tlsFlags struct {
@@ -79,6 +81,7 @@ func (f *EdgeFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.http.root, "http-root-cert", "", "PEM root certificate verifying HTTP clients' certificates")
 	fs.Var(&f.httpRestr, "http-restricted-api", "restrict HTTP API groups to requests carrying a header: <api list>:<key>=<value> (repeatable)")
 	fs.Var(&f.grpcRestrct, "grpc-restricted-protocol", "restrict gRPC API groups to calls carrying metadata triton-grpc-protocol-<key>: <api list>:<key>=<value> (repeatable)")
+	fs.Var(&f.trace, "trace-config", "a trace setting: <setting>=<value> (level, rate, count, log_frequency, mode) or opentelemetry,<setting>=<value> (url, resource, ...) (repeatable)")
 	fs.Var(&f.metrics, "metrics-config", "a metrics setting: histogram_latencies=<bool> or counter_latencies=<bool> (repeatable)")
 }
 
@@ -109,5 +112,6 @@ func (f *EdgeFlags) Apply(cfg *Config) error {
 	}
 	cfg.HTTPRestricted, cfg.GRPCRestricted = f.httpRestr.R, f.grpcRestrct.R
 	cfg.Metrics = f.metrics
+	cfg.Trace = f.trace.Config()
 	return nil
 }

@@ -27,7 +27,9 @@ import (
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/routines"
+	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
+	"github.com/nereid-io/nereid/pkg/tracesetting"
 )
 
 // Defaults of Config.
@@ -85,6 +87,10 @@ type Config struct {
 	HTTPRestricted, GRPCRestricted Restrictions
 	// Metrics are tritonserver's --metrics-config settings.
 	Metrics MetricsConfig
+	// Trace is tritonserver's --trace-config: the startup trace settings,
+	// which the trace extension changes at run time across the
+	// constellation. Zero: tracing off, OpenTelemetry mode.
+	Trace tracesetting.Config
 }
 
 // Gateway terminates Triton's HTTP/REST and gRPC protocols and forwards to
@@ -110,6 +116,9 @@ type Gateway struct {
 	// resolves, the serving loops); run stops and waits for them.
 	group *routines.Group
 	seq   seqTracker // sequence requests across router takeovers (sequence.go)
+
+	id    string                // this process, in settings versions and acknowledgements
+	trace *tracesetting.Manager // trace extension settings (tracesetting.go)
 }
 
 // New checks cfg, connects the bus and opens the listeners, so that port
@@ -156,7 +165,13 @@ func New(cfg Config) (*Gateway, error) {
 		exts:  extensions(),
 		ready: make(chan struct{}),
 		group: routines.New(context.Background()),
+		id:    newInstanceID(),
 	}
+	if cfg.Trace.Mode == "" {
+		cfg.Trace = tracesetting.DefaultConfig()
+		g.cfg.Trace = cfg.Trace
+	}
+	g.trace = tracesetting.New(cfg.Trace, g.id)
 	g.inflight.limit = cfg.Limits.HTTPMaxInflightBodySize
 	ok := false
 	defer func() {
@@ -303,6 +318,12 @@ func (g *Gateway) run(ctx context.Context) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer takeovers.Unsubscribe()
+	traceFollow, err := settingbus.Follow(ctx, g.bus, bus.SettingsTrace, g.trace, bus.RoleGateway, g.id, true)
+	if err != nil {
+		g.closeListeners()
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer traceFollow.Stop()
 	// Executors answer a solicitation with a heartbeat at once, so a fresh
 	// gateway learns the catalog without waiting a heartbeat interval.
 	if err := g.bus.Publish(bus.SolicitSubject, &busv1.CatalogRequest{}); err != nil {
@@ -421,6 +442,7 @@ func extensions() []string {
 		"statistics",
 		"sequence",
 		"sequence(string_id)",
+		"trace",
 	}
 }
 

@@ -363,10 +363,6 @@ const streamWindow = 64
 
 // The RPCs of features not built yet say which feature is missing.
 
-func (s *grpcService) TraceSetting(context.Context, *inference.TraceSettingRequest) (*inference.TraceSettingResponse, error) {
-	return nil, tritonerr.Unsupportedf("trace setting is not supported yet")
-}
-
 func (s *grpcService) LogSettings(context.Context, *inference.LogSettingsRequest) (*inference.LogSettingsResponse, error) {
 	return nil, tritonerr.Unsupportedf("log settings are not supported yet")
 }

@@ -150,7 +150,7 @@ func (g *Gateway) httpHandler() http.Handler {
 	}
 	mux.HandleFunc("/v2/models/{model}/{kind}", model)
 	mux.HandleFunc("/v2/models/{model}/versions/{version}/{kind}", model)
-	mux.HandleFunc("/v2/models/{model}/trace/setting", unsupported("trace setting"))
+	mux.HandleFunc("/v2/models/{model}/trace/setting", g.handleTraceSetting)
 
 	mux.HandleFunc("/v2/repository/index", method(http.MethodPost, g.handleRepositoryIndex))
 	mux.HandleFunc("/v2/repository/{repo}/index", method(http.MethodPost, g.handleRepositoryIndex))
@@ -158,7 +158,7 @@ func (g *Gateway) httpHandler() http.Handler {
 	mux.HandleFunc("/v2/repository/{repo}/models/{model}/{action}", g.repositoryControl)
 
 	g.shmRoutes(mux) // shmhttp.go
-	mux.HandleFunc("/v2/trace/setting", unsupported("trace setting"))
+	mux.HandleFunc("/v2/trace/setting", g.handleTraceSetting)
 	mux.HandleFunc("/v2/logging", unsupported("log setting"))
 	return mux
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
+	"github.com/nereid-io/nereid/pkg/settingbus"
+	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -59,6 +61,9 @@ type Config struct {
 	// DelaySlots and DelayBacklog are test hooks: Triton's
 	// TRITONSERVER_DELAY_SCHEDULER and TRITONSERVER_BACKLOG_DELAY_SCHEDULER.
 	DelaySlots, DelayBacklog int
+	// Trace is --trace-config: the startup trace settings, changed at run
+	// time by the trace extension through any gateway.
+	Trace tracesetting.Config
 }
 
 // Service is one running sequence router.
@@ -68,6 +73,7 @@ type Service struct {
 	ready chan struct{}
 	bus   *bus.Conn
 	st    store
+	trace *tracesetting.Manager // trace extension settings, kept in step by any gateway
 
 	// group owns the service's goroutines (lease loops, takeovers,
 	// resolves, drains); its context ends when Run returns, and Run waits
@@ -106,8 +112,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.PullHold <= 0 {
 		cfg.PullHold = DefaultPullHold
 	}
+	if cfg.Trace.Mode == "" {
+		cfg.Trace = tracesetting.DefaultConfig()
+	}
 	return &Service{
-		cfg: cfg, log: cfg.Logger.With("service", Name, "router", cfg.ID), ready: make(chan struct{}),
+		trace: tracesetting.New(cfg.Trace, cfg.ID),
+		cfg:   cfg, log: cfg.Logger.With("service", Name, "router", cfg.ID), ready: make(chan struct{}),
 		models: map[string]*model{}, executors: map[string]*executor{}, claims: map[string]time.Time{},
 		floors: map[string]*failover.Floor{},
 	}, nil
@@ -166,6 +176,11 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	defer hb.Unsubscribe()
+	traceFollow, err := settingbus.Follow(ctx, bc, bus.SettingsTrace, s.trace, bus.RoleSequenceRouter, s.cfg.ID, false)
+	if err != nil {
+		return fmt.Errorf("%s: %w", Name, err)
+	}
+	defer traceFollow.Stop()
 	s.group = routines.New(ctx)
 	defer s.group.Stop()
 	claims, err := bc.SubscribeAll(bus.SequenceClaimWildcard, s.claim)
@@ -355,3 +370,6 @@ func (s *Service) housekeeping(now time.Time) {
 		m.expirePending(now)
 	}
 }
+
+// TraceSettings returns the trace settings the router applies.
+func (s *Service) TraceSettings() *tracesetting.Manager { return s.trace }

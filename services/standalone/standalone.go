@@ -22,6 +22,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
+	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/version"
 	"github.com/nereid-io/nereid/services/executor"
 	"github.com/nereid-io/nereid/services/gateway"
@@ -81,7 +82,9 @@ type Config struct {
 	HTTPRestricted, GRPCRestricted gateway.Restrictions
 	// Metrics are the gateway's --metrics-config settings.
 	Metrics gateway.MetricsConfig
-	Logger  *slog.Logger
+	// Trace is --trace-config, for every service.
+	Trace  tracesetting.Config
+	Logger *slog.Logger
 	// BackendDirectory, BackendConfig and ServerLibrary are the executor's
 	// (Triton backends: --backend-directory, --backend-config).
 	BackendDirectory string
@@ -215,7 +218,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Conn: exConn, RepositoryPath: s.cfg.ModelRepository, MoreRepositories: s.cfg.MoreRepositories, Models: s.cfg.Models, ControlMode: s.cfg.ControlMode, PollInterval: s.cfg.PollInterval,
 		DisableAutoComplete: s.cfg.DisableAutoComplete, ExitOnError: s.cfg.ExitOnError, Logger: s.log,
 		BackendDirectory: s.cfg.BackendDirectory, BackendConfig: s.cfg.BackendConfig, ServerLibrary: s.cfg.ServerLibrary,
-		RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth,
+		RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Trace: s.cfg.Trace,
 	})
 	if err != nil {
 		return err
@@ -234,6 +237,7 @@ func (s *Server) Run(ctx context.Context) error {
 		GRPCTLS:          s.cfg.GRPCTLS,
 		HTTPRestricted:   s.cfg.HTTPRestricted,
 		Metrics:          s.cfg.Metrics,
+		Trace:            s.cfg.Trace,
 		GRPCRestricted:   s.cfg.GRPCRestricted,
 		Logger:           s.log,
 	})
@@ -245,7 +249,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	seq, err := seqrouter.New(seqrouter.Config{Conn: seqConn, RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Logger: s.log})
+	seq, err := seqrouter.New(seqrouter.Config{Conn: seqConn, RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Logger: s.log, Trace: s.cfg.Trace})
 	if err != nil {
 		return err
 	}

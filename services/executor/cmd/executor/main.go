@@ -17,6 +17,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/probe"
 	"github.com/nereid-io/nereid/pkg/redisconn"
+	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
 	"github.com/nereid-io/nereid/services/executor"
 )
@@ -51,6 +52,8 @@ func main() {
 	auth.Register(fs)
 	var redisAuth redisconn.Options
 	redisAuth.Register(fs)
+	var trace tracesetting.Flag
+	fs.Var(&trace, "trace-config", "a trace setting, as tritonserver's --trace-config (repeatable)")
 	_ = fs.Parse(os.Args[1:])
 	pollInterval := time.Duration(*pollSecs) * time.Second
 	auth.FromEnv()
@@ -61,6 +64,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, log, auth, *natsURL, *probeAddr, executor.Config{
 		RepositoryPath: first(repos), MoreRepositories: rest(repos), Models: models, ControlMode: mode, PollInterval: pollInterval,
+		Trace:               trace.Config(),
 		DisableAutoComplete: strictCfg || noAutoComplete, ExitOnError: exitOnError, ID: *id, Node: *node, Logger: log,
 		BackendDirectory: *backendDir, BackendConfig: backendConfig, ServerLibrary: *serverLib,
 		RedisURL: *redisURL, RedisAuth: redisAuth,

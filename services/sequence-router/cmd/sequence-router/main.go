@@ -15,6 +15,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/probe"
 	"github.com/nereid-io/nereid/pkg/redisconn"
+	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
 	seqrouter "github.com/nereid-io/nereid/services/sequence-router"
 )
@@ -32,10 +33,12 @@ func main() {
 	auth.Register(fs)
 	var redisAuth redisconn.Options
 	redisAuth.Register(fs)
+	var trace tracesetting.Flag
+	fs.Var(&trace, "trace-config", "a trace setting, as tritonserver's --trace-config (repeatable)")
 	_ = fs.Parse(os.Args[1:])
 	auth.FromEnv()
 	redisAuth.FromEnv()
-	cfg := seqrouter.Config{RedisURL: *redisURL, RedisAuth: redisAuth, MaxBacklog: *maxBacklog, LeaseTTL: *leaseTTL, ID: *id}
+	cfg := seqrouter.Config{RedisURL: *redisURL, RedisAuth: redisAuth, MaxBacklog: *maxBacklog, LeaseTTL: *leaseTTL, ID: *id, Trace: trace.Config()}
 	// Triton's test hooks: hold batches until that many requests wait.
 	cfg.DelaySlots, _ = strconv.Atoi(os.Getenv("TRITONSERVER_DELAY_SCHEDULER"))
 	cfg.DelayBacklog, _ = strconv.Atoi(os.Getenv("TRITONSERVER_BACKLOG_DELAY_SCHEDULER"))

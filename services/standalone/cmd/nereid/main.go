@@ -70,6 +70,7 @@ func main() {
 	}
 	cfg.HTTPTLS, cfg.GRPCTLS, cfg.HTTPRestricted, cfg.GRPCRestricted = gw.HTTPTLS, gw.GRPCTLS, gw.HTTPRestricted, gw.GRPCRestricted
 	cfg.Metrics = gw.Metrics
+	cfg.Trace = gw.Trace
 
 	cfg.Logger = logger()
 
