@@ -103,8 +103,9 @@ var routes = []Route{
 	{Pattern: jetStreamAPI + "DIRECT.GET." + loadedModelsStream + ".>", Publishers: ex, Subscribers: none},
 	{Pattern: loadedModelsKeys, Publishers: ex, Subscribers: none},
 	// Cancellations travel from requesters to every Conn that serves
-	// requests.
-	{Pattern: CancelSubject, Publishers: []Role{RoleGateway, RoleExecutor},
+	// requests; the sequence router forwards those of the requests it
+	// handed to executors.
+	{Pattern: CancelSubject, Publishers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter},
 		Subscribers: []Role{RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
 	// Liveness probes of requests in flight: every role that sends
 	// requests asks every Conn that handles requests which of them it still
