@@ -71,16 +71,12 @@ func (c *Conn) watched(b *inbox) {
 	}
 	b.watched = true
 	b.heard = 1 // a fresh request counts as word at its start
-	c.sweepOnce.Do(func() {
-		c.sweeper.Add(1)
-		go c.sweep() // owned by c: it returns when c.done closes, and Close waits for it
-	})
 }
 
 // sweep probes the requests silent for a whole interval and fails those
 // whose probes went unanswered, until the Conn closes.
 func (c *Conn) sweep() {
-	defer c.sweeper.Done()
+	defer close(c.sweepDone)
 	t := time.NewTicker(c.opts.liveness)
 	defer t.Stop()
 	var (
