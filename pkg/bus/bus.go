@@ -200,10 +200,22 @@ func (c *Conn) dispatch(m *nats.Msg) {
 }
 
 // register opens an inbox reachable at the returned subject.
-func (c *Conn) register() (subject string, b *inbox) {
+func (c *Conn) register() (subject string, b *inbox) { return c.registerInbox(false) }
+
+// registerRequest opens the inbox of a request, swept for the liveness of
+// its responder (alive.go).
+func (c *Conn) registerRequest() (subject string, b *inbox) {
+	return c.registerInbox(c.opts.liveness > 0)
+}
+
+func (c *Conn) registerInbox(watched bool) (subject string, b *inbox) {
 	tok := strconv.FormatUint(c.seq.Add(1), 36)
 	lost, _ := c.link.state()
 	b = &inbox{signal: make(chan struct{}, 1), done: c.done, lost: lost}
+	if watched {
+		b.watched = true
+		b.heard = 1 // a fresh request counts as word at its start
+	}
 	c.mu.Lock()
 	c.inboxes[tok] = b
 	c.mu.Unlock()
