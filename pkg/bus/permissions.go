@@ -103,9 +103,9 @@ var routes = []Route{
 	{Pattern: jetStreamAPI + "DIRECT.GET." + loadedModelsStream + ".>", Publishers: ex, Subscribers: none},
 	{Pattern: loadedModelsKeys, Publishers: ex, Subscribers: none},
 	// Cancellations travel from requesters to every Conn that serves
-	// requests.
+	// requests (gateways serve the settings subjects).
 	{Pattern: CancelSubject, Publishers: []Role{RoleGateway, RoleExecutor},
-		Subscribers: []Role{RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
+		Subscribers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
 	// Liveness pings of the singleton services; probes, not services, send
 	// them.
 	{Pattern: Prefix + ".svc.*.ping", Publishers: none, Subscribers: []Role{RoleSequenceRouter, RoleShmRegistry}},
