@@ -103,8 +103,9 @@ var routes = []Route{
 	{Pattern: jetStreamAPI + "DIRECT.GET." + loadedModelsStream + ".>", Publishers: ex, Subscribers: none},
 	{Pattern: loadedModelsKeys, Publishers: ex, Subscribers: none},
 	// Cancellations travel from requesters to every Conn that serves
-	// requests (gateways serve the settings subjects).
-	{Pattern: CancelSubject, Publishers: []Role{RoleGateway, RoleExecutor},
+	// requests (gateways serve the settings subjects); the sequence router
+	// forwards those of the requests it handed to executors.
+	{Pattern: CancelSubject, Publishers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter},
 		Subscribers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
 	// Liveness pings of the singleton services; probes, not services, send
 	// them.

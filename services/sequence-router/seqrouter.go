@@ -308,6 +308,17 @@ func (s *Service) handlePull(_ context.Context, subject, reply string, data []by
 	m.pull(now, reply, &p)
 }
 
+// forwardCancel publishes again, on bus.CancelSubject, the cancellation of
+// a request the router handed to an executor. The executor heard the
+// client's own cancellation too, but possibly before the batch reached it,
+// when only its memory of early cancellations (bus, a few seconds) would
+// apply it; the second one finds the request running there.
+func (s *Service) forwardCancel(reply string) {
+	if err := s.cfg.Conn.Publish(bus.CancelSubject, []byte(reply)); err != nil {
+		s.log.Debug("cancellation not forwarded", "err", err)
+	}
+}
+
 // heartbeat tracks executors: a withdrawal loses its slots at once.
 func (s *Service) heartbeat(_ context.Context, data []byte) {
 	var hb busv1.ExecutorHeartbeat

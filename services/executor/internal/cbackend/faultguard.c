@@ -40,7 +40,7 @@ static _Atomic uint64_t absorbed;
 
 static void forward(int sig, siginfo_t* info, void* uctx) {
   if (previous.sa_flags & SA_SIGINFO) {
-    if (previous.sa_sigaction != NULL) {
+    if (previous.sa_sigaction != NULL && (void*)previous.sa_sigaction != (void*)SIG_IGN) {
       previous.sa_sigaction(sig, info, uctx);
       return;
     }
