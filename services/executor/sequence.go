@@ -668,6 +668,10 @@ func (s *seqRunner) decode(ctx context.Context, now time.Time, w, template *busv
 		// The client's cancellation reaches the backend
 		// (Request.IsCancelled), as on the stateless path.
 		rctx, it.untrack = s.mv.e.bus.TrackRequest(rctx, w.GetReply())
+	} else if !w.GetPadding() && w.GetReply() != "" {
+		// Its gateway's liveness probes are answered while it runs here,
+		// also when the router that handed it over is gone.
+		it.untrack = s.mv.e.bus.Hold(w.GetReply())
 	}
 	if d := w.GetDeadlineUnixNano(); d > 0 && !w.GetPadding() {
 		rctx, it.cctx = context.WithDeadline(rctx, time.Unix(0, d))
