@@ -38,6 +38,9 @@ type Conn struct {
 
 	link     *link         // the connection's state (link.go)
 	linkDone chan struct{} // closed when followLink has returned
+
+	sweepOnce sync.Once      // starts sweep (alive.go) with the first request
+	sweeper   sync.WaitGroup // the sweep goroutine
 }
 
 type options struct {
@@ -48,6 +51,7 @@ type options struct {
 	chunkSize      int
 	idleTimeout    time.Duration
 	reconnectWait  time.Duration
+	liveness       time.Duration
 	log            *slog.Logger
 	codec          Codec
 }
@@ -97,6 +101,7 @@ func New(nc *nats.Conn, opts ...Option) (*Conn, error) {
 		windowBytes:    8 << 20,
 		idleTimeout:    15 * time.Second,
 		reconnectWait:  DefaultReconnectWait,
+		liveness:       DefaultLiveness,
 		log:            slog.Default(),
 		codec:          protoCodec{},
 	}
@@ -157,6 +162,7 @@ func (c *Conn) NATS() *nats.Conn { return c.nc }
 func (c *Conn) Close() error {
 	c.shutdown()
 	<-c.linkDone
+	c.sweeper.Wait()
 	c.stopCancels()
 	if err := c.mux.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && !errors.Is(err, nats.ErrConnectionClosed) {
 		return err
@@ -173,6 +179,10 @@ func (c *Conn) dispatch(m *nats.Msg) {
 	b := c.inboxes[tok]
 	c.mu.Unlock()
 	if b != nil {
+		if len(m.Header) > 0 && m.Header[HeaderAlive] != nil {
+			b.alive() // a responder still holds the request (alive.go)
+			return
+		}
 		b.put(m)
 		return
 	}
@@ -320,11 +330,20 @@ type inbox struct {
 	done   <-chan struct{}
 	lost   <-chan struct{} // the connection it was registered on dropped
 	notify func()          // called after each put (a stream writer's credit hook)
+
+	// A requester's inbox is watched for liveness (alive.go): heard
+	// counts what arrived, seen and silent are the sweep's, and gone ends
+	// the wait when the responder was lost.
+	watched     bool
+	heard, seen uint64
+	silent      int
+	gone        bool
 }
 
 func (b *inbox) put(m *nats.Msg) {
 	b.mu.Lock()
 	b.q = append(b.q, m)
+	b.heard++
 	notify := b.notify
 	b.mu.Unlock()
 	select {
@@ -349,7 +368,11 @@ func (b *inbox) next(ctx context.Context, idle time.Duration) (*nats.Msg, error)
 			b.mu.Unlock()
 			return m, nil
 		}
+		gone := b.gone
 		b.mu.Unlock()
+		if gone {
+			return nil, errResponderLost
+		}
 		if idle > 0 && timeout == nil {
 			t := time.NewTimer(idle)
 			defer t.Stop()

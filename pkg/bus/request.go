@@ -49,6 +49,7 @@ func (c *Conn) request(ctx context.Context, subject string, body *payload) ([]by
 	}
 	reply, in := c.register()
 	defer c.unregister(reply)
+	c.watched(in)
 
 	hdr := make(nats.Header, 3)
 	if d, ok := ctx.Deadline(); ok {
@@ -186,6 +187,8 @@ func transferError(err error, subject string) error {
 		return tritonerr.Unavailablef("request to %s failed: the responder aborted a chunked transfer", target(subject))
 	case errors.Is(err, errClosed), errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining):
 		return tritonerr.Unavailablef("request to %s failed: the bus connection is closed", target(subject))
+	case errors.Is(err, errResponderLost):
+		return tritonerr.Unavailablef("%s", responderLostMessage(subject))
 	case errors.Is(err, errLinkLost):
 		return tritonerr.Unavailablef("request to %s failed: the connection to NATS was lost while it was in flight; the request may or may not have run", target(subject))
 	case errors.Is(err, errProtocol):

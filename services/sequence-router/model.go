@@ -31,6 +31,9 @@ type item struct {
 	stream string
 	seq    uint64
 	shape  string // busv1.SequenceRequest.shape
+	// trace is the W3C context of the router's span for the request, nil
+	// when it is not traced.
+	trace map[string]string
 	// window is busv1.SequenceRequest.stream_window: the executor streams
 	// a decoupled model's responses to reply.
 	window uint32
@@ -446,6 +449,7 @@ func (m *model) dispatch(now time.Time) []send {
 			// Held across a NATS reconnect: its requester gave up, and a
 			// batch sent to it would be lost. The instance pulls again.
 			delete(m.pulls, key)
+			m.s.bus.Release(pl.reply)
 			continue
 		}
 		b, wait := m.core.Next(now, key)
@@ -516,7 +520,7 @@ func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
 		it.running = true
 		w := &busv1.SequenceWork{Slot: uint32(e.Slot), Id: e.ID.Proto(), Start: e.Start, End: e.End,
 			Reply: it.reply, Request: it.body, ReceivedUnixNano: it.received.UnixNano(), Token: it.token, Resume: e.Resume,
-			StreamWindow: it.window}
+			StreamWindow: it.window, TraceContext: it.trace}
 		if !it.deadline.IsZero() {
 			w.DeadlineUnixNano = it.deadline.UnixNano()
 		}
@@ -535,7 +539,11 @@ func (m *model) done(batch uint64) {
 		return
 	}
 	for _, r := range f.reqs {
-		r.Data.(*item).finish()
+		it := r.Data.(*item)
+		it.finish()
+		// The bus held it for its gateway's liveness probes since it
+		// arrived (bus.HandleDelegated): the executor has answered it.
+		m.s.bus.Release(it.reply)
 	}
 	delete(m.inflight, batch)
 }
@@ -563,7 +571,10 @@ func (m *model) unloaded(now time.Time, p *busv1.SequencePull) {
 			delete(m.inflight, id)
 		}
 	}
-	delete(m.pulls, key)
+	if pl := m.pulls[key]; pl != nil {
+		m.s.bus.Release(pl.reply)
+		delete(m.pulls, key)
+	}
 	m.unlock()
 	m.s.log.Info("instance left: the executor unloaded the model", "model", m.name, "version", m.version, "executor", key.Executor, "instance", key.Index)
 	m.deliver(out)
@@ -621,8 +632,9 @@ func (m *model) lose(executor string, keep uint64, why string) {
 			delete(m.inflight, id)
 		}
 	}
-	for key := range m.pulls {
+	for key, pl := range m.pulls {
 		if key.Executor == executor && (keep == 0 || key.Generation != keep) {
+			m.s.bus.Release(pl.reply)
 			delete(m.pulls, key)
 		}
 	}
@@ -694,7 +706,7 @@ func (m *model) shutdown(err error) bool {
 		}
 	}
 	// Batches on executors are answered by them: the router only stops
-	// following their cancellations.
+	// following their cancellations and answering their liveness probes.
 	for id := range m.inflight {
 		m.done(id)
 	}
