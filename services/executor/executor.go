@@ -61,6 +61,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
+	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
 )
@@ -137,6 +138,7 @@ type Config struct {
 type Executor struct {
 	cfg        Config
 	trace      *tracesetting.Manager // trace extension settings, kept in step by any gateway
+	tracer     *tracing.Tracer       // spans of traced requests; nil when nothing is exported
 	log        *slog.Logger
 	generation uint64
 	revision   atomic.Uint64 // catalog changes within the generation
@@ -237,6 +239,16 @@ func (e *Executor) Run(ctx context.Context) error {
 	}
 	e.bus = bc
 	defer bc.Close()
+	if e.cfg.Trace.Mode == tracesetting.ModeOpenTelemetry {
+		if e.tracer, err = tracing.New(ctx, e.cfg.Trace, "executor", e.trace); err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = e.tracer.Shutdown(sctx)
+		}()
+	}
 
 	// Executions outlive ctx by the drain: they end when execCancel runs.
 	execCtx, execCancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -17,11 +17,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	_ "google.golang.org/grpc/encoding/gzip" // gzip for gRPC message compression
+	health "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
-	"github.com/nereid-io/nereid/api/health"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
@@ -30,6 +30,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
+	"github.com/nereid-io/nereid/pkg/tracing"
 )
 
 // Defaults of Config.
@@ -119,6 +120,9 @@ type Gateway struct {
 
 	id    string                // this process, in settings versions and acknowledgements
 	trace *tracesetting.Manager // trace extension settings (tracesetting.go)
+	// tracer records and exports the spans of traced requests (nil: the
+	// trace mode exports nothing). Set by run before serving.
+	tracer *tracing.Tracer
 }
 
 // New checks cfg, connects the bus and opens the listeners, so that port
@@ -318,6 +322,17 @@ func (g *Gateway) run(ctx context.Context) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer takeovers.Unsubscribe()
+	if g.cfg.Trace.Mode == tracesetting.ModeOpenTelemetry {
+		if g.tracer, err = tracing.New(ctx, g.cfg.Trace, "gateway", g.trace); err != nil {
+			g.closeListeners()
+			return fmt.Errorf("gateway: %w", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = g.tracer.Shutdown(sctx)
+		}()
+	}
 	traceFollow, err := settingbus.Follow(ctx, g.bus, bus.SettingsTrace, g.trace, bus.RoleGateway, g.id, true)
 	if err != nil {
 		g.closeListeners()

@@ -31,6 +31,9 @@ type item struct {
 	stream string
 	seq    uint64
 	shape  string // busv1.SequenceRequest.shape
+	// trace is the W3C context of the router's span for the request, nil
+	// when it is not traced.
+	trace map[string]string
 	// window is busv1.SequenceRequest.stream_window: the executor streams
 	// a decoupled model's responses to reply.
 	window uint32
@@ -517,7 +520,7 @@ func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
 		it.running = true
 		w := &busv1.SequenceWork{Slot: uint32(e.Slot), Id: e.ID.Proto(), Start: e.Start, End: e.End,
 			Reply: it.reply, Request: it.body, ReceivedUnixNano: it.received.UnixNano(), Token: it.token, Resume: e.Resume,
-			StreamWindow: it.window}
+			StreamWindow: it.window, TraceContext: it.trace}
 		if !it.deadline.IsZero() {
 			w.DeadlineUnixNano = it.deadline.UnixNano()
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/seqbatch"
 	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
+	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -74,6 +75,9 @@ type Service struct {
 	bus   *bus.Conn
 	st    store
 	trace *tracesetting.Manager // trace extension settings, kept in step by any gateway
+	// tracer records the spans of traced requests; nil when nothing is
+	// exported.
+	tracer *tracing.Tracer
 
 	// group owns the service's goroutines (lease loops, takeovers,
 	// resolves, drains); its context ends when Run returns, and Run waits
@@ -176,6 +180,16 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	defer hb.Unsubscribe()
+	if s.cfg.Trace.Mode == tracesetting.ModeOpenTelemetry {
+		if s.tracer, err = tracing.New(ctx, s.cfg.Trace, Name, s.trace); err != nil {
+			return fmt.Errorf("%s: %w", Name, err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = s.tracer.Shutdown(sctx)
+		}()
+	}
 	traceFollow, err := settingbus.Follow(ctx, bc, bus.SettingsTrace, s.trace, bus.RoleSequenceRouter, s.cfg.ID, false)
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
@@ -249,7 +263,11 @@ func (s *Service) handleInfer(ctx context.Context, subject, reply string, data [
 		return
 	}
 	now := time.Now()
-	it := &item{reply: reply, body: sr.GetRequest(), received: now, id: seqbatch.FromProto(sr.GetId()),
+	// A traced request gets the router's span; the executor that runs it
+	// continues the trace from there (busv1.SequenceWork.trace_context).
+	ctx, span := s.tracer.StartChild(ctx, name, "sequence_batcher")
+	defer tracing.End(span, nil)
+	it := &item{reply: reply, body: sr.GetRequest(), received: now, id: seqbatch.FromProto(sr.GetId()), trace: tracing.Inject(ctx),
 		start: sr.GetStart(), end: sr.GetEnd(), timeout: time.Duration(sr.GetTimeoutUs()) * time.Microsecond, token: sr.GetToken(),
 		stream: sr.GetStream(), seq: sr.GetStreamSeq(), shape: sr.GetShape(), window: sr.GetStreamWindow()}
 	if d, ok := ctx.Deadline(); ok {
@@ -298,7 +316,9 @@ func (s *Service) handlePull(_ context.Context, subject, reply string, data []by
 func (s *Service) forwardCancel(reply string) {
 	if err := s.cfg.Conn.Publish(bus.CancelSubject, []byte(reply)); err != nil {
 		s.log.Debug("cancellation not forwarded", "err", err)
+		return
 	}
+	s.log.Debug("cancellation forwarded to the executor running the request")
 }
 
 // heartbeat tracks executors: a withdrawal loses its slots at once.
