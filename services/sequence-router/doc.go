@@ -46,9 +46,10 @@
 // waiting for its turn on its stream or for the model's config is answered
 // at once and cancelled when it reaches the batcher. A request already in a
 // batch on an executor is the executor's, which hears the same
-// cancellation; the router publishes it again, so that an executor that
-// heard the first one before the batch arrived need not rely on the bus's
-// short memory of early cancellations.
+// cancellation; until the executor reports the batch done, the router
+// publishes it again, so that an executor that heard the first one before
+// the batch arrived need not rely on the bus's short memory of early
+// cancellations.
 //
 // A request in the middle of a sequence thus costs gateway -> router ->
 // executor (over the held pull's reply) -> gateway: one NATS leg more than a

@@ -327,7 +327,9 @@ func (s *Service) handlePull(_ context.Context, subject, reply string, data []by
 func (s *Service) forwardCancel(reply string) {
 	if err := s.cfg.Conn.Publish(bus.CancelSubject, []byte(reply)); err != nil {
 		s.log.Debug("cancellation not forwarded", "err", err)
+		return
 	}
+	s.log.Debug("cancellation forwarded to the executor running the request")
 }
 
 // heartbeat tracks executors: a withdrawal loses its slots at once.
