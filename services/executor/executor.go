@@ -56,6 +56,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/repository"
 	"github.com/nereid-io/nereid/pkg/routines"
@@ -89,6 +90,9 @@ type Config struct {
 	// Trace is --trace-config: the startup trace settings, changed at run
 	// time by the trace extension through any gateway.
 	Trace tracesetting.Config
+	// Logging are the settings Logger obeys (pkg/logsetting), kept in step
+	// with the logging extension; nil: Logger does not change.
+	Logging *logsetting.Manager
 	// RepositoryPath is the model repository to serve (required).
 	RepositoryPath string
 	// MoreRepositories are further repositories (--model-repository given
@@ -351,6 +355,13 @@ func (e *Executor) Run(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	defer traceFollow.Stop()
+	if e.cfg.Logging != nil {
+		logFollow, err := settingbus.Follow(ctx, bc, bus.SettingsLogging, e.cfg.Logging, bus.RoleExecutor, e.cfg.ID, false)
+		if err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+		defer logFollow.Stop()
+	}
 	// Backends calling other models (BLS) need to know who serves what:
 	// peers are known from their heartbeats, within HeartbeatInterval.
 	peers, err := bc.Subscribe(bus.HeartbeatSubject, e.peerHeartbeat)

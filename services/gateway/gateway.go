@@ -26,6 +26,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
@@ -69,6 +70,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Logger receives the gateway's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Logging are the logging settings Logger obeys (pkg/logsetting),
+	// changed at run time by the logging extension across the
+	// constellation. Nil: the extension reports and spreads settings but
+	// this process's Logger does not follow them.
+	Logging *logsetting.Manager
 	// Node is the machine the gateway runs on; default the host name, as
 	// the executor's. Tensors of HandoffThreshold bytes or more bound for
 	// an executor of the same node are handed off through shared memory
@@ -123,6 +129,8 @@ type Gateway struct {
 	// tracer records and exports the spans of traced requests (nil: the
 	// trace mode exports nothing). Set by run before serving.
 	tracer *tracing.Tracer
+	// logging are the logging extension's settings (logging.go).
+	logging *logsetting.Manager
 }
 
 // New checks cfg, connects the bus and opens the listeners, so that port
@@ -176,6 +184,9 @@ func New(cfg Config) (*Gateway, error) {
 		g.cfg.Trace = cfg.Trace
 	}
 	g.trace = tracesetting.New(cfg.Trace, g.id)
+	if g.logging = cfg.Logging; g.logging == nil {
+		g.logging = logsetting.New(logsetting.Defaults, g.id)
+	}
 	g.inflight.limit = cfg.Limits.HTTPMaxInflightBodySize
 	ok := false
 	defer func() {
@@ -339,6 +350,12 @@ func (g *Gateway) run(ctx context.Context) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer traceFollow.Stop()
+	logFollow, err := settingbus.Follow(ctx, g.bus, bus.SettingsLogging, g.logging, bus.RoleGateway, g.id, true)
+	if err != nil {
+		g.closeListeners()
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer logFollow.Stop()
 	// Executors answer a solicitation with a heartbeat at once, so a fresh
 	// gateway learns the catalog without waiting a heartbeat interval.
 	if err := g.bus.Publish(bus.SolicitSubject, &busv1.CatalogRequest{}); err != nil {
@@ -458,6 +475,7 @@ func extensions() []string {
 		"sequence",
 		"sequence(string_id)",
 		"trace",
+		"logging",
 	}
 }
 

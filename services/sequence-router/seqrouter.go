@@ -16,6 +16,7 @@ import (
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/failover"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
@@ -65,6 +66,9 @@ type Config struct {
 	// Trace is --trace-config: the startup trace settings, changed at run
 	// time by the trace extension through any gateway.
 	Trace tracesetting.Config
+	// Logging are the settings Logger obeys (pkg/logsetting), kept in step
+	// with the logging extension; nil: Logger does not change.
+	Logging *logsetting.Manager
 }
 
 // Service is one running sequence router.
@@ -195,6 +199,13 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	defer traceFollow.Stop()
+	if s.cfg.Logging != nil {
+		logFollow, err := settingbus.Follow(ctx, bc, bus.SettingsLogging, s.cfg.Logging, bus.RoleSequenceRouter, s.cfg.ID, false)
+		if err != nil {
+			return fmt.Errorf("%s: %w", Name, err)
+		}
+		defer logFollow.Stop()
+	}
 	s.group = routines.New(ctx)
 	defer s.group.Stop()
 	claims, err := bc.SubscribeAll(bus.SequenceClaimWildcard, s.claim)
