@@ -454,7 +454,10 @@ type SequenceWork struct {
 	// request's) and the request runs again from the state before it.
 	Resume bool `protobuf:"varint,11,opt,name=resume,proto3" json:"resume,omitempty"`
 	// SequenceRequest.stream_window: stream the responses to reply.
-	StreamWindow  uint32 `protobuf:"varint,12,opt,name=stream_window,json=streamWindow,proto3" json:"stream_window,omitempty"`
+	StreamWindow uint32 `protobuf:"varint,12,opt,name=stream_window,json=streamWindow,proto3" json:"stream_window,omitempty"`
+	// The W3C trace context (traceparent, tracestate) of the router's span
+	// for this request, when it is traced: the executor's span continues it.
+	TraceContext  map[string]string `protobuf:"bytes,13,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -571,6 +574,13 @@ func (x *SequenceWork) GetStreamWindow() uint32 {
 		return x.StreamWindow
 	}
 	return 0
+}
+
+func (x *SequenceWork) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 // Router -> executors and gateways on bus.SequenceTakeoverSubject, with a
@@ -784,7 +794,7 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\x04work\x18\x02 \x03(\v2\x1b.nereid.bus.v1.SequenceWorkR\x04work\x12\x1f\n" +
 	"\vneed_config\x18\x03 \x01(\bR\n" +
 	"needConfig\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xf1\x02\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\x86\x04\n" +
 	"\fSequenceWork\x12\x18\n" +
 	"\apadding\x18\x01 \x01(\bR\apadding\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12,\n" +
@@ -798,7 +808,11 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\x05token\x18\n" +
 	" \x01(\tR\x05token\x12\x16\n" +
 	"\x06resume\x18\v \x01(\bR\x06resume\x12#\n" +
-	"\rstream_window\x18\f \x01(\rR\fstreamWindow\"E\n" +
+	"\rstream_window\x18\f \x01(\rR\fstreamWindow\x12R\n" +
+	"\rtrace_context\x18\r \x03(\v2-.nereid.bus.v1.SequenceWork.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +
 	"\x10SequenceTakeover\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\trouter_id\x18\x02 \x01(\tR\brouterId\"]\n" +
@@ -822,7 +836,7 @@ func file_busv1_sequence_proto_rawDescGZIP() []byte {
 	return file_busv1_sequence_proto_rawDescData
 }
 
-var file_busv1_sequence_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_busv1_sequence_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_busv1_sequence_proto_goTypes = []any{
 	(*CorrelationId)(nil),         // 0: nereid.bus.v1.CorrelationId
 	(*SequenceRequest)(nil),       // 1: nereid.bus.v1.SequenceRequest
@@ -832,18 +846,20 @@ var file_busv1_sequence_proto_goTypes = []any{
 	(*SequenceTakeover)(nil),      // 5: nereid.bus.v1.SequenceTakeover
 	(*SequenceHeld)(nil),          // 6: nereid.bus.v1.SequenceHeld
 	(*SequenceResolved)(nil),      // 7: nereid.bus.v1.SequenceResolved
-	(*inference.ModelConfig)(nil), // 8: inference.ModelConfig
+	nil,                           // 8: nereid.bus.v1.SequenceWork.TraceContextEntry
+	(*inference.ModelConfig)(nil), // 9: inference.ModelConfig
 }
 var file_busv1_sequence_proto_depIdxs = []int32{
 	0, // 0: nereid.bus.v1.SequenceRequest.id:type_name -> nereid.bus.v1.CorrelationId
-	8, // 1: nereid.bus.v1.SequencePull.config:type_name -> inference.ModelConfig
+	9, // 1: nereid.bus.v1.SequencePull.config:type_name -> inference.ModelConfig
 	4, // 2: nereid.bus.v1.SequenceBatch.work:type_name -> nereid.bus.v1.SequenceWork
 	0, // 3: nereid.bus.v1.SequenceWork.id:type_name -> nereid.bus.v1.CorrelationId
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	8, // 4: nereid.bus.v1.SequenceWork.trace_context:type_name -> nereid.bus.v1.SequenceWork.TraceContextEntry
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_busv1_sequence_proto_init() }
@@ -857,7 +873,7 @@ func file_busv1_sequence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_busv1_sequence_proto_rawDesc), len(file_busv1_sequence_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

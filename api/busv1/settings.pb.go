@@ -224,6 +224,101 @@ func (x *SettingsAck) GetRole() string {
 	return ""
 }
 
+// The logging settings of the constellation (Triton's logging extension),
+// spread like TraceSettings on bus.SettingsSubject("logging"). An absent
+// field keeps each process's startup value.
+type LogSettings struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Origin        string                 `protobuf:"bytes,2,opt,name=origin,proto3" json:"origin,omitempty"`
+	Info          *bool                  `protobuf:"varint,3,opt,name=info,proto3,oneof" json:"info,omitempty"`
+	Warning       *bool                  `protobuf:"varint,4,opt,name=warning,proto3,oneof" json:"warning,omitempty"`
+	Error         *bool                  `protobuf:"varint,5,opt,name=error,proto3,oneof" json:"error,omitempty"`
+	VerboseLevel  *uint32                `protobuf:"varint,6,opt,name=verbose_level,json=verboseLevel,proto3,oneof" json:"verbose_level,omitempty"`
+	Format        *string                `protobuf:"bytes,7,opt,name=format,proto3,oneof" json:"format,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogSettings) Reset() {
+	*x = LogSettings{}
+	mi := &file_busv1_settings_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogSettings) ProtoMessage() {}
+
+func (x *LogSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_settings_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogSettings.ProtoReflect.Descriptor instead.
+func (*LogSettings) Descriptor() ([]byte, []int) {
+	return file_busv1_settings_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LogSettings) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *LogSettings) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *LogSettings) GetInfo() bool {
+	if x != nil && x.Info != nil {
+		return *x.Info
+	}
+	return false
+}
+
+func (x *LogSettings) GetWarning() bool {
+	if x != nil && x.Warning != nil {
+		return *x.Warning
+	}
+	return false
+}
+
+func (x *LogSettings) GetError() bool {
+	if x != nil && x.Error != nil {
+		return *x.Error
+	}
+	return false
+}
+
+func (x *LogSettings) GetVerboseLevel() uint32 {
+	if x != nil && x.VerboseLevel != nil {
+		return *x.VerboseLevel
+	}
+	return 0
+}
+
+func (x *LogSettings) GetFormat() string {
+	if x != nil && x.Format != nil {
+		return *x.Format
+	}
+	return ""
+}
+
 var File_busv1_settings_proto protoreflect.FileDescriptor
 
 const file_busv1_settings_proto_rawDesc = "" +
@@ -248,7 +343,21 @@ const file_busv1_settings_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2!.nereid.bus.v1.TraceSettingValuesR\x05value:\x028\x01\"1\n" +
 	"\vSettingsAck\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04role\x18\x02 \x01(\tR\x04roleB-Z+github.com/nereid-io/nereid/api/busv1;busv1b\x06proto3"
+	"\x04role\x18\x02 \x01(\tR\x04role\"\x95\x02\n" +
+	"\vLogSettings\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x16\n" +
+	"\x06origin\x18\x02 \x01(\tR\x06origin\x12\x17\n" +
+	"\x04info\x18\x03 \x01(\bH\x00R\x04info\x88\x01\x01\x12\x1d\n" +
+	"\awarning\x18\x04 \x01(\bH\x01R\awarning\x88\x01\x01\x12\x19\n" +
+	"\x05error\x18\x05 \x01(\bH\x02R\x05error\x88\x01\x01\x12(\n" +
+	"\rverbose_level\x18\x06 \x01(\rH\x03R\fverboseLevel\x88\x01\x01\x12\x1b\n" +
+	"\x06format\x18\a \x01(\tH\x04R\x06format\x88\x01\x01B\a\n" +
+	"\x05_infoB\n" +
+	"\n" +
+	"\b_warningB\b\n" +
+	"\x06_errorB\x10\n" +
+	"\x0e_verbose_levelB\t\n" +
+	"\a_formatB-Z+github.com/nereid-io/nereid/api/busv1;busv1b\x06proto3"
 
 var (
 	file_busv1_settings_proto_rawDescOnce sync.Once
@@ -262,16 +371,17 @@ func file_busv1_settings_proto_rawDescGZIP() []byte {
 	return file_busv1_settings_proto_rawDescData
 }
 
-var file_busv1_settings_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_busv1_settings_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_busv1_settings_proto_goTypes = []any{
 	(*TraceSettingValues)(nil), // 0: nereid.bus.v1.TraceSettingValues
 	(*TraceSettings)(nil),      // 1: nereid.bus.v1.TraceSettings
 	(*SettingsAck)(nil),        // 2: nereid.bus.v1.SettingsAck
-	nil,                        // 3: nereid.bus.v1.TraceSettings.ModelsEntry
+	(*LogSettings)(nil),        // 3: nereid.bus.v1.LogSettings
+	nil,                        // 4: nereid.bus.v1.TraceSettings.ModelsEntry
 }
 var file_busv1_settings_proto_depIdxs = []int32{
 	0, // 0: nereid.bus.v1.TraceSettings.global:type_name -> nereid.bus.v1.TraceSettingValues
-	3, // 1: nereid.bus.v1.TraceSettings.models:type_name -> nereid.bus.v1.TraceSettings.ModelsEntry
+	4, // 1: nereid.bus.v1.TraceSettings.models:type_name -> nereid.bus.v1.TraceSettings.ModelsEntry
 	0, // 2: nereid.bus.v1.TraceSettings.ModelsEntry.value:type_name -> nereid.bus.v1.TraceSettingValues
 	3, // [3:3] is the sub-list for method output_type
 	3, // [3:3] is the sub-list for method input_type
@@ -286,13 +396,14 @@ func file_busv1_settings_proto_init() {
 		return
 	}
 	file_busv1_settings_proto_msgTypes[0].OneofWrappers = []any{}
+	file_busv1_settings_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_busv1_settings_proto_rawDesc), len(file_busv1_settings_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

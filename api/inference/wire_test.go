@@ -3,11 +3,11 @@ package inference_test
 import (
 	"testing"
 
+	health "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/nereid-io/nereid/api/busv1"
-	"github.com/nereid-io/nereid/api/health"
 	"github.com/nereid-io/nereid/api/inference"
 )
 

@@ -38,6 +38,8 @@ type Conn struct {
 
 	link     *link         // the connection's state (link.go)
 	linkDone chan struct{} // closed when followLink has returned
+
+	sweepDone chan struct{} // closed when sweep (alive.go) has returned
 }
 
 type options struct {
@@ -48,6 +50,7 @@ type options struct {
 	chunkSize      int
 	idleTimeout    time.Duration
 	reconnectWait  time.Duration
+	liveness       time.Duration
 	log            *slog.Logger
 	codec          Codec
 }
@@ -97,6 +100,7 @@ func New(nc *nats.Conn, opts ...Option) (*Conn, error) {
 		windowBytes:    8 << 20,
 		idleTimeout:    15 * time.Second,
 		reconnectWait:  DefaultReconnectWait,
+		liveness:       DefaultLiveness,
 		log:            slog.Default(),
 		codec:          protoCodec{},
 	}
@@ -130,6 +134,12 @@ func New(nc *nats.Conn, opts ...Option) (*Conn, error) {
 	events := nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
 	c.link, c.linkDone = newLink(nc.IsConnected()), make(chan struct{})
 	go c.followLink(events) // owned by c: it returns when c.done closes, and Close waits for it
+	c.sweepDone = make(chan struct{})
+	if o.liveness > 0 {
+		go c.sweep() // owned by c, as followLink
+	} else {
+		close(c.sweepDone)
+	}
 	return c, nil
 }
 
@@ -157,6 +167,7 @@ func (c *Conn) NATS() *nats.Conn { return c.nc }
 func (c *Conn) Close() error {
 	c.shutdown()
 	<-c.linkDone
+	<-c.sweepDone
 	c.stopCancels()
 	if err := c.mux.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && !errors.Is(err, nats.ErrConnectionClosed) {
 		return err
@@ -173,6 +184,10 @@ func (c *Conn) dispatch(m *nats.Msg) {
 	b := c.inboxes[tok]
 	c.mu.Unlock()
 	if b != nil {
+		if len(m.Header) > 0 && m.Header[HeaderAlive] != nil {
+			b.alive() // a responder still holds the request (alive.go)
+			return
+		}
 		b.put(m)
 		return
 	}
@@ -185,10 +200,22 @@ func (c *Conn) dispatch(m *nats.Msg) {
 }
 
 // register opens an inbox reachable at the returned subject.
-func (c *Conn) register() (subject string, b *inbox) {
+func (c *Conn) register() (subject string, b *inbox) { return c.registerInbox(false) }
+
+// registerRequest opens the inbox of a request, swept for the liveness of
+// its responder (alive.go).
+func (c *Conn) registerRequest() (subject string, b *inbox) {
+	return c.registerInbox(c.opts.liveness > 0)
+}
+
+func (c *Conn) registerInbox(watched bool) (subject string, b *inbox) {
 	tok := strconv.FormatUint(c.seq.Add(1), 36)
 	lost, _ := c.link.state()
 	b = &inbox{signal: make(chan struct{}, 1), done: c.done, lost: lost}
+	if watched {
+		b.watched = true
+		b.heard = 1 // a fresh request counts as word at its start
+	}
 	c.mu.Lock()
 	c.inboxes[tok] = b
 	c.mu.Unlock()
@@ -320,11 +347,20 @@ type inbox struct {
 	done   <-chan struct{}
 	lost   <-chan struct{} // the connection it was registered on dropped
 	notify func()          // called after each put (a stream writer's credit hook)
+
+	// A requester's inbox is watched for liveness (alive.go): heard
+	// counts what arrived, seen and silent are the sweep's, and gone ends
+	// the wait when the responder was lost.
+	watched     bool
+	heard, seen uint64
+	silent      int
+	gone        bool
 }
 
 func (b *inbox) put(m *nats.Msg) {
 	b.mu.Lock()
 	b.q = append(b.q, m)
+	b.heard++
 	notify := b.notify
 	b.mu.Unlock()
 	select {
@@ -349,7 +385,11 @@ func (b *inbox) next(ctx context.Context, idle time.Duration) (*nats.Msg, error)
 			b.mu.Unlock()
 			return m, nil
 		}
+		gone := b.gone
 		b.mu.Unlock()
+		if gone {
+			return nil, errResponderLost
+		}
 		if idle > 0 && timeout == nil {
 			t := time.NewTimer(idle)
 			defer t.Stop()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,13 +37,19 @@ type cancels struct {
 	err  error
 	sub  *nats.Subscription
 
+	alive *nats.Subscription // liveness probes (alive.go)
+
 	mu       sync.Mutex
 	inflight map[string]context.CancelCauseFunc
 	early    map[string]time.Time // cancellations that overtook their request
+	held     map[string]*holding  // requests held without a handler (alive.go)
+	purgeAt  int                  // size of held at which expired holds are dropped
+	holding  atomic.Int64         // len(held), read without the lock
 }
 
-// listenCancels subscribes to CancelSubject the first time the Conn handles
-// requests.
+// listenCancels subscribes to CancelSubject, and to AliveSubject for the
+// liveness probes of the requests it holds, the first time the Conn
+// handles requests.
 func (c *Conn) listenCancels() error {
 	c.cancels.once.Do(func() {
 		c.cancels.inflight = map[string]context.CancelCauseFunc{}
@@ -53,8 +60,15 @@ func (c *Conn) listenCancels() error {
 		if err == nil {
 			err = c.setLimits(sub)
 		}
+		var alive *nats.Subscription
+		if err == nil {
+			alive, err = c.nc.Subscribe(AliveSubject, c.answerProbes)
+			if err == nil {
+				err = c.setLimits(alive)
+			}
+		}
 		c.cancels.mu.Lock()
-		c.cancels.sub, c.cancels.err = sub, err
+		c.cancels.sub, c.cancels.alive, c.cancels.err = sub, alive, err
 		c.cancels.mu.Unlock()
 	})
 	return c.cancels.err
@@ -132,9 +146,12 @@ func (c *Conn) sendCancel(ctx context.Context, reply string, err error) error {
 // stopCancels ends the cancellation subscription (Close).
 func (c *Conn) stopCancels() {
 	c.cancels.mu.Lock()
-	sub := c.cancels.sub
+	sub, alive := c.cancels.sub, c.cancels.alive
 	c.cancels.mu.Unlock()
 	if sub != nil {
 		_ = sub.Unsubscribe()
+	}
+	if alive != nil {
+		_ = alive.Unsubscribe()
 	}
 }

@@ -33,7 +33,11 @@ type DelegateFunc func(ctx context.Context, subject, reply string, data []byte)
 // HandleDelegated serves requests on subject like Handle (queue group,
 // deadlines, trace context, chunked requests), but leaves the answer to fn.
 // fn runs on its own goroutine per request; a panic in fn is answered with
-// an INTERNAL error.
+// an INTERNAL error. The Conn holds each request for its requester's
+// liveness probes (alive.go) until it answers it (Reply, ReplyError) or
+// releases it (Release): a request fn passes on stays held by this process
+// until the process it went to has answered, so that losing that process
+// leaves the decision to fn (fail the request, or run it elsewhere).
 func (c *Conn) HandleDelegated(subject, queue string, fn DelegateFunc) (*Subscription, error) {
 	return c.handleDelegated(subject, queue, fn, false)
 }
@@ -48,6 +52,9 @@ func (c *Conn) HandleDelegatedOrdered(subject, queue string, fn DelegateFunc) (*
 }
 
 func (c *Conn) handleDelegated(subject, queue string, fn DelegateFunc, ordered bool) (*Subscription, error) {
+	if err := c.listenCancels(); err != nil {
+		return nil, tritonerr.Unavailablef("bus: cannot subscribe to %s: %v", AliveSubject, err)
+	}
 	s := &Subscription{}
 	cb := func(m *nats.Msg) {
 		s.inflight.Add(1)
@@ -70,8 +77,15 @@ func (c *Conn) serveDelegated(s *Subscription, m *nats.Msg, fn DelegateFunc) {
 		return
 	}
 	defer cancel()
+	if m.Reply != "" {
+		// Held, for the requester's liveness probes, until answered from
+		// this Conn or released (Release): fn may keep it queued for long.
+		d, _ := ctx.Deadline()
+		c.hold(m.Reply, d, true)
+	}
 	data, ackTo, _, ok := c.receiveRequest(ctx, m)
 	if !ok {
+		c.answered(m.Reply)
 		return
 	}
 	if ackTo != "" {

@@ -13,8 +13,9 @@
 // Request returns only *tritonerr.Error: the responder's error with its kind
 // and message, UNAVAILABLE when nothing serves the subject ("no executor is
 // serving model 'simple' version 1"), when the deadline passes ("request to
-// model 'simple' version 1 timed out") or the responder goes away, and
-// CANCELLED when ctx is cancelled.
+// model 'simple' version 1 timed out") or the responder goes away (its
+// connection, or its answers to liveness probes), and CANCELLED when ctx is
+// cancelled.
 //
 // # Wire format
 //
@@ -95,6 +96,19 @@
 // dispatched independently); it is then remembered for a few seconds and
 // applied when the request arrives. Nothing is sent for requests that end
 // normally.
+//
+// # Liveness
+//
+// A requester that has heard nothing on a request's reply subject R for one
+// to two sweep intervals (WithLiveness, default 1 s; one goroutine per Conn
+// sweeps every request in flight) publishes R, one per line with the
+// others of that sweep, on AliveSubject ("nereid.v1.alive"). Every Conn
+// that handles requests subscribes there and answers for each R it holds
+// (a handler running or queued, a delegated request not yet answered or
+// released, a request held with Hold) with an empty message carrying
+// Nereid-Alive: 1 on R; the requester counts it as word and drops it.
+// After two unanswered probes the request fails with UNAVAILABLE: the
+// responder was lost, and the request may or may not have run.
 //
 // # Streamed replies
 //

@@ -130,6 +130,7 @@ func (c *Conn) respond(ctx context.Context, reply string, body []byte, ackTo str
 }
 
 func (c *Conn) respondPayload(ctx context.Context, reply string, body *payload, ackTo string, in *inbox) error {
+	defer c.answered(reply)
 	if c.fits(body.Len(), nil) {
 		return c.nc.PublishMsg(&nats.Msg{Subject: reply, Data: body.bytes()})
 	}
@@ -157,6 +158,7 @@ func (c *Conn) respondError(reply string, err error) {
 	if reply == "" {
 		return
 	}
+	c.answered(reply)
 	_ = c.nc.PublishMsg(&nats.Msg{Subject: reply, Header: errorHeader(err)})
 }
 

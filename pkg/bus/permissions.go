@@ -103,9 +103,16 @@ var routes = []Route{
 	{Pattern: jetStreamAPI + "DIRECT.GET." + loadedModelsStream + ".>", Publishers: ex, Subscribers: none},
 	{Pattern: loadedModelsKeys, Publishers: ex, Subscribers: none},
 	// Cancellations travel from requesters to every Conn that serves
-	// requests.
-	{Pattern: CancelSubject, Publishers: []Role{RoleGateway, RoleExecutor},
-		Subscribers: []Role{RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
+	// requests (gateways serve the settings subjects); the sequence router
+	// forwards those of the requests it handed to executors.
+	{Pattern: CancelSubject, Publishers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter},
+		Subscribers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
+	// Liveness probes of requests in flight: every role that sends
+	// requests asks every Conn that handles requests which of them it still
+	// holds. The holder answers on the request's reply subject, which its
+	// role may publish to already: it answers that request.
+	{Pattern: AliveSubject, Publishers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter},
+		Subscribers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
 	// Liveness pings of the singleton services; probes, not services, send
 	// them.
 	{Pattern: Prefix + ".svc.*.ping", Publishers: none, Subscribers: []Role{RoleSequenceRouter, RoleShmRegistry}},

@@ -23,6 +23,7 @@ var subjectExamples = map[string]string{
 	"HeartbeatSubject":         HeartbeatSubject,
 	"SolicitSubject":           SolicitSubject,
 	"CancelSubject":            CancelSubject,
+	"AliveSubject":             AliveSubject,
 	"ModelControlSubject":      ModelControlSubject,
 	"LoadedModelsSubject":      LoadedModelsSubject,
 	"InferSubject":             InferSubject("simple.onnx", "1"),

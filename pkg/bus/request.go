@@ -47,7 +47,7 @@ func (c *Conn) request(ctx context.Context, subject string, body *payload) ([]by
 	if err := c.awaitLink(ctx, subject); err != nil {
 		return nil, err
 	}
-	reply, in := c.register()
+	reply, in := c.registerRequest()
 	defer c.unregister(reply)
 
 	hdr := make(nats.Header, 3)
@@ -186,6 +186,8 @@ func transferError(err error, subject string) error {
 		return tritonerr.Unavailablef("request to %s failed: the responder aborted a chunked transfer", target(subject))
 	case errors.Is(err, errClosed), errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining):
 		return tritonerr.Unavailablef("request to %s failed: the bus connection is closed", target(subject))
+	case errors.Is(err, errResponderLost):
+		return tritonerr.Unavailablef("%s", responderLostMessage(subject))
 	case errors.Is(err, errLinkLost):
 		return tritonerr.Unavailablef("request to %s failed: the connection to NATS was lost while it was in flight; the request may or may not have run", target(subject))
 	case errors.Is(err, errProtocol):

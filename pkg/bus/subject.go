@@ -31,6 +31,12 @@ const (
 	// listens and cancels the ctx of the handler serving it.
 	CancelSubject = Prefix + ".cancel"
 
+	// AliveSubject carries liveness probes: the reply subjects (the body,
+	// one per line) of requests whose requester has heard nothing for a
+	// while. Every Conn that handles requests listens, and answers for
+	// those it holds on their reply subjects (HeaderAlive).
+	AliveSubject = Prefix + ".alive"
+
 	// ModelControlSubject carries ModelControlRequest (repository load and
 	// unload), published by a gateway; every executor answers with a
 	// ModelControlReply once it has acted.

@@ -13,6 +13,7 @@
 //	err := m.Enqueue(now, req)               // a request arrives
 //	batch, wait := m.Next(now, inst)         // the instance is idle
 //	failures := m.Tick(now)                  // at m.Wake() or later
+//	failures = m.Cancel(now, req)            // its client cancelled req
 //
 // (Example runs it.)
 //
@@ -30,6 +31,8 @@
 //     done, so the next sequence's requests can never overtake.
 //   - An idle sequence whose slot has nothing queued releases the slot at
 //     once instead of sending a null request through the model first.
+//   - A cancelled request (Cancel) ends its sequence as in Triton, but at
+//     once rather than when the batcher next looks at its queue.
 //   - The backlog may be bounded (Config.MaxBacklog): a START that would
 //     wait beyond the bound is refused with UNAVAILABLE.
 //

@@ -130,7 +130,8 @@ type Model struct {
 	backlog   []*backlogQueue
 	holding   bool
 	// lost remembers the sequences forgotten with a lost executor (state
-	// not durable), so that their next request's START error names it.
+	// not durable) or cancelled by their client, so that their next
+	// request's START error says why.
 	lost map[ID]lostSeq
 	// ended are sequences whose instances left for good (the model was
 	// unloaded): their later requests fail with the reason instead of
@@ -144,14 +145,15 @@ type endedSeq struct {
 	at  time.Time
 }
 
-// lostSeq is a sequence forgotten with its executor.
+// lostSeq is a sequence forgotten before its END: why, and since when.
 type lostSeq struct {
-	executor string
-	at       time.Time
+	why string
+	at  time.Time
 }
 
-// lostFor is how long a sequence lost with its executor is remembered:
-// its client's next request, sent soon after, learns where the state went.
+// lostFor is how long a sequence lost with its executor (or cancelled) is
+// remembered: its client's next request, sent soon after, learns what
+// happened to it.
 const lostFor = time.Minute
 
 // NewModel makes an empty batcher. store may be nil (nothing persisted).
@@ -259,7 +261,7 @@ func (m *Model) RemoveExecutor(now time.Time, executor string, keep uint64, runn
 				}
 			default:
 				if s.owner != nil {
-					m.lost[*s.owner] = lostSeq{executor: executor, at: now}
+					m.lost[*s.owner] = lostSeq{why: "its state was lost with executor '" + executor + "'", at: now}
 					m.forget(*s.owner)
 				}
 				for _, r := range s.queue {
@@ -407,7 +409,7 @@ func (m *Model) forget(id ID) {
 // sequence.
 func (m *Model) errNoStart(id ID) error {
 	if l, ok := m.lost[id]; ok {
-		return tritonerr.InvalidArgf("inference request for sequence %s to model '%s' must specify the START flag on the first request of the sequence: its state was lost with executor '%s'", id.text(), m.cfg.Model, l.executor)
+		return tritonerr.InvalidArgf("inference request for sequence %s to model '%s' must specify the START flag on the first request of the sequence: %s", id.text(), m.cfg.Model, l.why)
 	}
 	return tritonerr.InvalidArgf("inference request for sequence %s to model '%s' must specify the START flag on the first request of the sequence", id.text(), m.cfg.Model)
 }

@@ -56,11 +56,13 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/repository"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
+	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
 )
@@ -88,6 +90,9 @@ type Config struct {
 	// Trace is --trace-config: the startup trace settings, changed at run
 	// time by the trace extension through any gateway.
 	Trace tracesetting.Config
+	// Logging are the settings Logger obeys (pkg/logsetting), kept in step
+	// with the logging extension; nil: Logger does not change.
+	Logging *logsetting.Manager
 	// RepositoryPath is the model repository to serve (required).
 	RepositoryPath string
 	// MoreRepositories are further repositories (--model-repository given
@@ -137,6 +142,7 @@ type Config struct {
 type Executor struct {
 	cfg        Config
 	trace      *tracesetting.Manager // trace extension settings, kept in step by any gateway
+	tracer     *tracing.Tracer       // spans of traced requests; nil when nothing is exported
 	log        *slog.Logger
 	generation uint64
 	revision   atomic.Uint64 // catalog changes within the generation
@@ -237,6 +243,16 @@ func (e *Executor) Run(ctx context.Context) error {
 	}
 	e.bus = bc
 	defer bc.Close()
+	if e.cfg.Trace.Mode == tracesetting.ModeOpenTelemetry {
+		if e.tracer, err = tracing.New(ctx, e.cfg.Trace, "executor", e.trace); err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = e.tracer.Shutdown(sctx)
+		}()
+	}
 
 	// Executions outlive ctx by the drain: they end when execCancel runs.
 	execCtx, execCancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -339,6 +355,13 @@ func (e *Executor) Run(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	defer traceFollow.Stop()
+	if e.cfg.Logging != nil {
+		logFollow, err := settingbus.Follow(ctx, bc, bus.SettingsLogging, e.cfg.Logging, bus.RoleExecutor, e.cfg.ID, false)
+		if err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+		defer logFollow.Stop()
+	}
 	// Backends calling other models (BLS) need to know who serves what:
 	// peers are known from their heartbeats, within HeartbeatInterval.
 	peers, err := bc.Subscribe(bus.HeartbeatSubject, e.peerHeartbeat)

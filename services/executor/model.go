@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/inference"
@@ -16,6 +19,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/seqstate"
 	"github.com/nereid-io/nereid/pkg/tensor"
+	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -177,8 +181,20 @@ func (mv *modelVersion) unload() {
 }
 
 // handleInfer serves one inference request from the bus: validate, queue,
-// wait for the execution, answer.
+// wait for the execution, answer. A request traced by its gateway gets a
+// span of its own here (pkg/tracing).
 func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Message, error) {
+	ctx, span := mv.e.tracer.StartChild(ctx, mv.name, mv.name)
+	if span == nil {
+		return mv.serveInfer(ctx, data, nil)
+	}
+	span.SetAttributes(tracing.AttrModelVersion.String(strconv.FormatInt(mv.version, 10)), attribute.String("nereid.executor", mv.e.cfg.ID))
+	resp, err := mv.serveInfer(ctx, data, span)
+	tracing.End(span, err)
+	return resp, err
+}
+
+func (mv *modelVersion) serveInfer(ctx context.Context, data []byte, span trace.Span) (proto.Message, error) {
 	received := time.Now()
 	req := &inference.ModelInferRequest{}
 	if err := infercodec.UnmarshalRequest(data, req); err != nil { // raw inputs alias data: no copy
@@ -189,7 +205,7 @@ func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Mes
 		mv.stats.failed(received)
 		return nil, mv.seq.errNotDirect()
 	}
-	p := &pending{received: received, done: make(chan struct{})}
+	p := &pending{received: received, done: make(chan struct{}), span: span}
 	hand, err := handoff.Accept(req) // large inputs from a gateway of this node
 	if err != nil {
 		mv.stats.failed(received)

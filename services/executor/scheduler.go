@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/shm"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -36,6 +38,10 @@ type pending struct {
 	onResponse func(*backend.Response)
 	executed   atomic.Bool  // an execution took the request
 	started    atomic.Int64 // when that execution started, Unix nanoseconds
+
+	// span is the request's trace span (nil: not traced); its timestamps
+	// are recorded with the statistics.
+	span trace.Span
 }
 
 // execStart is when the execution that took p started (now if none has).

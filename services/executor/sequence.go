@@ -3,10 +3,12 @@ package executor
 import (
 	"context"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
@@ -19,6 +21,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
 	"github.com/nereid-io/nereid/pkg/seqstate"
+	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -331,6 +334,9 @@ type seqItem struct {
 // shared-memory uses and its stream. Nothing touches the mappings once it
 // runs.
 func (it *seqItem) release() {
+	if it.p != nil {
+		tracing.End(it.p.span, nil) // ended before unless the request was not run
+	}
 	if it.cctx != nil {
 		it.cctx()
 	}
@@ -370,6 +376,9 @@ func (s *seqRunner) execute(ctx context.Context, idx int, in *instance, batch *b
 	for _, w := range batch.GetWork() {
 		it, err := s.prepare(ctx, now, idx, w, template)
 		if err != nil {
+			if it.p != nil {
+				tracing.End(it.p.span, err)
+			}
 			it.release()
 			if !w.GetPadding() {
 				s.mv.stats.failed(it.p.received)
@@ -421,6 +430,9 @@ func (s *seqRunner) execute(ctx context.Context, idx int, in *instance, batch *b
 			s.finishStream(ctx, it)
 		} else {
 			s.reply(ctx, it)
+		}
+		if it.p.resp != nil && it.p.resp.Err != nil {
+			tracing.End(it.p.span, it.p.resp.Err)
 		}
 		if it.state != nil && it.w.GetEnd() {
 			if s.durable && it.state.after != "" {
@@ -656,12 +668,22 @@ func (s *seqRunner) decode(ctx context.Context, now time.Time, w, template *busv
 		// The client's cancellation reaches the backend
 		// (Request.IsCancelled), as on the stateless path.
 		rctx, it.untrack = s.mv.e.bus.TrackRequest(rctx, w.GetReply())
+	} else if !w.GetPadding() && w.GetReply() != "" {
+		// Its gateway's liveness probes are answered while it runs here,
+		// also when the router that handed it over is gone.
+		it.untrack = s.mv.e.bus.Hold(w.GetReply())
 	}
 	if d := w.GetDeadlineUnixNano(); d > 0 && !w.GetPadding() {
 		rctx, it.cctx = context.WithDeadline(rctx, time.Unix(0, d))
 	}
 	it.ctx = rctx
 	it.p = &pending{received: received, queued: received, size: 1, done: make(chan struct{})}
+	if !w.GetPadding() && len(w.GetTraceContext()) > 0 {
+		_, it.p.span = s.mv.e.tracer.StartChild(tracing.Extract(ctx, w.GetTraceContext()), s.mv.name, s.mv.name)
+		if it.p.span != nil {
+			it.p.span.SetAttributes(tracing.AttrModelVersion.String(strconv.FormatInt(s.mv.version, 10)), attribute.String("nereid.executor", s.mv.e.cfg.ID))
+		}
+	}
 	it.r = backend.NewRequest(rctx, it.p.complete)
 	it.req = &inference.ModelInferRequest{}
 	if err := proto.Unmarshal(src.GetRequest(), it.req); err != nil {

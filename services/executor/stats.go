@@ -9,6 +9,7 @@ import (
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
+	"github.com/nereid-io/nereid/pkg/tracing"
 )
 
 // duration is Triton's $duration_stat: a count and the total time.
@@ -101,6 +102,9 @@ func (s *stats) response(index int, kind responseKind, t responseTimes) {
 // request records one request's outcome (TRITONBACKEND_ModelInstance
 // ReportStatistics). A failure counts only its total duration.
 func (s *stats) request(p *pending, success bool, t backend.Timestamps) {
+	if p.span != nil && success {
+		tracing.RecordTimestamps(p.span, tracing.Timestamps{QueueStart: p.queued, ExecStart: t.ExecStart, ComputeStart: t.ComputeStart, ComputeEnd: t.ComputeEnd, ExecEnd: t.ExecEnd})
+	}
 	end := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	health "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/nereid-io/nereid/api/busv1"
-	"github.com/nereid-io/nereid/api/health"
 	"github.com/nereid-io/nereid/api/inference"
 )
 
@@ -110,7 +110,7 @@ func TestMetadataEndpoints(t *testing.T) {
 		status                   int
 		want                     string // JSON; "" = empty body
 	}{
-		{"server metadata", "GET", "/v2", "", 200, `{"name":"triton","version":"test","extensions":["classification","binary_tensor_data","cuda_shared_memory","system_shared_memory","model_configuration","model_repository","statistics","sequence","sequence(string_id)","trace"]}`},
+		{"server metadata", "GET", "/v2", "", 200, `{"name":"triton","version":"test","extensions":["classification","binary_tensor_data","cuda_shared_memory","system_shared_memory","model_configuration","model_repository","statistics","sequence","sequence(string_id)","trace","logging"]}`},
 		{"model metadata", "GET", "/v2/models/simple", "", 200, simpleMeta},
 		{"model metadata version", "GET", "/v2/models/simple/versions/1", "", 200, simpleMeta},
 		{"model ready", "GET", "/v2/models/simple/ready", "", 200, ""},

@@ -5,12 +5,28 @@ import (
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/infer"
+	"github.com/nereid-io/nereid/pkg/tracing"
 )
 
 // forwardInfer sends a request, its tensors all in raw_input_contents, to
 // the executors serving the resolved version (one of them answers: they
-// share a queue group) and returns the executor's response.
+// share a queue group) and returns the executor's response. A request the
+// trace settings select is traced (tracing.go).
 func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+	if !g.tracing(req.GetModelName()) {
+		return g.forward(ctx, vv, req)
+	}
+	ctx, span := g.tracer.StartRequest(ctx, req.GetModelName(), clientCarrier(ctx), "InferRequest")
+	if span == nil {
+		return g.forward(ctx, vv, req)
+	}
+	span.SetAttributes(tracing.AttrModelVersion.String(vv.versionString()), tracing.AttrRequestID.String(req.GetId()))
+	resp, err := g.forward(ctx, vv, req)
+	tracing.End(span, err)
+	return resp, err
+}
+
+func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
 	// A string that is not UTF-8 could not be encoded for the bus: the
 	// client's mistake, said as such before anything is sent.
 	if err := infer.CheckUTF8(req); err != nil {

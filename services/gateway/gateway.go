@@ -17,19 +17,21 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	_ "google.golang.org/grpc/encoding/gzip" // gzip for gRPC message compression
+	health "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
-	"github.com/nereid-io/nereid/api/health"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
+	"github.com/nereid-io/nereid/pkg/tracing"
 )
 
 // Defaults of Config.
@@ -68,6 +70,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Logger receives the gateway's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Logging are the logging settings Logger obeys (pkg/logsetting),
+	// changed at run time by the logging extension across the
+	// constellation. Nil: the extension reports and spreads settings but
+	// this process's Logger does not follow them.
+	Logging *logsetting.Manager
 	// Node is the machine the gateway runs on; default the host name, as
 	// the executor's. Tensors of HandoffThreshold bytes or more bound for
 	// an executor of the same node are handed off through shared memory
@@ -119,6 +126,11 @@ type Gateway struct {
 
 	id    string                // this process, in settings versions and acknowledgements
 	trace *tracesetting.Manager // trace extension settings (tracesetting.go)
+	// tracer records and exports the spans of traced requests (nil: the
+	// trace mode exports nothing). Set by run before serving.
+	tracer *tracing.Tracer
+	// logging are the logging extension's settings (logging.go).
+	logging *logsetting.Manager
 }
 
 // New checks cfg, connects the bus and opens the listeners, so that port
@@ -172,6 +184,9 @@ func New(cfg Config) (*Gateway, error) {
 		g.cfg.Trace = cfg.Trace
 	}
 	g.trace = tracesetting.New(cfg.Trace, g.id)
+	if g.logging = cfg.Logging; g.logging == nil {
+		g.logging = logsetting.New(logsetting.Defaults, g.id)
+	}
 	g.inflight.limit = cfg.Limits.HTTPMaxInflightBodySize
 	ok := false
 	defer func() {
@@ -318,12 +333,29 @@ func (g *Gateway) run(ctx context.Context) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer takeovers.Unsubscribe()
+	if g.cfg.Trace.Mode == tracesetting.ModeOpenTelemetry {
+		if g.tracer, err = tracing.New(ctx, g.cfg.Trace, "gateway", g.trace); err != nil {
+			g.closeListeners()
+			return fmt.Errorf("gateway: %w", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = g.tracer.Shutdown(sctx)
+		}()
+	}
 	traceFollow, err := settingbus.Follow(ctx, g.bus, bus.SettingsTrace, g.trace, bus.RoleGateway, g.id, true)
 	if err != nil {
 		g.closeListeners()
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer traceFollow.Stop()
+	logFollow, err := settingbus.Follow(ctx, g.bus, bus.SettingsLogging, g.logging, bus.RoleGateway, g.id, true)
+	if err != nil {
+		g.closeListeners()
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer logFollow.Stop()
 	// Executors answer a solicitation with a heartbeat at once, so a fresh
 	// gateway learns the catalog without waiting a heartbeat interval.
 	if err := g.bus.Publish(bus.SolicitSubject, &busv1.CatalogRequest{}); err != nil {
@@ -443,6 +475,7 @@ func extensions() []string {
 		"sequence",
 		"sequence(string_id)",
 		"trace",
+		"logging",
 	}
 }
 

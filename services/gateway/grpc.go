@@ -10,9 +10,9 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	health "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/nereid-io/nereid/api/health"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/kserve"
@@ -360,12 +360,6 @@ func checkGRPCParams(params map[string]*inference.InferParameter) error {
 
 // streamWindow bounds the requests of one stream in flight at once.
 const streamWindow = 64
-
-// The RPCs of features not built yet say which feature is missing.
-
-func (s *grpcService) LogSettings(context.Context, *inference.LogSettingsRequest) (*inference.LogSettingsResponse, error) {
-	return nil, tritonerr.Unsupportedf("log settings are not supported yet")
-}
 
 // healthService is grpc.health.v1 as Triton serves it: SERVING when the
 // server is ready.

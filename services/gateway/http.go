@@ -85,13 +85,6 @@ func method(m string, h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// unsupported answers a route of a feature not built yet: 501, naming it.
-func unsupported(feature string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, tritonerr.Unsupportedf("%s is not supported yet", feature))
-	}
-}
-
 // pathVersion reads the {version} path segment, which Triton's route only
 // matches when it is all digits; anything else is not a route.
 func pathVersion(r *http.Request) (string, bool) {
@@ -159,7 +152,7 @@ func (g *Gateway) httpHandler() http.Handler {
 
 	g.shmRoutes(mux) // shmhttp.go
 	mux.HandleFunc("/v2/trace/setting", g.handleTraceSetting)
-	mux.HandleFunc("/v2/logging", unsupported("log setting"))
+	mux.HandleFunc("/v2/logging", g.handleLogging)
 	return mux
 }
 

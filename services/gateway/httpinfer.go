@@ -73,7 +73,7 @@ func (g *Gateway) handleInfer(w http.ResponseWriter, r *http.Request) {
 		handoff.AttachRegion(req, region.Retain())
 	}
 
-	resp, err := g.forwardInfer(r.Context(), vv, req)
+	resp, err := g.forwardInfer(g.withClientHeaders(r.Context(), name, r.Header), vv, req)
 	if err != nil {
 		writeError(w, err)
 		return

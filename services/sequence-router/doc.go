@@ -39,6 +39,18 @@
 // the executor pulls again, when the previous request's execution has
 // returned, even while its responses still flow.
 //
+// Cancellation: the router follows the gateway's cancellation of every
+// request it holds (bus.Conn.TrackRequest, on bus.CancelSubject). A
+// request still in the batcher is cancelled there with Triton's rules
+// (pkg/seqbatch Cancel: it fails with CANCELLED and ends its sequence); one
+// waiting for its turn on its stream or for the model's config is answered
+// at once and cancelled when it reaches the batcher. A request already in a
+// batch on an executor is the executor's, which hears the same
+// cancellation; until the executor reports the batch done, the router
+// publishes it again, so that an executor that heard the first one before
+// the batch arrived need not rely on the bus's short memory of early
+// cancellations.
+//
 // A request in the middle of a sequence thus costs gateway -> router ->
 // executor (over the held pull's reply) -> gateway: one NATS leg more than a
 // stateless request, and no store access. Batches form while an instance is

@@ -31,9 +31,38 @@ type item struct {
 	stream string
 	seq    uint64
 	shape  string // busv1.SequenceRequest.shape
+	// trace is the W3C context of the router's span for the request, nil
+	// when it is not traced.
+	trace map[string]string
 	// window is busv1.SequenceRequest.stream_window: the executor streams
 	// a decoupled model's responses to reply.
 	window uint32
+
+	// The fields below are the model's, under its mutex.
+	//
+	// req is the request in the batcher, once enqueued; running: it is in
+	// a batch handed to an executor and not reported done.
+	req     *seqbatch.Request
+	running bool
+	// cancelled: its client cancelled it (track); finished: the router
+	// answered it, or its batch is done, so nothing more is owed to it.
+	cancelled, finished bool
+	// untrack stops following the client's cancellation.
+	untrack func()
+}
+
+// finish marks it answered or done and stops following its cancellation;
+// m.mu is held. It reports false when it was finished already.
+func (it *item) finish() bool {
+	if it.finished {
+		return false
+	}
+	it.finished, it.running = true, false
+	if it.untrack != nil {
+		it.untrack()
+		it.untrack = nil
+	}
+	return true
 }
 
 // orderWait is how long a stream's request waits for an earlier one of its
@@ -120,6 +149,71 @@ func (m *model) deliver(out []send) {
 	}
 }
 
+// fail appends the error reply of it to out, unless it is answered
+// already (a cancelled request is answered when it is cancelled); m.mu is
+// held.
+func (m *model) fail(out []send, it *item, err error) []send {
+	if !it.finish() {
+		return out
+	}
+	return append(out, send{reply: it.reply, err: err})
+}
+
+// failAll appends the replies of the batcher's failures to out.
+func (m *model) failAll(out []send, fs []seqbatch.Failure) []send {
+	for _, f := range fs {
+		out = m.fail(out, f.Req.Data.(*item), f.Err)
+	}
+	return out
+}
+
+// track follows the client's cancellation of it, from its arrival until it
+// is finished; m.mu is held. The bus may report a cancellation that
+// arrived before the request at once: cancel then waits for m.mu and finds
+// the request where infer put it.
+func (m *model) track(it *item) {
+	ctx, untrack := m.s.bus.TrackRequest(context.Background(), it.reply)
+	stop := context.AfterFunc(ctx, func() { m.cancel(it) })
+	// untrack ends ctx: the hook must be stopped first.
+	it.untrack = func() { stop(); untrack() }
+}
+
+// cancel acts on the client's cancellation of it, with Triton's rules
+// (pkg/seqbatch Cancel): a request the batcher holds fails with CANCELLED
+// and ends its sequence. A request not in the batcher yet (waiting for its
+// turn on its stream, or for the model's config) is answered at once, and
+// withdrawn the same way when it reaches the batcher (accept). A request
+// already handed to an executor is the executor's to cancel: it follows
+// the same cancellation, which the router publishes again (forwardCancel).
+func (m *model) cancel(it *item) {
+	now := time.Now()
+	st := m.leaseState(now)
+	m.lock()
+	if it.finished || it.cancelled || m.dead {
+		m.unlock()
+		return
+	}
+	it.cancelled = true
+	if it.running {
+		m.unlock()
+		m.s.forwardCancel(it.reply)
+		return
+	}
+	var out []send
+	if it.req != nil && m.core != nil {
+		out = m.failAll(out, m.core.Cancel(now, it.req))
+		if st == failover.Serving {
+			// A released slot may take a backlog sequence.
+			out = append(out, m.dispatch(now)...)
+		}
+	} else {
+		m.pre = slices.DeleteFunc(m.pre, func(p *item) bool { return p == it })
+		out = m.fail(out, it, seqbatch.CancelledError(m.name, it.id))
+	}
+	m.unlock()
+	m.deliver(out)
+}
+
 func (m *model) lock()   { m.mu.Lock() }
 func (m *model) unlock() { m.mu.Unlock() }
 
@@ -148,6 +242,7 @@ func (m *model) infer(now time.Time, it *item) {
 		m.s.bus.ReplyError(it.reply, tritonerr.Unavailablef("the sequence router serving model '%s' was replaced before running the request; it was not run", m.name))
 		return
 	}
+	m.track(it)
 	var out []send
 	for _, r := range m.inOrder(now, it) {
 		out = append(out, m.accept(now, r)...)
@@ -163,13 +258,12 @@ func (m *model) infer(now time.Time, it *item) {
 // model: a takeover, or a start); m.mu is held.
 func (m *model) accept(now time.Time, it *item) []send {
 	if m.core == nil {
-		m.pre = append(m.pre, it)
+		if !it.cancelled {
+			m.pre = append(m.pre, it)
+		}
 		return nil
 	}
-	if err := m.enqueue(now, it); err != nil {
-		return []send{{reply: it.reply, err: err}}
-	}
-	return nil
+	return m.enqueue(now, it)
 }
 
 // inOrder returns the requests to accept now, in stream order: it itself
@@ -241,8 +335,20 @@ func (m *model) flushOrder(k orderKey) {
 	m.deliver(out)
 }
 
-func (m *model) enqueue(now time.Time, it *item) error {
-	return m.core.Enqueue(now, &seqbatch.Request{ID: it.id, Start: it.start, End: it.end, Timeout: it.timeout, Shape: it.shape, Data: it})
+// enqueue hands one request to the batcher; m.mu is held. A request
+// cancelled before it got there (answered already) is enqueued and
+// cancelled at once, so that its sequence ends as if the batcher had held
+// it.
+func (m *model) enqueue(now time.Time, it *item) []send {
+	r := &seqbatch.Request{ID: it.id, Start: it.start, End: it.end, Timeout: it.timeout, Shape: it.shape, Data: it}
+	if err := m.core.Enqueue(now, r); err != nil {
+		return m.fail(nil, it, err)
+	}
+	it.req = r
+	if it.cancelled {
+		return m.failAll(nil, m.core.Cancel(now, r))
+	}
+	return nil
 }
 
 // init builds the batcher from the config an executor sent, restores the
@@ -270,9 +376,7 @@ func (m *model) init(now time.Time, cfg *inference.ModelConfig) []send {
 	}
 	var out []send
 	for _, it := range m.pre {
-		if err := m.enqueue(now, it); err != nil {
-			out = append(out, send{reply: it.reply, err: err})
-		}
+		out = append(out, m.enqueue(now, it)...)
 	}
 	m.pre = nil
 	return out
@@ -287,7 +391,7 @@ func (m *model) pull(now time.Time, reply string, p *busv1.SequencePull) {
 		return
 	}
 	m.tk.Expect(p.GetExecutorId())
-	delete(m.inflight, p.GetDoneBatch())
+	m.done(p.GetDoneBatch())
 	var out []send
 	if m.core == nil {
 		if p.GetConfig() == nil {
@@ -345,6 +449,7 @@ func (m *model) dispatch(now time.Time) []send {
 			// Held across a NATS reconnect: its requester gave up, and a
 			// batch sent to it would be lost. The instance pulls again.
 			delete(m.pulls, key)
+			m.s.bus.Release(pl.reply)
 			continue
 		}
 		b, wait := m.core.Next(now, key)
@@ -393,10 +498,7 @@ func (m *model) fire() {
 		return
 	}
 	m.wakeAt = time.Time{}
-	var out []send
-	for _, f := range m.core.Tick(now) {
-		out = append(out, send{reply: f.Req.Data.(*item).reply, err: f.Err})
-	}
+	out := m.failAll(nil, m.core.Tick(now))
 	if st == failover.Serving {
 		out = append(out, m.dispatch(now)...)
 	}
@@ -415,9 +517,10 @@ func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
 			continue
 		}
 		it := e.Req.Data.(*item)
+		it.running = true
 		w := &busv1.SequenceWork{Slot: uint32(e.Slot), Id: e.ID.Proto(), Start: e.Start, End: e.End,
 			Reply: it.reply, Request: it.body, ReceivedUnixNano: it.received.UnixNano(), Token: it.token, Resume: e.Resume,
-			StreamWindow: it.window}
+			StreamWindow: it.window, TraceContext: it.trace}
 		if !it.deadline.IsZero() {
 			w.DeadlineUnixNano = it.deadline.UnixNano()
 		}
@@ -428,6 +531,23 @@ func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
 	return msg
 }
 
+// done forgets a batch its instance ran (reported by its next pull): its
+// requests were answered by the executor; m.mu is held.
+func (m *model) done(batch uint64) {
+	f := m.inflight[batch]
+	if f == nil {
+		return
+	}
+	for _, r := range f.reqs {
+		it := r.Data.(*item)
+		it.finish()
+		// The bus held it for its gateway's liveness probes since it
+		// arrived (bus.HandleDelegated): the executor has answered it.
+		m.s.bus.Release(it.reply)
+	}
+	delete(m.inflight, batch)
+}
+
 // unloaded withdraws an instance whose executor unloaded the model
 // version: the sequences in its slots end (pkg/seqbatch RemoveInstance),
 // and a batch handed to it that it never ran (its pull was cancelled by the
@@ -436,24 +556,25 @@ func (m *model) unloaded(now time.Time, p *busv1.SequencePull) {
 	key := seqbatch.InstanceKey{Executor: p.GetExecutorId(), Generation: p.GetGeneration(), Index: int(p.GetInstance())}
 	why := fmt.Sprintf("model '%s' version %s was unloaded", m.name, m.version)
 	m.lock()
-	delete(m.inflight, p.GetDoneBatch())
+	m.done(p.GetDoneBatch())
 	var out []send
 	if m.core != nil {
-		for _, f := range m.core.RemoveInstance(now, key, why) {
-			out = append(out, send{reply: f.Req.Data.(*item).reply, err: f.Err})
-		}
+		out = m.failAll(out, m.core.RemoveInstance(now, key, why))
 	}
 	for id, f := range m.inflight {
 		if f.executor == key.Executor && f.generation == key.Generation && f.instance == key.Index {
 			for _, r := range f.reqs {
 				it := r.Data.(*item)
-				out = append(out, send{reply: it.reply, err: tritonerr.Unavailablef(
-					"sequence %s of model '%s' ended: %s before the request ran", it.id.String(), m.name, why)})
+				out = m.fail(out, it, tritonerr.Unavailablef(
+					"sequence %s of model '%s' ended: %s before the request ran", it.id.String(), m.name, why))
 			}
 			delete(m.inflight, id)
 		}
 	}
-	delete(m.pulls, key)
+	if pl := m.pulls[key]; pl != nil {
+		m.s.bus.Release(pl.reply)
+		delete(m.pulls, key)
+	}
 	m.unlock()
 	m.s.log.Info("instance left: the executor unloaded the model", "model", m.name, "version", m.version, "executor", key.Executor, "instance", key.Index)
 	m.deliver(out)
@@ -484,27 +605,36 @@ func (m *model) lose(executor string, keep uint64, why string) {
 		}
 		slices.Sort(ids)
 		for _, id := range ids {
-			rerun = append(rerun, m.inflight[id].reqs...)
+			for _, r := range m.inflight[id].reqs {
+				r.Data.(*item).running = false
+				rerun = append(rerun, r)
+			}
 			delete(m.inflight, id)
 		}
 	}
 	if m.core != nil {
-		for _, f := range m.core.RemoveExecutor(time.Now(), executor, keep, rerun) {
-			out = append(out, send{reply: f.Req.Data.(*item).reply, err: f.Err})
+		now := time.Now()
+		out = m.failAll(out, m.core.RemoveExecutor(now, executor, keep, rerun))
+		for _, r := range rerun {
+			// Cancelled while it ran on the lost executor: not run again.
+			if it := r.Data.(*item); it.cancelled && !it.finished {
+				out = m.failAll(out, m.core.Cancel(now, r))
+			}
 		}
 	}
 	for id, f := range m.inflight {
 		if lost(f) {
 			for _, r := range f.reqs {
 				it := r.Data.(*item)
-				out = append(out, send{reply: it.reply, err: tritonerr.Unavailablef(
-					"executor '%s' running sequence %s of model '%s' %s before answering", executor, it.id.String(), m.name, why)})
+				out = m.fail(out, it, tritonerr.Unavailablef(
+					"executor '%s' running sequence %s of model '%s' %s before answering", executor, it.id.String(), m.name, why))
 			}
 			delete(m.inflight, id)
 		}
 	}
-	for key := range m.pulls {
+	for key, pl := range m.pulls {
 		if key.Executor == executor && (keep == 0 || key.Generation != keep) {
+			m.s.bus.Release(pl.reply)
 			delete(m.pulls, key)
 		}
 	}
@@ -527,7 +657,7 @@ func (m *model) expirePending(now time.Time) {
 			limit = it.deadline
 		}
 		if now.After(limit) {
-			out = append(out, send{reply: it.reply, err: tritonerr.Unavailablef("no executor is serving model '%s' version %s", m.name, m.version)})
+			out = m.fail(out, it, tritonerr.Unavailablef("no executor is serving model '%s' version %s", m.name, m.version))
 			continue
 		}
 		keep = append(keep, it)
@@ -558,12 +688,12 @@ func (m *model) shutdown(err error) bool {
 	}
 	var out []send
 	for _, it := range m.pre {
-		out = append(out, send{reply: it.reply, err: err})
+		out = m.fail(out, it, err)
 	}
 	m.pre = nil
 	for _, st := range m.orders {
 		for _, it := range st.parked {
-			out = append(out, send{reply: it.reply, err: err})
+			out = m.fail(out, it, err)
 		}
 		if st.timer != nil {
 			st.timer.Stop()
@@ -572,8 +702,13 @@ func (m *model) shutdown(err error) bool {
 	m.orders = nil
 	if m.core != nil {
 		for _, r := range m.core.Drain() {
-			out = append(out, send{reply: r.Data.(*item).reply, err: err})
+			out = m.fail(out, r.Data.(*item), err)
 		}
+	}
+	// Batches on executors are answered by them: the router only stops
+	// following their cancellations and answering their liveness probes.
+	for id := range m.inflight {
+		m.done(id)
 	}
 	for _, pl := range m.pulls {
 		out = append(out, send{reply: pl.reply, batch: &busv1.SequenceBatch{}})

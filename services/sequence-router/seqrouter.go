@@ -16,11 +16,13 @@ import (
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/failover"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
 	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
+	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -64,6 +66,9 @@ type Config struct {
 	// Trace is --trace-config: the startup trace settings, changed at run
 	// time by the trace extension through any gateway.
 	Trace tracesetting.Config
+	// Logging are the settings Logger obeys (pkg/logsetting), kept in step
+	// with the logging extension; nil: Logger does not change.
+	Logging *logsetting.Manager
 }
 
 // Service is one running sequence router.
@@ -74,6 +79,9 @@ type Service struct {
 	bus   *bus.Conn
 	st    store
 	trace *tracesetting.Manager // trace extension settings, kept in step by any gateway
+	// tracer records the spans of traced requests; nil when nothing is
+	// exported.
+	tracer *tracing.Tracer
 
 	// group owns the service's goroutines (lease loops, takeovers,
 	// resolves, drains); its context ends when Run returns, and Run waits
@@ -176,11 +184,28 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	defer hb.Unsubscribe()
+	if s.cfg.Trace.Mode == tracesetting.ModeOpenTelemetry {
+		if s.tracer, err = tracing.New(ctx, s.cfg.Trace, Name, s.trace); err != nil {
+			return fmt.Errorf("%s: %w", Name, err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = s.tracer.Shutdown(sctx)
+		}()
+	}
 	traceFollow, err := settingbus.Follow(ctx, bc, bus.SettingsTrace, s.trace, bus.RoleSequenceRouter, s.cfg.ID, false)
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	defer traceFollow.Stop()
+	if s.cfg.Logging != nil {
+		logFollow, err := settingbus.Follow(ctx, bc, bus.SettingsLogging, s.cfg.Logging, bus.RoleSequenceRouter, s.cfg.ID, false)
+		if err != nil {
+			return fmt.Errorf("%s: %w", Name, err)
+		}
+		defer logFollow.Stop()
+	}
 	s.group = routines.New(ctx)
 	defer s.group.Stop()
 	claims, err := bc.SubscribeAll(bus.SequenceClaimWildcard, s.claim)
@@ -249,7 +274,11 @@ func (s *Service) handleInfer(ctx context.Context, subject, reply string, data [
 		return
 	}
 	now := time.Now()
-	it := &item{reply: reply, body: sr.GetRequest(), received: now, id: seqbatch.FromProto(sr.GetId()),
+	// A traced request gets the router's span; the executor that runs it
+	// continues the trace from there (busv1.SequenceWork.trace_context).
+	ctx, span := s.tracer.StartChild(ctx, name, "sequence_batcher")
+	defer tracing.End(span, nil)
+	it := &item{reply: reply, body: sr.GetRequest(), received: now, id: seqbatch.FromProto(sr.GetId()), trace: tracing.Inject(ctx),
 		start: sr.GetStart(), end: sr.GetEnd(), timeout: time.Duration(sr.GetTimeoutUs()) * time.Microsecond, token: sr.GetToken(),
 		stream: sr.GetStream(), seq: sr.GetStreamSeq(), shape: sr.GetShape(), window: sr.GetStreamWindow()}
 	if d, ok := ctx.Deadline(); ok {
@@ -288,6 +317,19 @@ func (s *Service) handlePull(_ context.Context, subject, reply string, data []by
 		return
 	}
 	m.pull(now, reply, &p)
+}
+
+// forwardCancel publishes again, on bus.CancelSubject, the cancellation of
+// a request the router handed to an executor. The executor heard the
+// client's own cancellation too, but possibly before the batch reached it,
+// when only its memory of early cancellations (bus, a few seconds) would
+// apply it; the second one finds the request running there.
+func (s *Service) forwardCancel(reply string) {
+	if err := s.cfg.Conn.Publish(bus.CancelSubject, []byte(reply)); err != nil {
+		s.log.Debug("cancellation not forwarded", "err", err)
+		return
+	}
+	s.log.Debug("cancellation forwarded to the executor running the request")
 }
 
 // heartbeat tracks executors: a withdrawal loses its slots at once.

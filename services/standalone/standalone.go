@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
@@ -83,8 +84,10 @@ type Config struct {
 	// Metrics are the gateway's --metrics-config settings.
 	Metrics gateway.MetricsConfig
 	// Trace is --trace-config, for every service.
-	Trace  tracesetting.Config
-	Logger *slog.Logger
+	Trace tracesetting.Config
+	// Logging are the settings Logger obeys, followed by every service.
+	Logging *logsetting.Manager
+	Logger  *slog.Logger
 	// BackendDirectory, BackendConfig and ServerLibrary are the executor's
 	// (Triton backends: --backend-directory, --backend-config).
 	BackendDirectory string
@@ -218,7 +221,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Conn: exConn, RepositoryPath: s.cfg.ModelRepository, MoreRepositories: s.cfg.MoreRepositories, Models: s.cfg.Models, ControlMode: s.cfg.ControlMode, PollInterval: s.cfg.PollInterval,
 		DisableAutoComplete: s.cfg.DisableAutoComplete, ExitOnError: s.cfg.ExitOnError, Logger: s.log,
 		BackendDirectory: s.cfg.BackendDirectory, BackendConfig: s.cfg.BackendConfig, ServerLibrary: s.cfg.ServerLibrary,
-		RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Trace: s.cfg.Trace,
+		RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Trace: s.cfg.Trace, Logging: s.cfg.Logging,
 	})
 	if err != nil {
 		return err
@@ -238,6 +241,7 @@ func (s *Server) Run(ctx context.Context) error {
 		HTTPRestricted:   s.cfg.HTTPRestricted,
 		Metrics:          s.cfg.Metrics,
 		Trace:            s.cfg.Trace,
+		Logging:          s.cfg.Logging,
 		GRPCRestricted:   s.cfg.GRPCRestricted,
 		Logger:           s.log,
 	})
@@ -249,7 +253,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	seq, err := seqrouter.New(seqrouter.Config{Conn: seqConn, RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Logger: s.log, Trace: s.cfg.Trace})
+	seq, err := seqrouter.New(seqrouter.Config{Conn: seqConn, RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Logger: s.log, Trace: s.cfg.Trace, Logging: s.cfg.Logging})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/probe"
 	"github.com/nereid-io/nereid/pkg/redisconn"
@@ -47,7 +48,8 @@ func main() {
 	fs.Var(backendConfig, "backend-config", "a setting for backends: <backend>,<setting>=<value> (repeatable)")
 	serverLib := fs.String("server-library", "", "the libtritonserver.so Triton backends link against (default: next to this binary, then the loader's path)")
 	redisURL := fs.String("redis-url", "", "Redis URL (redis://host:port/db, or rediss:// for TLS) for the durable state of models with state_durability \"redis\"; empty keeps it in memory")
-	logger := tritonflag.LogVerbose(fs)
+	var logFlags logsetting.Flags
+	logFlags.Register(fs)
 	var auth natsconn.Auth
 	auth.Register(fs)
 	var redisAuth redisconn.Options
@@ -59,13 +61,13 @@ func main() {
 	auth.FromEnv()
 	redisAuth.FromEnv()
 
-	log := logger()
+	logs, log := logFlags.MustBuild("nereid-executor")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, log, auth, *natsURL, *probeAddr, executor.Config{
 		RepositoryPath: first(repos), MoreRepositories: rest(repos), Models: models, ControlMode: mode, PollInterval: pollInterval,
 		Trace:               trace.Config(),
-		DisableAutoComplete: strictCfg || noAutoComplete, ExitOnError: exitOnError, ID: *id, Node: *node, Logger: log,
+		DisableAutoComplete: strictCfg || noAutoComplete, ExitOnError: exitOnError, ID: *id, Node: *node, Logger: log, Logging: logs,
 		BackendDirectory: *backendDir, BackendConfig: backendConfig, ServerLibrary: *serverLib,
 		RedisURL: *redisURL, RedisAuth: redisAuth,
 	}); err != nil {

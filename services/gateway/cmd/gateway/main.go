@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
 	"github.com/nereid-io/nereid/pkg/version"
@@ -40,7 +41,8 @@ func main() {
 	handoffThreshold := fs.Int("handoff-threshold", 0, "tensor size in bytes from which same-node hand-off is used (0: 1 MiB; negative: never)")
 	var limits gateway.Limits
 	limits.RegisterFlags(fs)
-	logger := tritonflag.LogVerbose(fs)
+	var logFlags logsetting.Flags
+	logFlags.Register(fs)
 	var edge gateway.EdgeFlags
 	edge.Register(fs)
 	var auth natsconn.Auth
@@ -48,7 +50,7 @@ func main() {
 	_ = fs.Parse(os.Args[1:])
 	auth.FromEnv()
 
-	log := logger()
+	logs, log := logFlags.MustBuild("nereid-gateway")
 	addr := func(host string, port int, on bool) string {
 		if !on || port < 0 {
 			return ""
@@ -70,6 +72,7 @@ func main() {
 		HandoffThreshold: *handoffThreshold,
 		Limits:           limits,
 		Logger:           log,
+		Logging:          logs,
 	}
 	err := edge.Apply(&cfg)
 	if err == nil {

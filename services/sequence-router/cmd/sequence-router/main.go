@@ -12,11 +12,11 @@ import (
 	"syscall"
 
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/probe"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
-	"github.com/nereid-io/nereid/pkg/tritonflag"
 	seqrouter "github.com/nereid-io/nereid/services/sequence-router"
 )
 
@@ -28,7 +28,8 @@ func main() {
 	maxBacklog := fs.Int("max-sequence-backlog", 0, "sequences that may wait for a slot per model (0: unbounded, as Triton)")
 	leaseTTL := fs.Duration("lease-ttl", seqrouter.DefaultLeaseTTL, "how long the active router's lease outlives it (takeover time)")
 	id := fs.String("id", "", "router id in the lease (default random)")
-	logger := tritonflag.LogVerbose(fs)
+	var logFlags logsetting.Flags
+	logFlags.Register(fs)
 	var auth natsconn.Auth
 	auth.Register(fs)
 	var redisAuth redisconn.Options
@@ -43,7 +44,8 @@ func main() {
 	cfg.DelaySlots, _ = strconv.Atoi(os.Getenv("TRITONSERVER_DELAY_SCHEDULER"))
 	cfg.DelayBacklog, _ = strconv.Atoi(os.Getenv("TRITONSERVER_BACKLOG_DELAY_SCHEDULER"))
 
-	log := logger()
+	logs, log := logFlags.MustBuild("nereid-sequence-router")
+	cfg.Logging = logs
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, log, auth, *natsURL, *probeAddr, cfg); err != nil {

@@ -11,10 +11,10 @@ import (
 	"syscall"
 
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/probe"
 	"github.com/nereid-io/nereid/pkg/redisconn"
-	"github.com/nereid-io/nereid/pkg/tritonflag"
 	shmregistry "github.com/nereid-io/nereid/services/shm-registry"
 )
 
@@ -23,7 +23,8 @@ func main() {
 	natsURL := fs.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
 	redisURL := fs.String("redis-url", "", "Redis URL (redis://host:port/db, or rediss:// for TLS); empty keeps state in memory")
 	probeAddr := fs.String("probe-addr", "", "address for /livez and /readyz (empty disables)")
-	logger := tritonflag.LogVerbose(fs)
+	var logFlags logsetting.Flags
+	logFlags.Register(fs)
 	var auth natsconn.Auth
 	auth.Register(fs)
 	var redisAuth redisconn.Options
@@ -32,7 +33,7 @@ func main() {
 	auth.FromEnv()
 	redisAuth.FromEnv()
 
-	log := logger()
+	_, log := logFlags.MustBuild("nereid-shm-registry")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, log, auth, *natsURL, *redisURL, redisAuth, *probeAddr); err != nil {

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
 	"github.com/nereid-io/nereid/services/executor"
 	"github.com/nereid-io/nereid/services/gateway"
@@ -50,7 +51,8 @@ func main() {
 	cfg.BackendConfig = tritonflag.BackendConfig{}
 	fs.Var(tritonflag.BackendConfig(cfg.BackendConfig), "backend-config", "a setting for backends: <backend>,<setting>=<value> (repeatable)")
 	fs.StringVar(&cfg.ServerLibrary, "server-library", "", "the libtritonserver.so Triton backends link against (default: next to this binary, then the loader's path)")
-	logger := tritonflag.LogVerbose(fs)
+	var logFlags logsetting.Flags
+	logFlags.Register(fs)
 	var edge gateway.EdgeFlags
 	edge.Register(fs)
 	cfg.RedisAuth.Register(fs)
@@ -72,7 +74,7 @@ func main() {
 	cfg.Metrics = gw.Metrics
 	cfg.Trace = gw.Trace
 
-	cfg.Logger = logger()
+	cfg.Logging, cfg.Logger = logFlags.MustBuild("nereid")
 
 	srv, err := standalone.New(cfg)
 	if err != nil {

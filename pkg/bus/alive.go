@@ -1,0 +1,316 @@
+package bus
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// Liveness of requests in flight. A request reaches one responder (a member
+// of a queue group, or whoever a delegating handler passed it to), and
+// nothing on the reply path says who that is: when the responder dies (kill
+// -9) or is cut off from NATS (a partition), its requester would wait for
+// its deadline. So a requester that has heard nothing on a request's reply
+// subject for a while asks, on AliveSubject, who still holds it: the body
+// lists the reply subjects in question, one per line. Every Conn that
+// handles requests listens there, and the one holding such a request (a
+// handler running or queued, a delegated request not yet answered, a
+// request held explicitly) answers at once with an empty message carrying
+// HeaderAlive on the request's reply subject. A request whose probes go
+// unanswered fails with UNAVAILABLE: its responder was lost, and the
+// request may or may not have run.
+//
+// Nothing of this happens on the fast path: requests are swept once per
+// interval by one goroutine per Conn, and only those silent for a whole
+// interval are probed, all in one message. Any message on the reply subject
+// (a reply, a chunk, a stream message, an answer to a probe) counts as word
+// from the responder.
+
+// HeaderAlive marks a responder's answer to a liveness probe, sent to the
+// request's reply subject; the requester counts it and drops it.
+const HeaderAlive = "Nereid-Alive"
+
+// DefaultLiveness is the sweep interval of requests in flight: a request
+// silent for one to two intervals is probed, and fails when it stays silent
+// for aliveProbes intervals more (three to four intervals in all).
+const DefaultLiveness = time.Second
+
+// aliveProbes is how many probes go unanswered before a request fails.
+const aliveProbes = 2
+
+// WithLiveness sets the sweep interval of requests in flight (default
+// DefaultLiveness); zero or less turns the probes off, so that a request
+// waits for its deadline whatever happens to its responder.
+func WithLiveness(d time.Duration) Option { return func(o *options) { o.liveness = d } }
+
+// errResponderLost ends a request nobody admits to holding any more.
+var errResponderLost = errors.New("bus: the responder holding the request was lost")
+
+// responderLostMessage says who was lost, in the words of the connection
+// loss message (transferError).
+func responderLostMessage(subject string) string {
+	who := "responder"
+	switch {
+	case strings.HasPrefix(subject, inferPrefix):
+		who = "executor"
+	case strings.HasPrefix(subject, seqPrefix):
+		who = "sequence router or executor"
+	}
+	return "request to " + target(subject) + " failed: the " + who + " handling it was lost while it was in flight " +
+		lostMarker + "; the request may or may not have run"
+}
+
+const lostMarker = "(it stopped answering liveness probes)"
+
+// IsResponderLost reports whether err is the UNAVAILABLE error of a request
+// whose responder stopped answering its liveness probes: the request may or
+// may not have run. The gateway gives a sequence request failed so a
+// router takeover's chance to say that it was not run.
+func IsResponderLost(err error) bool {
+	var te *tritonerr.Error
+	return errors.As(err, &te) && te.Kind == tritonerr.Unavailable && strings.Contains(te.Msg, lostMarker)
+}
+
+// sweep probes the requests silent for a whole interval and fails those
+// whose probes went unanswered, until the Conn closes.
+func (c *Conn) sweep() {
+	defer close(c.sweepDone)
+	t := time.NewTicker(c.opts.liveness)
+	defer t.Stop()
+	var (
+		boxes []*inbox
+		toks  []string
+		probe []string
+	)
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		if !c.Connected() {
+			// Nothing can be heard without a connection; its loss fails
+			// the requests on it already (link.go).
+			continue
+		}
+		boxes, toks = boxes[:0], toks[:0]
+		c.mu.Lock()
+		for tok, b := range c.inboxes {
+			if b.watched {
+				boxes, toks = append(boxes, b), append(toks, tok)
+			}
+		}
+		c.mu.Unlock()
+		probe = probe[:0]
+		for i, b := range boxes {
+			switch b.quiet() {
+			case quietHeard:
+			case quietProbe:
+				probe = append(probe, c.prefix+toks[i])
+			case quietLost:
+				b.fail()
+			}
+		}
+		clear(boxes)
+		c.sendProbes(probe)
+	}
+}
+
+type quietness int
+
+const (
+	quietHeard quietness = iota // word came since the last sweep
+	quietProbe                  // silent: probe it
+	quietLost                   // silent through aliveProbes probes
+)
+
+// quiet advances the inbox's count of silent sweeps.
+func (b *inbox) quiet() quietness {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.heard != b.seen {
+		b.seen, b.silent = b.heard, 0
+		return quietHeard
+	}
+	b.silent++
+	if b.silent > aliveProbes {
+		return quietLost
+	}
+	return quietProbe
+}
+
+// fail ends the wait of the request: its responder is lost.
+func (b *inbox) fail() {
+	b.mu.Lock()
+	b.gone = true
+	b.mu.Unlock()
+	select {
+	case b.signal <- struct{}{}:
+	default:
+	}
+}
+
+// alive counts an answer to a probe.
+func (b *inbox) alive() {
+	b.mu.Lock()
+	b.heard++
+	b.mu.Unlock()
+}
+
+// sendProbes publishes the reply subjects on AliveSubject, as few messages
+// as the max payload allows.
+func (c *Conn) sendProbes(replies []string) {
+	if len(replies) == 0 {
+		return
+	}
+	limit := int(c.nc.MaxPayload()) / 2
+	var buf bytes.Buffer
+	for _, r := range replies {
+		if buf.Len() > 0 && buf.Len()+1+len(r) > limit {
+			_ = c.nc.Publish(AliveSubject, buf.Bytes())
+			buf = bytes.Buffer{}
+		}
+		if buf.Len() > 0 {
+			buf.WriteByte('\n')
+		}
+		buf.WriteString(r)
+	}
+	_ = c.nc.Publish(AliveSubject, buf.Bytes())
+}
+
+// answerProbes answers, on each listed reply subject, for the requests this
+// Conn holds.
+func (c *Conn) answerProbes(m *nats.Msg) {
+	data := m.Data
+	for len(data) > 0 {
+		var line []byte
+		line, data, _ = bytes.Cut(data, []byte{'\n'})
+		if len(line) == 0 {
+			continue
+		}
+		reply := string(line)
+		if c.holds(reply) {
+			_ = c.nc.PublishMsg(&nats.Msg{Subject: reply, Header: nats.Header{HeaderAlive: []string{"1"}}})
+		}
+	}
+}
+
+// holding is a request this Conn holds without running a handler for it.
+type holding struct {
+	n        int       // Hold calls not yet released
+	auto     bool      // a delegated request not yet answered
+	deadline time.Time // the requester's; zero for none
+}
+
+// holds reports whether this Conn holds the request whose reply subject is
+// reply: a handler serves it, or it is held.
+func (c *Conn) holds(reply string) bool {
+	cs := &c.cancels
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if _, ok := cs.inflight[reply]; ok {
+		return true
+	}
+	h := cs.held[reply]
+	if h == nil {
+		return false
+	}
+	if !h.deadline.IsZero() && time.Now().After(h.deadline) {
+		// Its requester gave up: nobody asks for it any more.
+		delete(cs.held, reply)
+		return false
+	}
+	return true
+}
+
+// Hold says that this process holds the request whose reply subject is
+// reply (it received it through another process, as an executor running a
+// batch from the sequence router does), so that the requester's liveness
+// probes are answered until the returned func is called.
+func (c *Conn) Hold(reply string) (release func()) {
+	if reply == "" {
+		return func() {}
+	}
+	if err := c.listenCancels(); err != nil {
+		c.opts.log.Warn("bus: liveness probes not answered", "err", err)
+	}
+	c.hold(reply, time.Time{}, false)
+	var once sync.Once
+	return func() { once.Do(func() { c.unhold(reply, false) }) }
+}
+
+// Release ends the hold HandleDelegated took on a request this Conn passed
+// on and will not answer itself: the sequence router releases a request
+// once the executor it handed it to has answered it.
+func (c *Conn) Release(reply string) { c.unhold(reply, true) }
+
+// purgeEvery bounds how many holds accumulate before those past their
+// deadline are dropped (a request passed on and never released).
+const purgeEvery = 1024
+
+func (c *Conn) hold(reply string, deadline time.Time, auto bool) {
+	cs := &c.cancels
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.held == nil {
+		cs.held = map[string]*holding{}
+	}
+	h := cs.held[reply]
+	if h == nil {
+		if len(cs.held) >= max(cs.purgeAt, purgeEvery) {
+			now := time.Now()
+			for k, v := range cs.held {
+				if !v.deadline.IsZero() && now.After(v.deadline) {
+					delete(cs.held, k)
+				}
+			}
+			cs.purgeAt = 2 * len(cs.held)
+		}
+		h = &holding{}
+		cs.held[reply] = h
+	}
+	if auto {
+		h.auto = true
+	} else {
+		h.n++
+	}
+	if deadline.After(h.deadline) {
+		h.deadline = deadline
+	}
+	cs.holding.Store(int64(len(cs.held)))
+}
+
+func (c *Conn) unhold(reply string, auto bool) {
+	cs := &c.cancels
+	if cs.holding.Load() == 0 {
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	h := cs.held[reply]
+	if h == nil {
+		return
+	}
+	if auto {
+		h.auto = false
+	} else if h.n > 0 {
+		h.n--
+	}
+	if !h.auto && h.n == 0 {
+		delete(cs.held, reply)
+	}
+	cs.holding.Store(int64(len(cs.held)))
+}
+
+// answered ends the hold of a delegated request this Conn has answered.
+func (c *Conn) answered(reply string) {
+	if c.cancels.holding.Load() > 0 {
+		c.unhold(reply, true)
+	}
+}
