@@ -121,7 +121,7 @@ func TRITONSERVER_InferenceRequestNew(out **C.TRITONSERVER_InferenceRequest, s *
 	b.h = register(b)
 	c.h = C.uintptr_t(b.h)
 	b.c = c
-	*out = c
+	setOut(out, c)
 	return nil
 }
 
@@ -393,7 +393,7 @@ func TRITONSERVER_ServerModelTransactionProperties(s *C.TRITONSERVER_Server, nam
 		*flags = C.TRITONSERVER_TXN_DECOUPLED
 	}
 	if voidp != nil {
-		*voidp = nil
+		setOutPointer(voidp, nil)
 	}
 	return nil
 }

@@ -108,7 +108,7 @@ func TRITONBACKEND_ResponseFactoryNew(f **C.TRITONBACKEND_ResponseFactory, r *C.
 	}
 	rf := (*C.TRITONBACKEND_ResponseFactory)(C.calloc(1, C.sizeof_TRITONBACKEND_ResponseFactory))
 	rf.h = r.h
-	*f = rf
+	setOut(f, rf)
 	return nil
 }
 
@@ -182,7 +182,7 @@ func TRITONBACKEND_OutputBuffer(o *C.TRITONBACKEND_Output, buf *unsafe.Pointer, 
 	o.attributes.memory_type = C.TRITONSERVER_MEMORY_CPU
 	o.attributes.memory_type_id = 0
 	o.attributes.byte_size = C.size_t(size)
-	*buf = p
+	setOutPointer(buf, p)
 	if mt != nil {
 		*mt = C.TRITONSERVER_MEMORY_CPU
 	}
@@ -217,7 +217,7 @@ func TRITONBACKEND_StateNew(state **C.TRITONBACKEND_State, r *C.TRITONBACKEND_Re
 	cr.mu.Lock()
 	cr.states = append(cr.states, unsafe.Pointer(cs))
 	cr.mu.Unlock()
-	*state = cs
+	setOut(state, cs)
 	return nil
 }
 
@@ -245,7 +245,7 @@ func TRITONBACKEND_StateBuffer(state *C.TRITONBACKEND_State, buf *unsafe.Pointer
 	st.cr.mu.Lock()
 	st.buf = st.cr.bufs[p]
 	st.cr.mu.Unlock()
-	*buf = p
+	setOutPointer(buf, p)
 	if mt != nil {
 		*mt = C.TRITONSERVER_MEMORY_CPU
 	}
@@ -289,10 +289,10 @@ func TRITONBACKEND_ModelConfig(m *C.TRITONBACKEND_Model, version C.uint32_t, out
 		return newError(tritonerr.Unsupportedf("model configuration version %d not supported, supported versions are: 1", version))
 	}
 	js := cm.configJSON()
-	msg := (*C.TRITONSERVER_Message)(C.malloc(C.sizeof_TRITONSERVER_Message))
+	msg := (*C.TRITONSERVER_Message)(C.calloc(1, C.sizeof_TRITONSERVER_Message)) // zeroed: Go stores a pointer in it
 	msg.json = (*C.char)(C.CBytes(append(js, 0)))
 	msg.size = C.size_t(len(js))
-	*out = msg
+	setOut(out, msg)
 	return nil
 }
 
@@ -390,14 +390,14 @@ func TRITONBACKEND_MemoryManagerAllocate(mgr *C.TRITONBACKEND_MemoryManager, buf
 		if p == nil {
 			return newError(tritonerr.Unavailablef("failed to allocate %d bytes of %s memory", size, memoryTypeName(mt)))
 		}
-		*buf = p
+		setOutPointer(buf, p)
 		return nil
 	case C.TRITONSERVER_MEMORY_GPU:
 		p, err := gpuAlloc(int64(mid), uint64(size))
 		if err != nil {
 			return newError(err)
 		}
-		*buf = C.nereid_ptr(C.uintptr_t(p)) // a device address, never dereferenced here
+		setOutPointer(buf, C.nereid_ptr(C.uintptr_t(p))) // a device address, never dereferenced here
 		return nil
 	}
 	return newError(tritonerr.InvalidArgf("unknown memory type %d", mt))

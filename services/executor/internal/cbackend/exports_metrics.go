@@ -26,7 +26,7 @@ func TRITONSERVER_MetricFamilyNew(out **C.TRITONSERVER_MetricFamily, kind C.TRIT
 	}
 	cf := (*C.TRITONSERVER_MetricFamily)(C.malloc(C.sizeof_TRITONSERVER_MetricFamily))
 	cf.h = C.uintptr_t(register(f))
-	*out = cf
+	setOut(out, cf)
 	return nil
 }
 
@@ -83,7 +83,7 @@ func newMetric(out **C.TRITONSERVER_Metric, cf *C.TRITONSERVER_MetricFamily, lab
 	}
 	cm := (*C.TRITONSERVER_Metric)(C.malloc(C.sizeof_TRITONSERVER_Metric))
 	cm.h = C.uintptr_t(register(m))
-	*out = cm
+	setOut(out, cm)
 	return nil
 }
 

@@ -310,7 +310,8 @@ func (in *cInstance) Execute(ctx context.Context, reqs []*backend.Request) error
 
 func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error {
 	n := len(reqs)
-	arr := (*[1 << 28]*C.TRITONBACKEND_Request)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(uintptr(0)))))[:n:n]
+	// Zeroed: Go stores pointers in it (see outparam.go).
+	arr := (*[1 << 28]*C.TRITONBACKEND_Request)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(uintptr(0)))))[:n:n]
 	defer C.free(unsafe.Pointer(&arr[0]))
 	crs := make([]*cRequest, n)
 	for i, r := range reqs {
@@ -364,7 +365,8 @@ func cstrings(ss []string) **C.char {
 	if len(ss) == 0 {
 		return nil
 	}
-	p := (*[1 << 28]*C.char)(C.malloc(C.size_t(len(ss)) * C.size_t(unsafe.Sizeof(uintptr(0)))))[:len(ss):len(ss)]
+	// Zeroed: Go stores pointers in it (see outparam.go).
+	p := (*[1 << 28]*C.char)(C.calloc(C.size_t(len(ss)), C.size_t(unsafe.Sizeof(uintptr(0)))))[:len(ss):len(ss)]
 	for i, s := range ss {
 		p[i] = C.CString(s)
 	}
