@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -46,7 +49,18 @@ func (s *syncBuffer) String() string {
 func Start(t testing.TB, name, path string, args ...string) *Proc {
 	t.Helper()
 	p := &Proc{Name: name, cmd: exec.Command(path, args...), out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	var out io.Writer = p.out
+	if dir := os.Getenv("NEREID_E2E_LOG_DIR"); dir != "" {
+		// Kept whole on disk as well: a crash's output can outgrow what a
+		// failure report shows, and the start of a traceback matters most.
+		f, err := os.CreateTemp(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()+"-"+name)+"-*.log")
+		if err != nil {
+			t.Fatalf("keeping the output of %s: %v", name, err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		out = io.MultiWriter(p.out, f)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = out, out
 	p.cmd.Env = processEnv(path)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)

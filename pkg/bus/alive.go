@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
 // Liveness of requests in flight. A request reaches one responder (a member
@@ -61,26 +63,24 @@ func responderLostMessage(subject string) string {
 		who = "sequence router or executor"
 	}
 	return "request to " + target(subject) + " failed: the " + who + " handling it was lost while it was in flight " +
-		"(it stopped answering liveness probes); the request may or may not have run"
+		lostMarker + "; the request may or may not have run"
 }
 
-// watched makes the inbox of a request swept for liveness.
-func (c *Conn) watched(b *inbox) {
-	if c.opts.liveness <= 0 {
-		return
-	}
-	b.watched = true
-	b.heard = 1 // a fresh request counts as word at its start
-	c.sweepOnce.Do(func() {
-		c.sweeper.Add(1)
-		go c.sweep() // owned by c: it returns when c.done closes, and Close waits for it
-	})
+const lostMarker = "(it stopped answering liveness probes)"
+
+// IsResponderLost reports whether err is the UNAVAILABLE error of a request
+// whose responder stopped answering its liveness probes: the request may or
+// may not have run. The gateway gives a sequence request failed so a
+// router takeover's chance to say that it was not run.
+func IsResponderLost(err error) bool {
+	var te *tritonerr.Error
+	return errors.As(err, &te) && te.Kind == tritonerr.Unavailable && strings.Contains(te.Msg, lostMarker)
 }
 
 // sweep probes the requests silent for a whole interval and fails those
 // whose probes went unanswered, until the Conn closes.
 func (c *Conn) sweep() {
-	defer c.sweeper.Done()
+	defer close(c.sweepDone)
 	t := time.NewTicker(c.opts.liveness)
 	defer t.Stop()
 	var (

@@ -24,6 +24,9 @@ const fastLiveness = 200 * time.Millisecond
 func wantLost(t *testing.T, err error, subject string, took, deadline time.Duration) {
 	t.Helper()
 	wantErr(t, err, tritonerr.Unavailable, responderLostMessage(subject))
+	if !IsResponderLost(err) || IsResponderLost(tritonerr.Unavailablef("request to %s timed out", target(subject))) {
+		t.Fatalf("IsResponderLost does not tell %q", err)
+	}
 	if !strings.Contains(err.Error(), "may or may not have run") {
 		t.Fatalf("error %q does not say the request may have run", err)
 	}

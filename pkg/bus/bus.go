@@ -39,8 +39,7 @@ type Conn struct {
 	link     *link         // the connection's state (link.go)
 	linkDone chan struct{} // closed when followLink has returned
 
-	sweepOnce sync.Once      // starts sweep (alive.go) with the first request
-	sweeper   sync.WaitGroup // the sweep goroutine
+	sweepDone chan struct{} // closed when sweep (alive.go) has returned
 }
 
 type options struct {
@@ -135,6 +134,12 @@ func New(nc *nats.Conn, opts ...Option) (*Conn, error) {
 	events := nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
 	c.link, c.linkDone = newLink(nc.IsConnected()), make(chan struct{})
 	go c.followLink(events) // owned by c: it returns when c.done closes, and Close waits for it
+	c.sweepDone = make(chan struct{})
+	if o.liveness > 0 {
+		go c.sweep() // owned by c, as followLink
+	} else {
+		close(c.sweepDone)
+	}
 	return c, nil
 }
 
@@ -162,7 +167,7 @@ func (c *Conn) NATS() *nats.Conn { return c.nc }
 func (c *Conn) Close() error {
 	c.shutdown()
 	<-c.linkDone
-	c.sweeper.Wait()
+	<-c.sweepDone
 	c.stopCancels()
 	if err := c.mux.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && !errors.Is(err, nats.ErrConnectionClosed) {
 		return err
@@ -195,10 +200,22 @@ func (c *Conn) dispatch(m *nats.Msg) {
 }
 
 // register opens an inbox reachable at the returned subject.
-func (c *Conn) register() (subject string, b *inbox) {
+func (c *Conn) register() (subject string, b *inbox) { return c.registerInbox(false) }
+
+// registerRequest opens the inbox of a request, swept for the liveness of
+// its responder (alive.go).
+func (c *Conn) registerRequest() (subject string, b *inbox) {
+	return c.registerInbox(c.opts.liveness > 0)
+}
+
+func (c *Conn) registerInbox(watched bool) (subject string, b *inbox) {
 	tok := strconv.FormatUint(c.seq.Add(1), 36)
 	lost, _ := c.link.state()
 	b = &inbox{signal: make(chan struct{}, 1), done: c.done, lost: lost}
+	if watched {
+		b.watched = true
+		b.heard = 1 // a fresh request counts as word at its start
+	}
 	c.mu.Lock()
 	c.inboxes[tok] = b
 	c.mu.Unlock()

@@ -47,9 +47,8 @@ func (c *Conn) request(ctx context.Context, subject string, body *payload) ([]by
 	if err := c.awaitLink(ctx, subject); err != nil {
 		return nil, err
 	}
-	reply, in := c.register()
+	reply, in := c.registerRequest()
 	defer c.unregister(reply)
-	c.watched(in)
 
 	hdr := make(nats.Header, 3)
 	if d, ok := ctx.Deadline(); ok {

@@ -130,8 +130,7 @@ func (c *Conn) stream(ctx context.Context, subject string, req proto.Message, wi
 	if err := ctx.Err(); err != nil {
 		return nil, transferError(err, subject)
 	}
-	reply, in := c.register()
-	c.watched(in)
+	reply, in := c.registerRequest()
 	s := &Stream{c: c, ctx: ctx, subject: subject, reply: reply, in: in, window: window, queued: queued, stop: make(chan struct{})}
 	hdr := make(nats.Header, 4)
 	hdr[HeaderStream] = []string{strconv.Itoa(window)}

@@ -153,6 +153,14 @@ func (g *Gateway) sendSequence(ctx context.Context, vv *versionView, req *infere
 	for {
 		w.sent.Store(true)
 		err = send(rctx, subject, sr)
+		if bus.IsResponderLost(err) {
+			// Neither a router nor an executor holds it any more (a router
+			// lost with it, or cut off: the router holds a request until its
+			// executor has answered it, and decides itself when the executor
+			// is lost). A router taking the model over says soon whether it
+			// was run (resolve); until then it may or may not have run.
+			waitResolve(rctx)
+		}
 		if err != nil && errors.Is(context.Cause(rctx), errRouterLost) {
 			return errLost(model)
 		}
@@ -171,6 +179,17 @@ func (g *Gateway) sendSequence(ctx context.Context, vv *versionView, req *infere
 			}
 			return errNoRouter(model, time.Since(firstMiss), err)
 		}
+	}
+}
+
+// waitResolve waits at most SequenceRouterWait for a takeover to resolve
+// the request of rctx (or for rctx to end otherwise).
+func waitResolve(rctx context.Context) {
+	t := time.NewTimer(SequenceRouterWait)
+	defer t.Stop()
+	select {
+	case <-rctx.Done():
+	case <-t.C:
 	}
 }
 

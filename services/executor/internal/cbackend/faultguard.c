@@ -11,11 +11,18 @@
 // not there.
 //
 // The table of watched mappings is read by the handler without locks:
-// slots are published start last and withdrawn start first, and a mapping
-// is never withdrawn while a request uses it.
+// slots are published start last and withdrawn start first. A handler
+// counts itself in flight from before it reads the table until its mmap is
+// done, and unwatching waits until none is: the caller unmaps the range
+// next, and zero pages put there after that would land on whatever the
+// process mapped in its place (Go's heap metadata, another region).
+//
+// Only faults the kernel raised are absorbed: a SIGBUS sent by a process
+// (kill, sigqueue) carries no fault address, whatever its siginfo says.
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -37,6 +44,7 @@ static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction previous;
 static _Atomic int installed;
 static _Atomic uint64_t absorbed;
+static _Atomic int inflight; /* handlers between their table lookup and their mmap */
 
 static void forward(int sig, siginfo_t* info, void* uctx) {
   if (previous.sa_flags & SA_SIGINFO) {
@@ -58,24 +66,33 @@ static void forward(int sig, siginfo_t* info, void* uctx) {
 
 static void on_sigbus(int sig, siginfo_t* info, void* uctx) {
   int saved = errno;
+  if (info == NULL || info->si_code <= 0 || info->si_code == SI_KERNEL) {
+    forward(sig, info, uctx);
+    errno = saved;
+    return;
+  }
   uintptr_t a = (uintptr_t)info->si_addr;
-  int n = atomic_load_explicit(&high, memory_order_acquire);
+  int hit = 0;
+  /* Sequentially consistent with nereid_guard_unwatch: either it sees this
+   * handler in flight, or this handler sees the slot withdrawn. */
+  atomic_fetch_add(&inflight, 1);
+  int n = atomic_load(&high);
   for (int i = 0; i < n; i++) {
-    uintptr_t s = atomic_load_explicit(&slots[i].start, memory_order_acquire);
+    uintptr_t s = atomic_load(&slots[i].start);
     if (s == 0 || a < s) continue;
-    uintptr_t len = atomic_load_explicit(&slots[i].len, memory_order_acquire);
-    if (a - s >= len) continue;
+    uintptr_t len = atomic_load(&slots[i].len);
+    if (len == 0 || a - s >= len) continue;
     void* r = mmap((void*)s, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     if (r != MAP_FAILED) {
       atomic_store_explicit(&slots[i].poisoned, 1, memory_order_release);
       atomic_fetch_add_explicit(&absorbed, 1, memory_order_relaxed);
-      errno = saved;
-      return;
+      hit = 1;
     }
     break;
   }
+  atomic_fetch_sub(&inflight, 1);
+  if (!hit) forward(sig, info, uctx);
   errno = saved;
-  forward(sig, info, uctx);
 }
 
 /* nereid_guard_install installs the handler once; it returns 0 or errno.
@@ -90,7 +107,10 @@ int nereid_guard_install(void) {
     sa.sa_sigaction = on_sigbus;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
     sigfillset(&sa.sa_mask);
-    if (sigaction(SIGBUS, &sa, &previous) != 0) {
+    /* previous is read before the handler goes in: glibc fills the old
+     * action in only after the kernel has switched, and a fault elsewhere
+     * in that window would find no handler to forward to. */
+    if (sigaction(SIGBUS, NULL, &previous) != 0 || sigaction(SIGBUS, &sa, NULL) != 0) {
       err = errno;
     } else {
       atomic_store(&installed, 1);
@@ -123,11 +143,16 @@ int nereid_guard_watch(uintptr_t start, uintptr_t len) {
   return slot;
 }
 
+/* nereid_guard_unwatch withdraws a mapping; once it returns, no handler
+ * will put pages over it, and the caller may unmap it. The slot stays
+ * taken (the lock held) until then, so a handler that read it cannot
+ * find it reused with another mapping's length either. */
 void nereid_guard_unwatch(int slot) {
   if (slot < 0 || slot >= GUARD_SLOTS) return;
   pthread_mutex_lock(&slots_mu);
-  atomic_store_explicit(&slots[slot].start, 0, memory_order_release);
-  atomic_store_explicit(&slots[slot].len, 0, memory_order_release);
+  atomic_store(&slots[slot].start, 0);
+  while (atomic_load(&inflight) != 0) sched_yield();
+  atomic_store(&slots[slot].len, 0);
   pthread_mutex_unlock(&slots_mu);
 }
 

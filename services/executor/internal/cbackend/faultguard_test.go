@@ -7,9 +7,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/nereid-io/nereid/api/inference"
@@ -228,4 +232,174 @@ func TestFaultGuard(t *testing.T) {
 			t.Fatal("faults absorbed and poisoning disagree")
 		}
 	})
+}
+
+// TestFaultGuardUnwatchRacingAFault closes watched mappings while another
+// thread faults in them, and maps fresh memory (a canary) over each
+// range at once, as the allocator of the heap or another region may: the
+// handler of a fault that began before Unwatch must never put its zero
+// pages over the canary, nor leave a mapping of its own in the freed
+// range.
+func TestFaultGuardUnwatchRacingAFault(t *testing.T) {
+	if err := installFaultGuard(); err != nil {
+		t.Fatal(err)
+	}
+	shm.SetWatcher(ShmWatcher())
+	defer shm.SetWatcher(nil)
+	const size = 16 << 12
+	rounds := 1500
+	if testing.Short() {
+		rounds = 200
+	}
+	var wg sync.WaitGroup
+	var canaries, occupied, zeroed atomic.Int64
+	for w := range 4 {
+		key := fmt.Sprintf("/nereid-faultguard-%d-race%d", os.Getpid(), w)
+		obj, err := shm.Create(key, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = obj.Close()
+		t.Cleanup(func() { _ = shm.Unlink(key) })
+		path := shm.Dir + key
+		wg.Go(func() {
+			for range rounds {
+				if err := os.Truncate(path, size); err != nil {
+					t.Error(err)
+					return
+				}
+				m, err := shm.Map(key, 0, size)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !m.Protected() {
+					t.Error("a mapping made with the watcher set is not protected")
+					return
+				}
+				data := m.Data
+				if err := os.Truncate(path, 0); err != nil {
+					t.Error(err)
+					return
+				}
+				var ready, done atomic.Bool
+				go func() {
+					defer done.Store(true)
+					ready.Store(true)
+					// A fault: absorbed (zeros), or, once the range is
+					// unmapped, Guard's error; the canary reads as itself.
+					_ = shm.Guard(func() error {
+						var sum byte
+						for off := 0; off < size; off += 1 << 12 {
+							sum += data[off]
+						}
+						_ = sum
+						return nil
+					})
+				}()
+				for !ready.Load() {
+					runtime.Gosched()
+				}
+				start := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+				if err := m.Close(); err != nil {
+					t.Error(err)
+					return
+				}
+				canary, err := mapAt(start, size)
+				if err != nil {
+					// Something holds the freed range already.
+					occupied.Add(1)
+					for !done.Load() {
+						runtime.Gosched()
+					}
+					continue
+				}
+				for i := range canary {
+					canary[i] = 0xaa
+				}
+				canaries.Add(1)
+				for !done.Load() {
+					runtime.Gosched()
+				}
+				for off := 0; off < size; off += 1 << 12 {
+					if canary[off] != 0xaa {
+						zeroed.Add(1)
+						break
+					}
+				}
+				_ = syscall.Munmap(canary)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d canaries mapped, %d freed ranges found taken, %d canaries overwritten", canaries.Load(), occupied.Load(), zeroed.Load())
+	if zeroed.Load() > 0 {
+		t.Fatalf("the fault guard put pages over memory mapped after Unwatch (%d times)", zeroed.Load())
+	}
+}
+
+// mapAt maps size bytes of private memory at addr exactly, failing when
+// anything is mapped there (MAP_FIXED_NOREPLACE).
+func mapAt(addr uintptr, size int) ([]byte, error) {
+	const mapFixedNoreplace = 0x100000
+	p, _, errno := syscall.Syscall6(syscall.SYS_MMAP, addr, uintptr(size), syscall.PROT_READ|syscall.PROT_WRITE,
+		syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS|mapFixedNoreplace, ^uintptr(0), 0)
+	if errno != 0 {
+		return nil, errno
+	}
+	if p != addr {
+		// A kernel before 4.17 treats the flag as a hint.
+		_, _, _ = syscall.Syscall(syscall.SYS_MUNMAP, p, uintptr(size), 0)
+		return nil, syscall.EEXIST
+	}
+	// Memory the kernel mapped, which the collector never moves or frees.
+	return unsafe.Slice(*(**byte)(unsafe.Pointer(&p)), size), nil
+}
+
+// TestFaultGuardIgnoresSentSIGBUS sends the process a SIGBUS (as kill does)
+// whose siginfo names an address in a watched mapping: it is no fault, so
+// the guard leaves the mapping alone and passes the signal on to the Go
+// runtime, which delivers it to os/signal.
+func TestFaultGuardIgnoresSentSIGBUS(t *testing.T) {
+	if err := installFaultGuard(); err != nil {
+		t.Fatal(err)
+	}
+	shm.SetWatcher(ShmWatcher())
+	defer shm.SetWatcher(nil)
+	m, _ := region(t, "sent", 1<<16)
+	for i := range m.Data {
+		m.Data[i] = 0x5a
+	}
+	got := make(chan os.Signal, 1)
+	signal.Notify(got, syscall.SIGBUS)
+	defer signal.Stop(got)
+	before := AbsorbedFaults()
+
+	// siginfo_t on Linux: si_signo, si_errno, si_code, then the union at
+	// offset 16, where a fault's si_addr lies (and a sender's pid and uid).
+	var info [128]byte
+	*(*int32)(unsafe.Pointer(&info[0])) = int32(syscall.SIGBUS)
+	*(*int32)(unsafe.Pointer(&info[8])) = 0 // SI_USER, as kill(2) sends it
+	*(*uintptr)(unsafe.Pointer(&info[16])) = uintptr(unsafe.Pointer(&m.Data[4096]))
+	// To this thread: the kernel takes a siginfo that claims SI_USER only
+	// from a thread signalling itself.
+	runtime.LockOSThread()
+	_, _, errno := syscall.Syscall6(syscall.SYS_RT_TGSIGQUEUEINFO, uintptr(os.Getpid()), uintptr(syscall.Gettid()), uintptr(syscall.SIGBUS), uintptr(unsafe.Pointer(&info[0])), 0, 0)
+	runtime.UnlockOSThread()
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	select {
+	case <-got:
+	case <-time.After(time.Minute):
+		t.Fatal("the sent SIGBUS never reached os/signal")
+	}
+	if AbsorbedFaults() != before || m.Poisoned() {
+		t.Fatalf("a sent SIGBUS was absorbed as a fault (%d absorbed before, %d after; poisoned %v)", before, AbsorbedFaults(), m.Poisoned())
+	}
+	for i, b := range m.Data {
+		if b != 0x5a {
+			t.Fatalf("byte %d of the mapping is %#x after a sent SIGBUS", i, b)
+		}
+	}
 }
