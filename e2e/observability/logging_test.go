@@ -89,6 +89,16 @@ func TestLoggingAcrossConstellation(t *testing.T) {
 		t.Fatalf("new executor's line is not JSON: %q", l)
 	}
 
+	// So does a shared-memory registry.
+	reg := constellation.Start(t, "shm-registry", c.Bin.Path("nereid-shm-registry"), "--nats-url", c.NATSURL)
+	deadline = time.Now().Add(20 * time.Second)
+	for lineOf(reg.Output(), "ready") == "" && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if l := lineOf(reg.Output(), "ready"); !strings.HasPrefix(l, "{") {
+		t.Fatalf("new registry's line is not JSON: %q", l)
+	}
+
 	// Triton's refusals, over both protocols; nothing changes.
 	httpCases := []struct {
 		body string

@@ -62,7 +62,7 @@ func TestOpenTelemetryTraces(t *testing.T) {
 	c := constellation.NewCluster(t)
 	repo := constellation.RepoPath(t, "deploy/model_repository")
 	constellation.Start(t, "router", c.Bin.Path("nereid-sequence-router"), append([]string{"--nats-url", c.NATSURL, "--id", "router0"}, traceFlags...)...)
-	c.Executor(repo, "ex-1", append([]string{"--load-model", "simple", "--load-model", "simple_sequence"}, traceFlags...)...)
+	c.Executor(repo, "ex-1", append([]string{"--load-model", "simple", "--load-model", "simple_sequence", "--load-model", "repeat_int32"}, traceFlags...)...)
 	gw := c.Gateway(append([]string{"--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"}, traceFlags...)...)
 	waitReady(t, gw.HTTP()+"/v2/models/simple/ready")
 	waitReady(t, gw.HTTP()+"/v2/models/simple_sequence/ready")
@@ -99,6 +99,39 @@ func TestOpenTelemetryTraces(t *testing.T) {
 			t.Fatalf("gateway span parent %s%s", root.parentID, describe(spans))
 		}
 		checkExecutorSpan(t, spans, "simple", root.id)
+	})
+
+	t.Run("decoupled model over a gRPC stream", func(t *testing.T) {
+		waitReady(t, gw.HTTP()+"/v2/models/repeat_int32/ready")
+		g := grpcClient(t, gw.GRPC())
+		const traceID = "cccccccccccccccccccccccccccccccc"
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		st, err := g.ModelStreamInfer(metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+traceID+"-dddddddddddddddd-01"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &inference.ModelInferRequest{ModelName: "repeat_int32", Inputs: []*inference.ModelInferRequest_InferInputTensor{
+			{Name: "IN", Datatype: "INT32", Shape: []int64{3}, Contents: &inference.InferTensorContents{IntContents: []int32{1, 2, 3}}},
+			{Name: "DELAY", Datatype: "UINT32", Shape: []int64{3}, Contents: &inference.InferTensorContents{UintContents: []uint32{0, 0, 0}}},
+			{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}, Contents: &inference.InferTensorContents{UintContents: []uint32{0}}},
+		}}
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			r, err := st.Recv()
+			if err != nil || r.GetErrorMessage() != "" {
+				t.Fatalf("stream: %v %v", r, err)
+			}
+		}
+		_ = st.CloseSend()
+		spans := rcv.waitTrace(t, traceID, 2)
+		root := mustSpan(t, spans, "InferRequest")
+		ex := mustSpan(t, spans, "repeat_int32")
+		if root.parentID != "dddddddddddddddd" || ex.parentID != root.id || ex.service != "nereid-executor" {
+			t.Fatalf("decoupled request's spans:%s", describe(spans))
+		}
 	})
 
 	t.Run("sequence request crosses the router", func(t *testing.T) {

@@ -126,9 +126,9 @@ var routes = []Route{
 	// Run-time settings (trace, logging): a gateway spreads a change to
 	// every service, which acknowledges; a starting service asks a gateway
 	// for the current settings.
-	{Pattern: settingsPrefix + "*", Publishers: gw, Subscribers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter},
-		Repliers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter}},
-	{Pattern: settingsPrefix + "*.sync", Publishers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter}, Subscribers: gw, Repliers: gw},
+	{Pattern: settingsPrefix + "*", Publishers: gw, Subscribers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter, RoleShmRegistry},
+		Repliers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
+	{Pattern: settingsPrefix + "*.sync", Publishers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter, RoleShmRegistry}, Subscribers: gw, Repliers: gw},
 	// The shared-memory registry and the executors that map regions.
 	{Pattern: ShmRegisterSubject, Publishers: gw, Subscribers: reg, Repliers: reg},
 	{Pattern: ShmUnregisterSubject, Publishers: gw, Subscribers: reg, Repliers: reg},

@@ -52,12 +52,13 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 	return len(p), err
 }
 
-// dropBuiltins leaves the text handler only the attributes: Handler
-// writes time, level, source and message itself.
+// dropBuiltins leaves the text handler the message and the attributes,
+// as key=value pairs (msg="..." first, so lines stay greppable as slog's
+// text lines are): Handler writes time, level and source itself.
 func dropBuiltins(groups []string, a slog.Attr) slog.Attr {
 	if len(groups) == 0 {
 		switch a.Key {
-		case slog.TimeKey, slog.LevelKey, slog.MessageKey, slog.SourceKey:
+		case slog.TimeKey, slog.LevelKey, slog.SourceKey:
 			return slog.Attr{}
 		}
 	}
@@ -124,7 +125,7 @@ func levelLetter(l slog.Level) byte {
 var pid = os.Getpid()
 
 // appendHeader writes Triton's line header: "I1124 00:21:00.123456 42
-// file.go:12] msg " (default) or "2026-11-24T00:21:00Z I file.go:12] msg "
+// file.go:12] " (default) or "2026-11-24T00:21:00Z I file.go:12] "
 // (ISO8601).
 func appendHeader(b []byte, f Format, r slog.Record) []byte {
 	t := r.Time
@@ -145,9 +146,7 @@ func appendHeader(b []byte, f Format, r slog.Record) []byte {
 		b = fmt.Appendf(b, " %d ", pid)
 	}
 	b = append(b, src...)
-	b = append(b, "] "...)
-	b = append(b, r.Message...)
-	return append(b, ' ')
+	return append(b, "] "...)
 }
 
 // WithAttrs implements slog.Handler.

@@ -59,7 +59,7 @@ func TestHandlerFollowsSettings(t *testing.T) {
 	log := slog.New(NewHandler(m, &buf)).With("service", "test")
 	log.Debug("hidden")
 	log.Info("shown", "k", "v")
-	if out := buf.String(); strings.Contains(out, "hidden") || !strings.Contains(out, "] shown service=test k=v") || out[0] != 'I' {
+	if out := buf.String(); strings.Contains(out, "hidden") || !strings.Contains(out, "] msg=shown service=test k=v") || out[0] != 'I' {
 		t.Fatalf("default format: %q", out)
 	}
 	buf.Reset()

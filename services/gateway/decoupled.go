@@ -10,6 +10,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/kserve"
+	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -49,7 +50,23 @@ func isDecoupled(vv *versionView) bool {
 // order until the final one. emit blocks as long as the client needs; its
 // error (the client is gone) ends the stream and cancels the request. A
 // failure of the transport (the executor lost mid-stream) is returned.
+// A request the trace settings select is traced from here to the final
+// response.
 func (g *Gateway) streamInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, encoded bool, emit func(response) error) error {
+	if !g.tracing(req.GetModelName()) {
+		return g.stream(ctx, vv, req, encoded, emit)
+	}
+	ctx, span := g.tracer.StartRequest(ctx, req.GetModelName(), clientCarrier(ctx), "InferRequest")
+	if span == nil {
+		return g.stream(ctx, vv, req, encoded, emit)
+	}
+	span.SetAttributes(tracing.AttrModelVersion.String(vv.versionString()), tracing.AttrRequestID.String(req.GetId()))
+	err := g.stream(ctx, vv, req, encoded, emit)
+	tracing.End(span, err)
+	return err
+}
+
+func (g *Gateway) stream(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, encoded bool, emit func(response) error) error {
 	req.ModelVersion = vv.versionString()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // an early return cancels the executor's work

@@ -25,6 +25,7 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
+	"github.com/nereid-io/nereid/pkg/hostmetrics"
 	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/routines"
@@ -131,6 +132,8 @@ type Gateway struct {
 	tracer *tracing.Tracer
 	// logging are the logging extension's settings (logging.go).
 	logging *logsetting.Manager
+	// host reads the machine's CPU and memory for Triton's CPU metrics.
+	host hostmetrics.Sampler
 }
 
 // New checks cfg, connects the bus and opens the listeners, so that port

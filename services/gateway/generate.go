@@ -67,7 +67,7 @@ func (g *Gateway) handleGenerate(stream bool) http.HandlerFunc {
 // generateOne runs a generate request: the model must produce exactly one
 // response (a decoupled model's final flag alone does not count).
 func (g *Gateway) generateOne(w http.ResponseWriter, r *http.Request, vv *versionView, req *inference.ModelInferRequest) {
-	ctx, cancel := g.inferContext(r.Context())
+	ctx, cancel := g.inferContext(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header))
 	defer cancel()
 	var (
 		got   []response
@@ -154,9 +154,9 @@ func (g *Gateway) generateStream(w http.ResponseWriter, r *http.Request, vv *ver
 	}
 	var err error
 	if isDecoupled(vv) {
-		err = g.streamInfer(r.Context(), vv, req, false, emit)
+		err = g.streamInfer(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header), vv, req, false, emit)
 	} else {
-		ctx, cancel := g.inferContext(r.Context())
+		ctx, cancel := g.inferContext(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header))
 		var resp *inference.ModelInferResponse
 		if resp, err = g.forwardInfer(ctx, vv, req); err == nil {
 			err = emit(response{resp: resp, final: true})

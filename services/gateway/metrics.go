@@ -4,10 +4,10 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/nereid-io/nereid/api/busv1"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nereid-io/nereid/api/busv1"
 )
 
 // The per-model inference metrics are Triton's (names, help texts, labels
@@ -47,19 +47,35 @@ var descFirstResponse = prometheus.NewDesc("nv_inference_first_response_histogra
 var descInflight = prometheus.NewDesc("nereid_http_inflight_body_bytes",
 	"HTTP request body bytes received by requests in flight", nil, nil)
 
+// Triton's CPU metrics, of the machine the gateway runs on.
+var (
+	descCPUUtil     = prometheus.NewDesc("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", nil, nil)
+	descCPUMemTotal = prometheus.NewDesc("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", nil, nil)
+	descCPUMemUsed  = prometheus.NewDesc("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", nil, nil)
+)
+
 // statsCollector turns the summed statistics into Prometheus metrics at
 // scrape time.
 type statsCollector struct{ g *Gateway }
 
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSuccess, descFailure, descCount, descExecCount,
-		descRequestDuration, descQueueDuration, descComputeInput, descComputeInfer, descComputeOutput, descInflight, descFirstResponse} {
+		descRequestDuration, descQueueDuration, descComputeInput, descComputeInfer, descComputeOutput, descInflight, descFirstResponse,
+		descCPUUtil, descCPUMemTotal, descCPUMemUsed} {
 		ch <- d
 	}
 }
 
 func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(c.g.inflight.used.Load()))
+	// Machine figures that cannot be read (not Linux) are left out.
+	if u, err := c.g.host.CPU(); err == nil {
+		ch <- prometheus.MustNewConstMetric(descCPUUtil, prometheus.GaugeValue, u)
+	}
+	if m, err := c.g.host.Memory(); err == nil {
+		ch <- prometheus.MustNewConstMetric(descCPUMemTotal, prometheus.GaugeValue, float64(m.Total))
+		ch <- prometheus.MustNewConstMetric(descCPUMemUsed, prometheus.GaugeValue, float64(m.Used))
+	}
 	want, parts, err := c.g.executorStats(context.Background(), "", "")
 	if err != nil {
 		c.g.log.Warn("metrics: statistics failed", "err", err)

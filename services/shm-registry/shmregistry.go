@@ -2,6 +2,8 @@ package shmregistry
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +16,9 @@ import (
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/redisconn"
+	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -40,6 +44,9 @@ type Config struct {
 	// SweepInterval defaults to DefaultSweepInterval.
 	SweepInterval time.Duration
 	Logger        *slog.Logger
+	// Logging are the settings Logger obeys (pkg/logsetting), kept in step
+	// with the logging extension; nil: Logger does not change.
+	Logging *logsetting.Manager
 }
 
 // Service is one running shared-memory registry.
@@ -112,6 +119,13 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	defer ping.Unsubscribe()
+	if s.cfg.Logging != nil {
+		logFollow, err := settingbus.Follow(ctx, bc, bus.SettingsLogging, s.cfg.Logging, bus.RoleShmRegistry, Name+"-"+instanceID(), false)
+		if err != nil {
+			return fmt.Errorf("%s: %w", Name, err)
+		}
+		defer logFollow.Stop()
+	}
 	if err := bc.Flush(ctx); err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
@@ -306,4 +320,11 @@ func (s *Service) handleRelease(ctx context.Context, data []byte) (proto.Message
 	}
 	s.removed(removed)
 	return &busv1.ShmReleaseResponse{}, nil
+}
+
+// instanceID tells this registry process apart in settings acknowledgements.
+func instanceID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

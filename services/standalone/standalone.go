@@ -249,7 +249,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	s.gw = gw
-	shm, err := shmregistry.New(shmregistry.Config{Conn: shmConn, RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Logger: s.log})
+	shm, err := shmregistry.New(shmregistry.Config{Conn: shmConn, RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Logger: s.log, Logging: s.cfg.Logging})
 	if err != nil {
 		return err
 	}

@@ -33,16 +33,16 @@ func main() {
 	auth.FromEnv()
 	redisAuth.FromEnv()
 
-	_, log := logFlags.MustBuild("nereid-shm-registry")
+	logs, log := logFlags.MustBuild("nereid-shm-registry")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, log, auth, *natsURL, *redisURL, redisAuth, *probeAddr); err != nil {
+	if err := run(ctx, log, logs, auth, *natsURL, *redisURL, redisAuth, *probeAddr); err != nil {
 		fmt.Fprintln(os.Stderr, "nereid-shm-registry:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, auth natsconn.Auth, natsURL, redisURL string, redisAuth redisconn.Options, probeAddr string) error {
+func run(ctx context.Context, log *slog.Logger, logs *logsetting.Manager, auth natsconn.Auth, natsURL, redisURL string, redisAuth redisconn.Options, probeAddr string) error {
 	opts, err := auth.Options(bus.RoleShmRegistry)
 	if err != nil {
 		return err
@@ -52,7 +52,7 @@ func run(ctx context.Context, log *slog.Logger, auth natsconn.Auth, natsURL, red
 		return err
 	}
 	defer nc.Close()
-	svc, err := shmregistry.New(shmregistry.Config{Conn: nc, RedisURL: redisURL, RedisAuth: redisAuth, Logger: log})
+	svc, err := shmregistry.New(shmregistry.Config{Conn: nc, RedisURL: redisURL, RedisAuth: redisAuth, Logger: log, Logging: logs})
 	if err != nil {
 		return err
 	}
