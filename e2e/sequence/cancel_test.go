@@ -4,11 +4,13 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/e2e/constellation"
 )
 
 // A client that cancels a request waiting in the router's backlog cancels
@@ -72,7 +74,10 @@ func TestCancelQueuedInBacklog(t *testing.T) {
 	if st := status.Convert(r.err); st.Code() != codes.Canceled || !strings.Contains(st.Message(), "sequence 2 to model 'seq_cancel' was cancelled") {
 		t.Fatalf("sequence 2 START after the cancellation: %d %v, want CANCELLED", r.v, r.err)
 	}
-	if !strings.Contains(e.routers[0].Output(), "sequence cancelled by its client in the backlog") {
+	// The router answered before its log line reached the test's pipe.
+	if !constellation.WaitFor(10*time.Second, func() bool {
+		return strings.Contains(e.routers[0].Output(), "sequence cancelled by its client in the backlog")
+	}) {
 		t.Fatal("the router did not log the cancellation")
 	}
 	_, err := infer(2, 30, false, false)

@@ -54,11 +54,14 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 
 // dropBuiltins leaves the text handler the message and the attributes,
 // as key=value pairs (msg="..." first, so lines stay greppable as slog's
-// text lines are): Handler writes time, level and source itself.
+// text lines are): Handler writes time, level and the caller's file and
+// line itself. The text handler is not asked to add the source, so an
+// attribute a caller names "source" (a Triton backend's log lines carry
+// source=backend) is the caller's own and stays.
 func dropBuiltins(groups []string, a slog.Attr) slog.Attr {
 	if len(groups) == 0 {
 		switch a.Key {
-		case slog.TimeKey, slog.LevelKey, slog.SourceKey:
+		case slog.TimeKey, slog.LevelKey:
 			return slog.Attr{}
 		}
 	}

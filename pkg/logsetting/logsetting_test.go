@@ -63,6 +63,13 @@ func TestHandlerFollowsSettings(t *testing.T) {
 		t.Fatalf("default format: %q", out)
 	}
 	buf.Reset()
+	// A caller's own attribute named like slog's source key is kept (Triton
+	// backends' lines carry source=backend).
+	log.Info("from a backend", "source", "backend", "line", 41)
+	if out := buf.String(); !strings.Contains(out, `msg="from a backend" service=test source=backend line=41`) {
+		t.Fatalf("caller's source attribute: %q", out)
+	}
+	buf.Reset()
 
 	no, lvl, iso := false, uint32(1), FormatISO8601
 	peer := New(Defaults, "p2")
