@@ -63,28 +63,7 @@ func TestTruncatingShmClientUnderACBackend(t *testing.T) {
 		return string(b)
 	}
 
-	stop := make(chan struct{})
-	var truncations atomic.Int64
-	var loop sync.WaitGroup
-	loop.Go(func() {
-		path := shm.Dir + hostileKey
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := os.Truncate(path, 0); err != nil {
-				t.Error(err)
-				return
-			}
-			if err := os.Truncate(path, size); err != nil {
-				t.Error(err)
-				return
-			}
-			truncations.Add(1)
-		}
-	})
+	stopTruncating := constellation.TruncateLoop(t, shm.Dir+hostileKey, size)
 
 	const unusable = "truncated by its owner while in use; it is unusable until it is unregistered and registered again"
 	var ok, refused, faulted atomic.Int64
@@ -121,9 +100,8 @@ func TestTruncatingShmClientUnderACBackend(t *testing.T) {
 		}
 	})
 	wg.Wait()
-	close(stop)
-	loop.Wait()
-	t.Logf("%d truncations; hostile requests: %d answered, %d failed by the fault, %d refused up front", truncations.Load(), ok.Load(), faulted.Load(), refused.Load())
+	truncations := stopTruncating()
+	t.Logf("%d truncations; hostile requests: %d answered, %d failed by the fault, %d refused up front", truncations, ok.Load(), faulted.Load(), refused.Load())
 	unexpected.Range(func(k, v any) bool {
 		t.Errorf("hostile request answered %v %v", v, k)
 		return true

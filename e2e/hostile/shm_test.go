@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/nereid-io/nereid/e2e/constellation"
 	"github.com/nereid-io/nereid/pkg/shm"
 )
 
@@ -83,28 +84,7 @@ func TestTruncatingShmClient(t *testing.T) {
 	}
 
 	// The hostile client: shrink to nothing, grow back, rewrite, repeat.
-	stop := make(chan struct{})
-	var truncations atomic.Int64
-	var loop sync.WaitGroup
-	loop.Go(func() {
-		path := shm.Dir + hostileKey
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := os.Truncate(path, 0); err != nil {
-				t.Error(err)
-				return
-			}
-			if err := os.Truncate(path, size); err != nil {
-				t.Error(err)
-				return
-			}
-			truncations.Add(1)
-		}
-	})
+	stopTruncating := constellation.TruncateLoop(t, shm.Dir+hostileKey, size)
 
 	const perThread = 150
 	var hostileOK, hostileErr atomic.Int64
@@ -166,9 +146,8 @@ func TestTruncatingShmClient(t *testing.T) {
 		}
 	})
 	wg.Wait()
-	close(stop)
-	loop.Wait()
-	t.Logf("%d truncations; hostile requests: %d answered, %d refused with a clear error", truncations.Load(), hostileOK.Load(), hostileErr.Load())
+	truncations := stopTruncating()
+	t.Logf("%d truncations; hostile requests: %d answered, %d refused with a clear error", truncations, hostileOK.Load(), hostileErr.Load())
 	alive(t, g)
 	unexpected.Range(func(k, v any) bool {
 		t.Errorf("hostile request answered %v %v", v, k)
