@@ -80,7 +80,6 @@ func IsResponderLost(err error) bool {
 // sweep probes the requests silent for a whole interval and fails those
 // whose probes went unanswered, until the Conn closes.
 func (c *Conn) sweep() {
-	defer close(c.sweepDone)
 	t := time.NewTicker(c.opts.liveness)
 	defer t.Stop()
 	var (

@@ -36,10 +36,11 @@ type Conn struct {
 	cancels cancels // handlers in flight, for requesters' cancellations
 	workers workers // goroutines serving handled requests
 
-	link     *link         // the connection's state (link.go)
-	linkDone chan struct{} // closed when followLink has returned
+	link *link // the connection's state (link.go)
 
-	sweepDone chan struct{} // closed when sweep (alive.go) has returned
+	// bg holds followLink (link.go) and sweep (alive.go): both return
+	// when done closes, and Close waits for them.
+	bg sync.WaitGroup
 }
 
 type options struct {
@@ -132,13 +133,10 @@ func New(nc *nats.Conn, opts ...Option) (*Conn, error) {
 	onClosed(sub, c.shutdown)
 	// Nor the connection they were sent on (link.go).
 	events := nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
-	c.link, c.linkDone = newLink(nc.IsConnected()), make(chan struct{})
-	go c.followLink(events) // owned by c: it returns when c.done closes, and Close waits for it
-	c.sweepDone = make(chan struct{})
+	c.link = newLink(nc.IsConnected())
+	c.bg.Go(func() { c.followLink(events) })
 	if o.liveness > 0 {
-		go c.sweep() // owned by c, as followLink
-	} else {
-		close(c.sweepDone)
+		c.bg.Go(c.sweep)
 	}
 	return c, nil
 }
@@ -166,8 +164,7 @@ func (c *Conn) NATS() *nats.Conn { return c.nc }
 // (Drain their Subscriptions for that).
 func (c *Conn) Close() error {
 	c.shutdown()
-	<-c.linkDone
-	<-c.sweepDone
+	c.bg.Wait()
 	c.stopCancels()
 	if err := c.mux.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && !errors.Is(err, nats.ErrConnectionClosed) {
 		return err

@@ -95,7 +95,6 @@ func (c *Conn) Connected() bool {
 // followLink updates the link from the connection's status events until
 // the Conn closes.
 func (c *Conn) followLink(events chan nats.Status) {
-	defer close(c.linkDone)
 	defer c.nc.RemoveStatusListener(events)
 	for {
 		select {
