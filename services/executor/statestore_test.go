@@ -2,13 +2,10 @@ package executor
 
 import (
 	"context"
-	"net"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/nereid-io/nereid/pkg/redisconn"
+	"github.com/nereid-io/nereid/pkg/redisconn/redistest"
 	"github.com/nereid-io/nereid/pkg/seqstate"
 )
 
@@ -17,30 +14,7 @@ import (
 func stateStores(t *testing.T, body func(t *testing.T, st stateStore)) {
 	t.Run("memory", func(t *testing.T) { body(t, newMemStates()) })
 	t.Run("redis", func(t *testing.T) {
-		path, err := exec.LookPath("redis-server")
-		if err != nil {
-			t.Skip("redis-server is not installed (make deps installs it)")
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-		ln.Close()
-		cmd := exec.Command(path, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		rdb, err := redisconn.Open(ctx, "redis://"+net.JoinHostPort("127.0.0.1", port)+"/0", redisconn.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := &redisStates{rdb: rdb}
-		t.Cleanup(func() { _ = st.close() })
-		body(t, st)
+		body(t, &redisStates{rdb: redistest.Plain(t)})
 	})
 }
 

@@ -3,16 +3,11 @@ package seqrouter
 import (
 	"context"
 	"errors"
-	"net"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/nereid-io/nereid/pkg/failover"
-	"github.com/nereid-io/nereid/pkg/redisconn"
+	"github.com/nereid-io/nereid/pkg/redisconn/redistest"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
 )
 
@@ -42,41 +37,13 @@ func stores(t *testing.T, body func(t *testing.T, c storeCase)) {
 			}})
 	})
 	t.Run("redis", func(t *testing.T) {
-		rdb := startRedis(t)
+		rdb := redistest.Plain(t)
 		s := &redisStore{rdb: rdb, opTimeout: 5 * time.Second}
 		ctx := context.Background()
 		body(t, storeCase{st: s,
 			expire: func(key string) { rdb.Del(ctx, leaseKey(key)) },
 			wipe:   func() { rdb.FlushAll(ctx) }})
 	})
-}
-
-// startRedis runs a private redis-server for the test.
-func startRedis(t *testing.T) *redis.Client {
-	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server is not installed (make deps installs it)")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
-	cmd := exec.Command(path, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := redisconn.Open(ctx, "redis://"+net.JoinHostPort("127.0.0.1", port)+"/0", redisconn.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 const ttl = 10 * time.Second // long: no lease lapses by itself during a test
