@@ -370,6 +370,10 @@ type StatisticsReply struct {
 	ModelStats []*inference.ModelStatistics `protobuf:"bytes,1,rep,name=model_stats,json=modelStats,proto3" json:"model_stats,omitempty"`
 	// nv_inference_first_response_histogram_ms of the decoupled versions.
 	FirstResponse []*FirstResponseHistogram `protobuf:"bytes,2,rep,name=first_response,json=firstResponse,proto3" json:"first_response,omitempty"`
+	// The rest of Triton's per-version metrics, one entry per version. A
+	// sequence router answers with this field alone, for the requests it
+	// holds and those it failed.
+	Metrics       []*VersionMetrics `protobuf:"bytes,3,rep,name=metrics,proto3" json:"metrics,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -418,6 +422,192 @@ func (x *StatisticsReply) GetFirstResponse() []*FirstResponseHistogram {
 	return nil
 }
 
+func (x *StatisticsReply) GetMetrics() []*VersionMetrics {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
+// What Triton reports of one model version only as metrics. Counters and
+// the pending gauge add up over the constellation's executors and routers.
+type VersionMetrics struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// nv_inference_request_failure by its reason label: a scheduler's
+	// request timeout, a cancellation, the backend, anything else.
+	FailureRejected uint64 `protobuf:"varint,3,opt,name=failure_rejected,json=failureRejected,proto3" json:"failure_rejected,omitempty"`
+	FailureCanceled uint64 `protobuf:"varint,4,opt,name=failure_canceled,json=failureCanceled,proto3" json:"failure_canceled,omitempty"`
+	FailureBackend  uint64 `protobuf:"varint,5,opt,name=failure_backend,json=failureBackend,proto3" json:"failure_backend,omitempty"`
+	FailureOther    uint64 `protobuf:"varint,6,opt,name=failure_other,json=failureOther,proto3" json:"failure_other,omitempty"`
+	// nv_inference_pending_request_count: requests received and not yet
+	// taken by an execution.
+	Pending uint64 `protobuf:"varint,7,opt,name=pending,proto3" json:"pending,omitempty"`
+	// The latency summaries' observations (successful requests only).
+	Summaries     []*LatencySummary `protobuf:"bytes,8,rep,name=summaries,proto3" json:"summaries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VersionMetrics) Reset() {
+	*x = VersionMetrics{}
+	mi := &file_busv1_bus_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VersionMetrics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VersionMetrics) ProtoMessage() {}
+
+func (x *VersionMetrics) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VersionMetrics.ProtoReflect.Descriptor instead.
+func (*VersionMetrics) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *VersionMetrics) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VersionMetrics) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *VersionMetrics) GetFailureRejected() uint64 {
+	if x != nil {
+		return x.FailureRejected
+	}
+	return 0
+}
+
+func (x *VersionMetrics) GetFailureCanceled() uint64 {
+	if x != nil {
+		return x.FailureCanceled
+	}
+	return 0
+}
+
+func (x *VersionMetrics) GetFailureBackend() uint64 {
+	if x != nil {
+		return x.FailureBackend
+	}
+	return 0
+}
+
+func (x *VersionMetrics) GetFailureOther() uint64 {
+	if x != nil {
+		return x.FailureOther
+	}
+	return 0
+}
+
+func (x *VersionMetrics) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *VersionMetrics) GetSummaries() []*LatencySummary {
+	if x != nil {
+		return x.Summaries
+	}
+	return nil
+}
+
+// One of Triton's latency summaries (nv_inference_*_summary_us) of one
+// version: the count and sum of every observation, and the observations
+// of the sliding window the quantiles are taken over, counted in
+// logarithmic buckets (pkg/quantile) so that executors' windows add up.
+type LatencySummary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Family        string                 `protobuf:"bytes,1,opt,name=family,proto3" json:"family,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Sum           float64                `protobuf:"fixed64,3,opt,name=sum,proto3" json:"sum,omitempty"` // microseconds
+	Window        map[int32]uint64       `protobuf:"bytes,4,rep,name=window,proto3" json:"window,omitempty" protobuf_key:"zigzag32,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LatencySummary) Reset() {
+	*x = LatencySummary{}
+	mi := &file_busv1_bus_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LatencySummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LatencySummary) ProtoMessage() {}
+
+func (x *LatencySummary) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LatencySummary.ProtoReflect.Descriptor instead.
+func (*LatencySummary) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LatencySummary) GetFamily() string {
+	if x != nil {
+		return x.Family
+	}
+	return ""
+}
+
+func (x *LatencySummary) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *LatencySummary) GetSum() float64 {
+	if x != nil {
+		return x.Sum
+	}
+	return 0
+}
+
+func (x *LatencySummary) GetWindow() map[int32]uint64 {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
 // The time from a request's arrival to its first response, in whole
 // milliseconds, of one model version: counts per bucket (bounds[i] is the
 // upper bound of counts[i], inclusive; the last count is above every
@@ -436,7 +626,7 @@ type FirstResponseHistogram struct {
 
 func (x *FirstResponseHistogram) Reset() {
 	*x = FirstResponseHistogram{}
-	mi := &file_busv1_bus_proto_msgTypes[6]
+	mi := &file_busv1_bus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -448,7 +638,7 @@ func (x *FirstResponseHistogram) String() string {
 func (*FirstResponseHistogram) ProtoMessage() {}
 
 func (x *FirstResponseHistogram) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[6]
+	mi := &file_busv1_bus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -461,7 +651,7 @@ func (x *FirstResponseHistogram) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstResponseHistogram.ProtoReflect.Descriptor instead.
 func (*FirstResponseHistogram) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{6}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FirstResponseHistogram) GetName() string {
@@ -528,7 +718,7 @@ type ModelControlRequest struct {
 
 func (x *ModelControlRequest) Reset() {
 	*x = ModelControlRequest{}
-	mi := &file_busv1_bus_proto_msgTypes[7]
+	mi := &file_busv1_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +730,7 @@ func (x *ModelControlRequest) String() string {
 func (*ModelControlRequest) ProtoMessage() {}
 
 func (x *ModelControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[7]
+	mi := &file_busv1_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +743,7 @@ func (x *ModelControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelControlRequest.ProtoReflect.Descriptor instead.
 func (*ModelControlRequest) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{7}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ModelControlRequest) GetName() string {
@@ -612,7 +802,7 @@ type ModelControlReply struct {
 
 func (x *ModelControlReply) Reset() {
 	*x = ModelControlReply{}
-	mi := &file_busv1_bus_proto_msgTypes[8]
+	mi := &file_busv1_bus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +814,7 @@ func (x *ModelControlReply) String() string {
 func (*ModelControlReply) ProtoMessage() {}
 
 func (x *ModelControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[8]
+	mi := &file_busv1_bus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +827,7 @@ func (x *ModelControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelControlReply.ProtoReflect.Descriptor instead.
 func (*ModelControlReply) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{8}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ModelControlReply) GetExecutorId() string {
@@ -701,11 +891,29 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x0eCatalogRequest\"A\n" +
 	"\x11StatisticsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\x9c\x01\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\xd5\x01\n" +
 	"\x0fStatisticsReply\x12;\n" +
 	"\vmodel_stats\x18\x01 \x03(\v2\x1a.inference.ModelStatisticsR\n" +
 	"modelStats\x12L\n" +
-	"\x0efirst_response\x18\x02 \x03(\v2%.nereid.bus.v1.FirstResponseHistogramR\rfirstResponse\"\x9e\x01\n" +
+	"\x0efirst_response\x18\x02 \x03(\v2%.nereid.bus.v1.FirstResponseHistogramR\rfirstResponse\x127\n" +
+	"\ametrics\x18\x03 \x03(\v2\x1d.nereid.bus.v1.VersionMetricsR\ametrics\"\xb9\x02\n" +
+	"\x0eVersionMetrics\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12)\n" +
+	"\x10failure_rejected\x18\x03 \x01(\x04R\x0ffailureRejected\x12)\n" +
+	"\x10failure_canceled\x18\x04 \x01(\x04R\x0ffailureCanceled\x12'\n" +
+	"\x0ffailure_backend\x18\x05 \x01(\x04R\x0efailureBackend\x12#\n" +
+	"\rfailure_other\x18\x06 \x01(\x04R\ffailureOther\x12\x18\n" +
+	"\apending\x18\a \x01(\x04R\apending\x12;\n" +
+	"\tsummaries\x18\b \x03(\v2\x1d.nereid.bus.v1.LatencySummaryR\tsummaries\"\xce\x01\n" +
+	"\x0eLatencySummary\x12\x16\n" +
+	"\x06family\x18\x01 \x01(\tR\x06family\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x10\n" +
+	"\x03sum\x18\x03 \x01(\x01R\x03sum\x12A\n" +
+	"\x06window\x18\x04 \x03(\v2).nereid.bus.v1.LatencySummary.WindowEntryR\x06window\x1a9\n" +
+	"\vWindowEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x11R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x9e\x01\n" +
 	"\x16FirstResponseHistogram\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
@@ -744,7 +952,7 @@ func file_busv1_bus_proto_rawDescGZIP() []byte {
 	return file_busv1_bus_proto_rawDescData
 }
 
-var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_busv1_bus_proto_goTypes = []any{
 	(*ExecutorHeartbeat)(nil),         // 0: nereid.bus.v1.ExecutorHeartbeat
 	(*ExecutorCatalog)(nil),           // 1: nereid.bus.v1.ExecutorCatalog
@@ -752,25 +960,31 @@ var file_busv1_bus_proto_goTypes = []any{
 	(*CatalogRequest)(nil),            // 3: nereid.bus.v1.CatalogRequest
 	(*StatisticsRequest)(nil),         // 4: nereid.bus.v1.StatisticsRequest
 	(*StatisticsReply)(nil),           // 5: nereid.bus.v1.StatisticsReply
-	(*FirstResponseHistogram)(nil),    // 6: nereid.bus.v1.FirstResponseHistogram
-	(*ModelControlRequest)(nil),       // 7: nereid.bus.v1.ModelControlRequest
-	(*ModelControlReply)(nil),         // 8: nereid.bus.v1.ModelControlReply
-	nil,                               // 9: nereid.bus.v1.ModelControlRequest.FilesEntry
-	(*inference.ModelConfig)(nil),     // 10: inference.ModelConfig
-	(*inference.ModelStatistics)(nil), // 11: inference.ModelStatistics
+	(*VersionMetrics)(nil),            // 6: nereid.bus.v1.VersionMetrics
+	(*LatencySummary)(nil),            // 7: nereid.bus.v1.LatencySummary
+	(*FirstResponseHistogram)(nil),    // 8: nereid.bus.v1.FirstResponseHistogram
+	(*ModelControlRequest)(nil),       // 9: nereid.bus.v1.ModelControlRequest
+	(*ModelControlReply)(nil),         // 10: nereid.bus.v1.ModelControlReply
+	nil,                               // 11: nereid.bus.v1.LatencySummary.WindowEntry
+	nil,                               // 12: nereid.bus.v1.ModelControlRequest.FilesEntry
+	(*inference.ModelConfig)(nil),     // 13: inference.ModelConfig
+	(*inference.ModelStatistics)(nil), // 14: inference.ModelStatistics
 }
 var file_busv1_bus_proto_depIdxs = []int32{
 	2,  // 0: nereid.bus.v1.ExecutorCatalog.models:type_name -> nereid.bus.v1.ModelVersionState
-	10, // 1: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
-	11, // 2: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
-	6,  // 3: nereid.bus.v1.StatisticsReply.first_response:type_name -> nereid.bus.v1.FirstResponseHistogram
-	9,  // 4: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
-	1,  // 5: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
-	6,  // [6:6] is the sub-list for method output_type
-	6,  // [6:6] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	13, // 1: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
+	14, // 2: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
+	8,  // 3: nereid.bus.v1.StatisticsReply.first_response:type_name -> nereid.bus.v1.FirstResponseHistogram
+	6,  // 4: nereid.bus.v1.StatisticsReply.metrics:type_name -> nereid.bus.v1.VersionMetrics
+	7,  // 5: nereid.bus.v1.VersionMetrics.summaries:type_name -> nereid.bus.v1.LatencySummary
+	11, // 6: nereid.bus.v1.LatencySummary.window:type_name -> nereid.bus.v1.LatencySummary.WindowEntry
+	12, // 7: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
+	1,  // 8: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_busv1_bus_proto_init() }
@@ -784,7 +998,7 @@ func file_busv1_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_busv1_bus_proto_rawDesc), len(file_busv1_bus_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

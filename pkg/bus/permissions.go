@@ -122,6 +122,7 @@ var routes = []Route{
 	{Pattern: SequenceInferWildcard, Publishers: gw, Subscribers: rt, Repliers: []Role{RoleSequenceRouter, RoleExecutor}},
 	{Pattern: SequencePullWildcard, Publishers: ex, Subscribers: rt, Repliers: rt},
 	{Pattern: SequenceClaimWildcard, Publishers: ex, Subscribers: rt},
+	{Pattern: SequenceStatsWildcard, Publishers: gw, Subscribers: rt, Repliers: rt},
 	{Pattern: SequenceTakeoverWildcard, Publishers: rt, Subscribers: []Role{RoleExecutor, RoleGateway}, Repliers: []Role{RoleExecutor, RoleGateway}},
 	// Run-time settings (trace, logging): a gateway spreads a change to
 	// every service, which acknowledges; a starting service asks a gateway

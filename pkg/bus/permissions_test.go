@@ -38,6 +38,8 @@ var subjectExamples = map[string]string{
 	"SequenceTakeoverWildcard": SequenceTakeoverWildcard,
 	"SequenceClaimSubject":     SequenceClaimSubject("seq", "1"),
 	"SequenceTakeoverSubject":  SequenceTakeoverSubject("seq", "1"),
+	"SequenceStatsWildcard":    SequenceStatsWildcard,
+	"SequenceStatsSubject":     SequenceStatsSubject("seq", "1"),
 	"SequenceInferSubject":     SequenceInferSubject("seq", ""),
 	"SequencePullSubject":      SequencePullSubject("seq", "1"),
 	"ShmRegisterSubject":       ShmRegisterSubject,

@@ -309,6 +309,8 @@ const (
 	// SequenceTakeoverWildcard matches every model's takeover subject:
 	// executors and gateways listen (no queue).
 	SequenceTakeoverWildcard = seqPrefix + "*.*.takeover"
+	// SequenceStatsWildcard matches every model's stats subject.
+	SequenceStatsWildcard = seqPrefix + "*.*.stats"
 )
 
 // ModelKey names one model version as one string, "<model>.<version>" in
@@ -344,6 +346,14 @@ func SequenceInferSubject(model, version string) string {
 // "nereid.v1.seq.<m>.<v>.pull".
 func SequencePullSubject(model, version string) string {
 	return seqPrefix + Token(model) + "." + Token(version) + ".pull"
+}
+
+// SequenceStatsSubject is where a gateway asks the router serving a model
+// with a sequence batcher for its part of the model's metrics
+// (busv1.StatisticsRequest -> busv1.StatisticsReply, metrics only):
+// "nereid.v1.seq.<m>.<v>.stats".
+func SequenceStatsSubject(model, version string) string {
+	return seqPrefix + Token(model) + "." + Token(version) + ".stats"
 }
 
 // ParseSequenceSubject returns the model and version of a sequence subject,

@@ -105,12 +105,12 @@ func (mv *modelVersion) streamResponses(ctx context.Context, w *bus.StreamWriter
 func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.ModelInferRequest, p *pending, sh *shmRequest) (proto.Message, error) {
 	w := bus.StreamOf(ctx)
 	if w == nil {
-		mv.stats.failed(p.received)
+		mv.stats.failed(p.received, reasonOther)
 		return nil, tritonerr.Unsupportedf("model '%s' is decoupled: its responses need a stream (gRPC ModelStreamInfer or HTTP generate)", mv.name)
 	}
 	final := mv.streamResponses(ctx, w, req, p, sh)
 	if err := mv.sched.enqueue(p); err != nil {
-		mv.stats.failed(p.received)
+		mv.stats.failed(p.received, reasonOther)
 		return nil, err
 	}
 	select {
@@ -120,7 +120,7 @@ func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.Model
 	case <-ctx.Done():
 		// A request still queued is dropped; one executing sees the
 		// cancellation (Request.IsCancelled) and ends itself.
-		p.cancelled.Store(true)
+		p.giveUp(ctx)
 		mv.sched.wake()
 		select {
 		case <-final:

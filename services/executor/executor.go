@@ -625,6 +625,7 @@ func (e *Executor) handleStats(_ context.Context, data []byte) (proto.Message, e
 			continue
 		}
 		resp.ModelStats = append(resp.ModelStats, mv.stats.proto(mv.name, mv.vstr))
+		resp.Metrics = append(resp.Metrics, mv.stats.metricsProto(mv.name, mv.vstr))
 		if h := mv.stats.firstResponseProto(mv.name, mv.vstr); h != nil {
 			resp.FirstResponse = append(resp.FirstResponse, h)
 		}

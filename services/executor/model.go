@@ -198,30 +198,30 @@ func (mv *modelVersion) serveInfer(ctx context.Context, data []byte, span trace.
 	received := time.Now()
 	req := &inference.ModelInferRequest{}
 	if err := infercodec.UnmarshalRequest(data, req); err != nil { // raw inputs alias data: no copy
-		mv.stats.failed(received)
+		mv.stats.failed(received, reasonOther)
 		return nil, tritonerr.InvalidArgf("malformed inference request for model '%s': %v", mv.name, err)
 	}
 	if mv.seq != nil {
-		mv.stats.failed(received)
+		mv.stats.failed(received, reasonOther)
 		return nil, mv.seq.errNotDirect()
 	}
 	p := &pending{received: received, done: make(chan struct{}), span: span}
 	hand, err := handoff.Accept(req) // large inputs from a gateway of this node
 	if err != nil {
-		mv.stats.failed(received)
+		mv.stats.failed(received, reasonOther)
 		return nil, err
 	}
 	defer releaseHandoff(hand, p)
 	sh, err := mv.e.shm.attach(req) // tensors in registered shared memory (shm.go)
 	if err != nil {
-		mv.stats.failed(received)
+		mv.stats.failed(received, reasonOther)
 		return nil, err
 	}
 	defer sh.release(p)
 	p.sh = sh
 	if mv.unguarded() {
 		if err := sh.privatize(req); err != nil {
-			mv.stats.failed(received)
+			mv.stats.failed(received, reasonOther)
 			return nil, err
 		}
 	}
@@ -229,7 +229,7 @@ func (mv *modelVersion) serveInfer(ctx context.Context, data []byte, span trace.
 	sh.bindOutputs(r)
 	// Validation reads BYTES inputs, which may lie in a client's region.
 	if err := sh.guard(func() error { return infer.Normalize(mv.cfg, req, r) }); err != nil {
-		mv.stats.failed(received)
+		mv.stats.failed(received, reasonOther)
 		return nil, err
 	}
 	p.req = r
@@ -238,7 +238,7 @@ func (mv *modelVersion) serveInfer(ctx context.Context, data []byte, span trace.
 		return mv.serveDecoupled(ctx, req, p, sh)
 	}
 	if err := mv.sched.enqueue(p); err != nil {
-		mv.stats.failed(received)
+		mv.stats.failed(received, reasonOther)
 		return nil, err
 	}
 	select {
@@ -246,7 +246,7 @@ func (mv *modelVersion) serveInfer(ctx context.Context, data []byte, span trace.
 	case <-ctx.Done():
 		// Nobody waits for the answer anymore; a request still queued is
 		// dropped, one executing finishes unseen.
-		p.cancelled.Store(true)
+		p.giveUp(ctx)
 		return nil, tritonerr.Unavailablef("inference request for model '%s' timed out", mv.name)
 	}
 	if p.resp.Err != nil {

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -24,6 +25,9 @@ type pending struct {
 	received  time.Time   // request start, for the success/fail durations
 	queued    time.Time   // queue start
 	cancelled atomic.Bool
+	// dropped is the failure reason of a request given up while queued,
+	// set before cancelled.
+	dropped failReason
 
 	mu       sync.Mutex
 	resp     *backend.Response
@@ -42,6 +46,17 @@ type pending struct {
 	// span is the request's trace span (nil: not traced); its timestamps
 	// are recorded with the statistics.
 	span trace.Span
+}
+
+// giveUp marks p abandoned because ctx ended: a request still queued is
+// dropped, counted as Triton counts it (a deadline as a timeout in the
+// scheduler, anything else as a cancellation).
+func (p *pending) giveUp(ctx context.Context) {
+	p.dropped = reasonCanceled
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		p.dropped = reasonRejected
+	}
+	p.cancelled.Store(true)
 }
 
 // execStart is when the execution that took p started (now if none has).
@@ -164,15 +179,21 @@ func (s *scheduler) enqueue(p *pending) error {
 			in := s.takeFree()
 			s.queue = s.queue[:0]
 			s.mu.Unlock()
+			// Never counted pending: it runs now.
 			in.executeBatch(s.ctx, []*pending{p})
 			s.release(in)
 			return nil
 		}
 	}
+	s.countPending()
 	s.mu.Unlock()
 	s.wake()
 	return nil
 }
+
+// countPending publishes the queue's length as the version's
+// nv_inference_pending_request_count; s.mu is held.
+func (s *scheduler) countPending() { s.mv.stats.pending.Store(int64(len(s.queue))) }
 
 func (s *scheduler) wake() {
 	select {
@@ -203,12 +224,13 @@ func (s *scheduler) stop() {
 	s.closed = true
 	left := s.queue
 	s.queue = nil
+	s.countPending()
 	s.mu.Unlock()
 	close(s.quit)
 	s.stopped.Wait()
 	for _, p := range left {
 		p.complete(p.req, &backend.Response{Err: tritonerr.Unavailablef("model '%s' version %s is unloading", s.mv.name, s.mv.vstr), Final: true})
-		s.mv.stats.failed(p.received)
+		s.mv.stats.failed(p.received, reasonOther)
 		p.finish()
 	}
 }
@@ -244,18 +266,20 @@ func (s *scheduler) next() (*instance, []*pending) {
 		// Requests whose client gave up while queued are dropped here.
 		s.queue = slices.DeleteFunc(s.queue, func(p *pending) bool {
 			if p.cancelled.Load() {
-				s.mv.stats.failed(p.received)
+				s.mv.stats.failed(p.received, p.dropped)
 				p.finish()
 				return true
 			}
 			return false
 		})
+		s.countPending()
 		var wait time.Duration
 		if len(s.free) > 0 {
 			var n int
 			if n, wait = s.cut(); n > 0 {
 				batch := slices.Clone(s.queue[:n])
 				s.queue = slices.Delete(s.queue, 0, n)
+				s.countPending()
 				in := s.takeFree()
 				s.mu.Unlock()
 				return in, batch

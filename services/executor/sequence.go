@@ -381,7 +381,7 @@ func (s *seqRunner) execute(ctx context.Context, idx int, in *instance, batch *b
 			}
 			it.release()
 			if !w.GetPadding() {
-				s.mv.stats.failed(it.p.received)
+				s.mv.stats.failed(it.p.received, reasonOther)
 				s.mv.e.bus.ReplyError(it.reply, err)
 			}
 			continue

@@ -4,11 +4,13 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
+	"github.com/nereid-io/nereid/pkg/quantile"
 	"github.com/nereid-io/nereid/pkg/tracing"
 )
 
@@ -41,6 +43,39 @@ type stats struct {
 	// first is nv_inference_first_response_histogram_ms, for decoupled
 	// models only (as Triton creates it).
 	first *histogram
+	// failures counts nv_inference_request_failure by reason, summaries
+	// the observations of Triton's latency summaries (successes only).
+	failures  [numReasons]uint64
+	summaries [numSummaries]quantile.Window
+	// pending is nv_inference_pending_request_count: requests queued and
+	// not yet taken by an execution (the scheduler keeps it).
+	pending atomic.Int64
+}
+
+// failReason is the reason label of Triton's nv_inference_request_failure.
+type failReason uint8
+
+const (
+	reasonRejected failReason = iota // a request timeout in the scheduler
+	reasonCanceled                   // the client cancelled it
+	reasonBackend                    // the backend failed it
+	reasonOther                      // anything else (invalid, unloading)
+	numReasons
+)
+
+// Triton's latency summaries, in the order of summaryFamilies.
+const (
+	sumRequest = iota
+	sumQueue
+	sumComputeInput
+	sumComputeInfer
+	sumComputeOutput
+	numSummaries
+)
+
+var summaryFamilies = [numSummaries]string{
+	"nv_inference_request_summary_us", "nv_inference_queue_summary_us", "nv_inference_compute_input_summary_us",
+	"nv_inference_compute_infer_summary_us", "nv_inference_compute_output_summary_us",
 }
 
 // responseStats is Triton's InferResponseStatistics for one response index.
@@ -110,25 +145,47 @@ func (s *stats) request(p *pending, success bool, t backend.Timestamps) {
 	defer s.mu.Unlock()
 	if !success {
 		s.fail.add(end.Sub(p.received))
+		s.failures[reasonBackend]++
 		return
 	}
-	s.success.add(end.Sub(p.received))
-	s.queue.add(t.ExecStart.Sub(p.queued))
-	s.computeInput.add(t.ComputeStart.Sub(t.ExecStart))
-	s.computeInfer.add(t.ComputeEnd.Sub(t.ComputeStart))
-	s.out.add(t.ExecEnd.Sub(t.ComputeEnd))
+	phases := [numSummaries]time.Duration{end.Sub(p.received), t.ExecStart.Sub(p.queued),
+		t.ComputeStart.Sub(t.ExecStart), t.ComputeEnd.Sub(t.ComputeStart), t.ExecEnd.Sub(t.ComputeEnd)}
+	s.success.add(phases[sumRequest])
+	s.queue.add(phases[sumQueue])
+	s.computeInput.add(phases[sumComputeInput])
+	s.computeInfer.add(phases[sumComputeInfer])
+	s.out.add(phases[sumComputeOutput])
+	for i, d := range phases {
+		s.summaries[i].Observe(end, float64(max(d, 0).Microseconds()))
+	}
 	s.touch(end)
 }
 
 // failed records a request that never reached a backend (invalid, or
-// dropped from the queue).
-func (s *stats) failed(received time.Time) {
+// dropped from the queue), with its reason.
+func (s *stats) failed(received time.Time, why failReason) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fail.add(time.Since(received))
+	s.failures[why]++
+}
+
+// metricsProto is what Triton reports of the version only as metrics.
+func (s *stats) metricsProto(name, version string) *busv1.VersionMetrics {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := &busv1.VersionMetrics{Name: name, Version: version,
+		FailureRejected: s.failures[reasonRejected], FailureCanceled: s.failures[reasonCanceled],
+		FailureBackend: s.failures[reasonBackend], FailureOther: s.failures[reasonOther],
+		Pending: uint64(max(s.pending.Load(), 0))}
+	for i := range s.summaries {
+		m.Summaries = append(m.Summaries, s.summaries[i].Proto(now, summaryFamilies[i]))
+	}
+	return m
 }
 
 // batch records one execution (ReportBatchStatistics): it is what

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/backend"
 )
 
 // Triton's InferenceStatsAggregator rules for response_stats.
@@ -70,5 +71,42 @@ func TestFirstResponseHistogram(t *testing.T) {
 	}
 	if newStats().firstResponseProto("m", "1") != nil {
 		t.Error("a model without the histogram reports one")
+	}
+}
+
+// Failures count by Triton's reason; successes feed the latency summaries
+// (queue from queued to the execution's start, in microseconds).
+func TestFailureReasonsAndSummaries(t *testing.T) {
+	s := newStats()
+	t0 := time.Now()
+	p := &pending{received: t0, queued: t0.Add(time.Millisecond)}
+	ts := backend.Timestamps{ExecStart: t0.Add(3 * time.Millisecond), ComputeStart: t0.Add(4 * time.Millisecond),
+		ComputeEnd: t0.Add(6 * time.Millisecond), ExecEnd: t0.Add(7 * time.Millisecond)}
+	s.request(p, true, ts)
+	s.request(p, true, ts)
+	s.request(p, false, ts)
+	s.failed(t0, reasonRejected)
+	s.failed(t0, reasonCanceled)
+	s.failed(t0, reasonCanceled)
+	s.failed(t0, reasonOther)
+	s.pending.Store(3)
+	m := s.metricsProto("m", "1")
+	if m.GetFailureBackend() != 1 || m.GetFailureRejected() != 1 || m.GetFailureCanceled() != 2 || m.GetFailureOther() != 1 || m.GetPending() != 3 {
+		t.Fatalf("metrics %v", m)
+	}
+	if got := s.proto("m", "1").GetInferenceStats().GetFail().GetCount(); got != 5 {
+		t.Errorf("fail count %d, want 5 (every reason)", got)
+	}
+	if len(m.GetSummaries()) != numSummaries {
+		t.Fatalf("%d summaries, want %d", len(m.GetSummaries()), numSummaries)
+	}
+	for i, want := range []float64{0, 2000, 1000, 2000, 1000} { // request duration depends on now
+		sum := m.GetSummaries()[i]
+		if sum.GetFamily() != summaryFamilies[i] || sum.GetCount() != 2 {
+			t.Errorf("summary %d: %v", i, sum)
+		}
+		if i > 0 && sum.GetSum() != 2*want {
+			t.Errorf("%s sum %v, want %v", sum.GetFamily(), sum.GetSum(), 2*want)
+		}
 	}
 }

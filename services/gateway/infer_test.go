@@ -632,7 +632,12 @@ func TestStatisticsAndMetrics(t *testing.T) {
 	text := string(r.body)
 	for _, want := range []string{
 		fmt.Sprintf(`nv_inference_request_success{model="simple",version="1"} %d`, n),
-		`nv_inference_request_failure{model="simple",version="1"} 0`,
+		`nv_inference_request_failure{model="simple",reason="REJECTED",version="1"} 0`,
+		`nv_inference_request_failure{model="simple",reason="CANCELED",version="1"} 0`,
+		`nv_inference_request_failure{model="simple",reason="BACKEND",version="1"} 0`,
+		`nv_inference_request_failure{model="simple",reason="OTHER",version="1"} 0`,
+		`nv_inference_pending_request_count{model="simple",version="1"} 0`,
+		"# TYPE nv_inference_pending_request_count gauge",
 		fmt.Sprintf(`nv_inference_count{model="simple",version="1"} %d`, n),
 		`nv_inference_exec_count{model="simple",version="1"}`,
 		`nv_inference_request_duration_us{model="simple",version="1"}`,

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/pkg/quantile"
 )
 
 // The per-model inference metrics are Triton's (names, help texts, labels
@@ -20,7 +21,9 @@ var (
 	descSuccess = prometheus.NewDesc("nv_inference_request_success",
 		"Number of successful inference requests, all batch sizes", labels, nil)
 	descFailure = prometheus.NewDesc("nv_inference_request_failure",
-		"Number of failed inference requests, all batch sizes", labels, nil)
+		"Number of failed inference requests, all batch sizes", []string{"model", "version", "reason"}, nil)
+	descPending = prometheus.NewDesc("nv_inference_pending_request_count",
+		"Instantaneous number of pending requests awaiting execution per-model.", labels, nil)
 	descCount = prometheus.NewDesc("nv_inference_count",
 		"Number of inferences performed (does not include cached requests)", labels, nil)
 	descExecCount = prometheus.NewDesc("nv_inference_exec_count",
@@ -42,6 +45,25 @@ var (
 var descFirstResponse = prometheus.NewDesc("nv_inference_first_response_histogram_ms",
 	"Duration from request to first response in milliseconds", labels, nil)
 
+// Triton's latency summaries (--metrics-config summary_latencies=true), by
+// the family name executors report them under.
+var summaryDescs = map[string]*prometheus.Desc{
+	"nv_inference_request_summary_us": prometheus.NewDesc("nv_inference_request_summary_us",
+		"Summary of inference request duration in microseconds (includes cached requests)", labels, nil),
+	"nv_inference_queue_summary_us": prometheus.NewDesc("nv_inference_queue_summary_us",
+		"Summary of inference queuing duration in microseconds (includes cached requests)", labels, nil),
+	"nv_inference_compute_input_summary_us": prometheus.NewDesc("nv_inference_compute_input_summary_us",
+		"Summary of compute input duration in microseconds (does not include cached requests)", labels, nil),
+	"nv_inference_compute_infer_summary_us": prometheus.NewDesc("nv_inference_compute_infer_summary_us",
+		"Summary of compute inference duration in microseconds (does not include cached requests)", labels, nil),
+	"nv_inference_compute_output_summary_us": prometheus.NewDesc("nv_inference_compute_output_summary_us",
+		"Summary of inference compute output duration in microseconds (does not include cached requests)", labels, nil),
+}
+
+// failureReasons are the values of nv_inference_request_failure's reason
+// label; every version reports all four, zeros included, as Triton does.
+var failureReasons = []string{"REJECTED", "CANCELED", "BACKEND", "OTHER"}
+
 // descInflight is the gateway's own: the HTTP body bytes that requests in
 // flight hold, against --http-max-inflight-body-size.
 var descInflight = prometheus.NewDesc("nereid_http_inflight_body_bytes",
@@ -59,9 +81,12 @@ var (
 type statsCollector struct{ g *Gateway }
 
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSuccess, descFailure, descCount, descExecCount,
+	for _, d := range []*prometheus.Desc{descSuccess, descFailure, descPending, descCount, descExecCount,
 		descRequestDuration, descQueueDuration, descComputeInput, descComputeInfer, descComputeOutput, descInflight, descFirstResponse,
 		descCPUUtil, descCPUMemTotal, descCPUMemUsed} {
+		ch <- d
+	}
+	for _, d := range summaryDescs {
 		ch <- d
 	}
 }
@@ -81,18 +106,42 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 		c.g.log.Warn("metrics: statistics failed", "err", err)
 		return
 	}
+	parts = append(parts, c.g.routerStats(context.Background(), want)...)
 	resp := sumStats(parts, want)
+	extra := sumMetrics(parts)
 	mc := c.g.cfg.Metrics
+	quantiles := mc.Quantiles()
 	counter := func(d *prometheus.Desc, v uint64, model, version string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), model, version)
 	}
 	for _, s := range resp.GetModelStats() {
 		m, v := s.GetName(), s.GetVersion()
 		is := s.GetInferenceStats()
+		x := extra[statsKey{m, v}]
+		if x == nil {
+			x = &versionMetrics{}
+		}
 		counter(descSuccess, is.GetSuccess().GetCount(), m, v)
-		counter(descFailure, is.GetFail().GetCount(), m, v)
+		for i, r := range failureReasons {
+			ch <- prometheus.MustNewConstMetric(descFailure, prometheus.CounterValue, float64(x.failures[i]), m, v, r)
+		}
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(x.pending), m, v)
 		counter(descCount, s.GetInferenceCount(), m, v)
 		counter(descExecCount, s.GetExecutionCount(), m, v)
+		if mc.SummaryLatencies {
+			for family, d := range summaryDescs {
+				sm := x.summaries[family]
+				if sm == nil {
+					sm = &quantile.Merged{}
+				}
+				qv := sm.Quantiles(quantiles)
+				qm := make(map[float64]float64, len(quantiles))
+				for i, q := range quantiles {
+					qm[q] = qv[i]
+				}
+				ch <- prometheus.MustNewConstSummary(d, sm.Count, sm.Sum, qm, m, v)
+			}
+		}
 		if mc.NoCounterLatencies {
 			continue
 		}
@@ -107,6 +156,42 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstHistogram(descFirstResponse, h.count, h.sum, h.buckets, h.name, h.version)
 		}
 	}
+}
+
+// versionMetrics is one version's VersionMetrics summed over executors
+// and routers.
+type versionMetrics struct {
+	failures  [4]uint64 // in the order of failureReasons
+	pending   uint64
+	summaries map[string]*quantile.Merged
+}
+
+// sumMetrics adds up the executors' and routers' VersionMetrics.
+func sumMetrics(parts []*busv1.StatisticsReply) map[statsKey]*versionMetrics {
+	out := map[statsKey]*versionMetrics{}
+	for _, p := range parts {
+		for _, vm := range p.GetMetrics() {
+			k := statsKey{vm.GetName(), vm.GetVersion()}
+			x := out[k]
+			if x == nil {
+				x = &versionMetrics{summaries: map[string]*quantile.Merged{}}
+				out[k] = x
+			}
+			for i, n := range []uint64{vm.GetFailureRejected(), vm.GetFailureCanceled(), vm.GetFailureBackend(), vm.GetFailureOther()} {
+				x.failures[i] += n
+			}
+			x.pending += vm.GetPending()
+			for _, s := range vm.GetSummaries() {
+				m := x.summaries[s.GetFamily()]
+				if m == nil {
+					m = &quantile.Merged{}
+					x.summaries[s.GetFamily()] = m
+				}
+				m.Add(s)
+			}
+		}
+	}
+	return out
 }
 
 // firstResponse is one version's time-to-first-response histogram summed

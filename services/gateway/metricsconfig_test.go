@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,7 +17,13 @@ func TestMetricsConfigFlag(t *testing.T) {
 		{[]string{"histogram_latencies=true"}, MetricsConfig{HistogramLatencies: true}, ""},
 		{[]string{"histogram_latencies=true", "counter_latencies=false"}, MetricsConfig{HistogramLatencies: true, NoCounterLatencies: true}, ""},
 		{[]string{"histogram_latencies=maybe"}, MetricsConfig{}, `invalid boolean value "maybe"`},
-		{[]string{"summary_latencies=true"}, MetricsConfig{}, `unknown setting "summary_latencies"`},
+		{[]string{"summary_latencies=true"}, MetricsConfig{SummaryLatencies: true}, ""},
+		{[]string{"summary_quantiles=0.5:0.05,0.9:0.01"}, MetricsConfig{SummaryQuantiles: "0.5:0.05,0.9:0.01"}, ""},
+		{[]string{`summary_quantiles="0.25:0.01"`}, MetricsConfig{SummaryQuantiles: "0.25:0.01"}, ""},
+		{[]string{"summary_quantiles=0.5"}, MetricsConfig{}, "no ':' delimiter found"},
+		{[]string{"summary_quantiles=1.5:0.01"}, MetricsConfig{}, "the quantile must be a number from 0 to 1"},
+		{[]string{"summary_quantiles=0.5:x"}, MetricsConfig{}, "the error must be a number from 0 to 1"},
+		{[]string{"response_cache=true"}, MetricsConfig{}, `unknown setting "response_cache"`},
 		{[]string{"histogram_latencies"}, MetricsConfig{}, "expected <setting>=<value>"},
 	} {
 		var m MetricsConfig
@@ -32,6 +39,32 @@ func TestMetricsConfigFlag(t *testing.T) {
 		case tc.err == "" && (err != nil || m != tc.want):
 			t.Errorf("%v: %+v %v, want %+v", tc.args, m, err, tc.want)
 		}
+	}
+}
+
+func TestMetricsConfigQuantiles(t *testing.T) {
+	if got := (MetricsConfig{}).Quantiles(); !slices.Equal(got, []float64{0.5, 0.9, 0.95, 0.99, 0.999}) {
+		t.Errorf("default quantiles %v, want Triton's", got)
+	}
+	if got := (MetricsConfig{SummaryQuantiles: "0.25:0.01,0.75:0.01"}).Quantiles(); !slices.Equal(got, []float64{0.25, 0.75}) {
+		t.Errorf("quantiles %v, want [0.25 0.75]", got)
+	}
+}
+
+// Executors' and routers' VersionMetrics of one version add up.
+func TestSumMetrics(t *testing.T) {
+	parts := []*busv1.StatisticsReply{
+		{Metrics: []*busv1.VersionMetrics{{Name: "m", Version: "1", FailureBackend: 2, FailureOther: 1, Pending: 3,
+			Summaries: []*busv1.LatencySummary{{Family: "f", Count: 2, Sum: 30, Window: map[int32]uint64{10: 2}}}}}},
+		{Metrics: []*busv1.VersionMetrics{{Name: "m", Version: "1", FailureRejected: 4, FailureCanceled: 5, Pending: 1,
+			Summaries: []*busv1.LatencySummary{{Family: "f", Count: 1, Sum: 5, Window: map[int32]uint64{3: 1}}}}}},
+	}
+	x := sumMetrics(parts)[statsKey{"m", "1"}]
+	if x == nil || x.failures != [4]uint64{4, 5, 2, 1} || x.pending != 4 {
+		t.Fatalf("sum %+v", x)
+	}
+	if s := x.summaries["f"]; s == nil || s.Count != 3 || s.Sum != 35 {
+		t.Errorf("summary %+v", s)
 	}
 }
 

@@ -144,6 +144,50 @@ func (g *Gateway) collectStats(ctx context.Context, execs map[string]bool, req *
 	return parts
 }
 
+// routerStats asks the sequence routers serving the versions in want that
+// have a sequence batcher for their part of the metrics: the requests they
+// hold (pending) and those they failed. A version no router serves yet
+// has none.
+func (g *Gateway) routerStats(ctx context.Context, want []statsKey) []*busv1.StatisticsReply {
+	v := g.cat.current()
+	var seqs []statsKey
+	for _, k := range want {
+		mv := v.models[k.name]
+		if mv == nil {
+			continue
+		}
+		for _, vv := range mv.versions {
+			if vv.versionString() == k.version && vv.config.GetSequenceBatching() != nil {
+				seqs = append(seqs, k)
+			}
+		}
+	}
+	if len(seqs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		parts []*busv1.StatisticsReply
+	)
+	for _, k := range seqs {
+		wg.Go(func() {
+			var resp busv1.StatisticsReply
+			if err := g.bus.Request(ctx, bus.SequenceStatsSubject(k.name, k.version), &busv1.StatisticsRequest{Name: k.name, Version: k.version}, &resp); err != nil {
+				g.log.Debug("sequence router metrics", "model", k.name, "version", k.version, "err", err)
+				return
+			}
+			mu.Lock()
+			parts = append(parts, &resp)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return parts
+}
+
 func compareUint(a, b uint64) int {
 	switch {
 	case a < b:

@@ -111,8 +111,13 @@ func (s *Service) takeover(runCtx context.Context, name, version string, claim *
 	// sent them, and a resolve after every request sent before it.
 	infer, err1 := s.bus.HandleDelegatedOrdered(bus.SequenceInferSubject(name, version), bus.QueueRouters, s.handleInfer)
 	pullSub, err2 := s.bus.HandleDelegated(bus.SequencePullSubject(name, version), bus.QueueRouters, s.handlePull)
-	m.subs = []*bus.Subscription{infer, pullSub}
-	for _, e := range []error{err1, err2} {
+	statsSub, err3 := s.bus.Handle(bus.SequenceStatsSubject(name, version), bus.QueueRouters, func(context.Context, []byte) (proto.Message, error) {
+		m.lock()
+		defer m.unlock()
+		return &busv1.StatisticsReply{Metrics: []*busv1.VersionMetrics{m.metrics()}}, nil
+	})
+	m.subs = []*bus.Subscription{infer, pullSub, statsSub}
+	for _, e := range []error{err1, err2, err3} {
 		if e != nil {
 			s.log.Error("cannot serve a model", "model", name, "err", e)
 			close(m.heldDone)

@@ -128,7 +128,14 @@ type model struct {
 	timer     *time.Timer
 	wakeAt    time.Time
 	dead      bool
+	// failures counts the requests the router failed itself, by Triton's
+	// reason label (nv_inference_request_failure); the executors count
+	// those they ran.
+	failures failureCounts
 }
+
+// failureCounts are nv_inference_request_failure's counts by reason.
+type failureCounts struct{ rejected, canceled, other uint64 }
 
 // send is a reply to deliver once the model's lock is released.
 type send struct {
@@ -153,8 +160,22 @@ func (m *model) deliver(out []send) {
 // already (a cancelled request is answered when it is cancelled); m.mu is
 // held.
 func (m *model) fail(out []send, it *item, err error) []send {
+	return m.failAs(out, it, err, false)
+}
+
+// failAs is fail; timedOut counts the failure as Triton's request timeout
+// in the scheduler (reason REJECTED).
+func (m *model) failAs(out []send, it *item, err error, timedOut bool) []send {
 	if !it.finish() {
 		return out
+	}
+	switch {
+	case timedOut:
+		m.failures.rejected++
+	case tritonerr.KindOf(err) == tritonerr.Cancelled:
+		m.failures.canceled++
+	default:
+		m.failures.other++
 	}
 	return append(out, send{reply: it.reply, err: err})
 }
@@ -165,6 +186,18 @@ func (m *model) failAll(out []send, fs []seqbatch.Failure) []send {
 		out = m.fail(out, f.Req.Data.(*item), f.Err)
 	}
 	return out
+}
+
+// metrics is the router's part of the version's Triton metrics: the
+// requests it failed and those it holds, queued in a slot, in the backlog
+// or waiting for the model's configuration; m.mu is held.
+func (m *model) metrics() *busv1.VersionMetrics {
+	pending := len(m.pre)
+	if m.core != nil {
+		pending += m.core.Snapshot().Queued
+	}
+	return &busv1.VersionMetrics{Name: m.name, Version: m.version, Pending: uint64(pending),
+		FailureRejected: m.failures.rejected, FailureCanceled: m.failures.canceled, FailureOther: m.failures.other}
 }
 
 // track follows the client's cancellation of it, from its arrival until it
@@ -498,7 +531,10 @@ func (m *model) fire() {
 		return
 	}
 	m.wakeAt = time.Time{}
-	out := m.failAll(nil, m.core.Tick(now))
+	var out []send
+	for _, f := range m.core.Tick(now) { // backlog sequences whose request timeout passed
+		out = m.failAs(out, f.Req.Data.(*item), f.Err, true)
+	}
 	if st == failover.Serving {
 		out = append(out, m.dispatch(now)...)
 	}
