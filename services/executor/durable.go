@@ -92,7 +92,7 @@ func (s *seqRunner) persist(ctx context.Context, idx int, items []*seqItem, fenc
 		case verdicts[i] == seqstate.Stale:
 			it.stale = true
 			delete(s.states[idx], slot)
-			s.mv.e.log.Warn("durable sequence state: a newer batch wrote the sequence's state; this executor's answer is not sent",
+			s.mv.e.log.WarnContext(it.p.logContext(), "durable sequence state: a newer batch wrote the sequence's state; this executor's answer is not sent",
 				"model", s.mv.name, "sequence", it.state.id.Key(), "fence", fence)
 		default:
 			delete(s.states[idx], slot)

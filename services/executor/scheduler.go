@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nereid-io/nereid/pkg/backend"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/shm"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -425,9 +427,38 @@ func (in *instance) execute(ctx context.Context, reqs []*backend.Request, batch 
 	if !batchReported {
 		st.execution(total, total+len(reqs)-len(batch), ts)
 	}
+	if log := in.mv.e.log; log.Enabled(ctx, slog.LevelDebug) {
+		for _, p := range batch {
+			log.DebugContext(p.logContext(), "request executed", "model", in.mv.name, "version", in.mv.vstr,
+				"instance", in.info.Name, "batch_size", total, "compute_us", end.Sub(start).Microseconds(), "err", p.failure())
+		}
+	}
 	for _, p := range batch {
 		p.finish()
 	}
+}
+
+// logContext is the context of the log lines about p: its trace span
+// (pkg/logsetting adds trace_id and span_id) and its request id.
+func (p *pending) logContext() context.Context {
+	if p == nil || p.req == nil {
+		return context.Background()
+	}
+	ctx := p.req.Context()
+	if p.span != nil {
+		ctx = trace.ContextWithSpan(ctx, p.span)
+	}
+	return logsetting.WithRequestID(ctx, p.req.ID)
+}
+
+// failure is the error p was answered with, nil when none (yet).
+func (p *pending) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.resp == nil || p.resp.Err == nil {
+		return nil
+	}
+	return p.resp.Err
 }
 
 // settle gives a request the answer the backend left out once Execute has

@@ -641,7 +641,7 @@ func (s *seqRunner) finishStream(ctx context.Context, it *seqItem) {
 		select {
 		case <-it.final:
 			if err := it.stream.End(end); err != nil {
-				s.mv.e.log.Debug("end of sequence stream not delivered", "model", s.mv.name, "err", err)
+				s.mv.e.log.DebugContext(it.p.logContext(), "end of sequence stream not delivered", "model", s.mv.name, "err", err)
 			}
 		case <-ctx.Done():
 			// The model is unloading and the backend did not end the
@@ -766,7 +766,7 @@ func (s *seqRunner) reply(ctx context.Context, it *seqItem) {
 		return
 	}
 	if err := mv.e.bus.Reply(ctx, it.reply, out); err != nil {
-		mv.e.log.Debug("sequence reply not delivered", "model", mv.name, "err", err)
+		mv.e.log.DebugContext(it.p.logContext(), "sequence reply not delivered", "model", mv.name, "err", err)
 	}
 }
 

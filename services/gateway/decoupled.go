@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/nereid-io/nereid/api/busv1"
@@ -53,16 +54,21 @@ func isDecoupled(vv *versionView) bool {
 // A request the trace settings select is traced from here to the final
 // response.
 func (g *Gateway) streamInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, encoded bool, emit func(response) error) error {
-	if !g.tracing(req.GetModelName()) {
-		return g.stream(ctx, vv, req, encoded, emit)
+	var span trace.Span
+	if g.tracing(req.GetModelName()) {
+		ctx, span = g.tracer.StartRequest(ctx, req.GetModelName(), clientCarrier(ctx), "InferRequest")
+		if span != nil {
+			span.SetAttributes(tracing.AttrModelVersion.String(vv.versionString()), tracing.AttrRequestID.String(req.GetId()))
+		}
 	}
-	ctx, span := g.tracer.StartRequest(ctx, req.GetModelName(), clientCarrier(ctx), "InferRequest")
-	if span == nil {
-		return g.stream(ctx, vv, req, encoded, emit)
-	}
-	span.SetAttributes(tracing.AttrModelVersion.String(vv.versionString()), tracing.AttrRequestID.String(req.GetId()))
+	ctx, verbose := g.logRequest(ctx, vv, req)
 	err := g.stream(ctx, vv, req, encoded, emit)
-	tracing.End(span, err)
+	if verbose {
+		g.logOutcome(ctx, req, err)
+	}
+	if span != nil {
+		tracing.End(span, err)
+	}
 	return err
 }
 

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/infer"
 	"github.com/nereid-io/nereid/pkg/tracing"
@@ -11,18 +13,24 @@ import (
 // forwardInfer sends a request, its tensors all in raw_input_contents, to
 // the executors serving the resolved version (one of them answers: they
 // share a queue group) and returns the executor's response. A request the
-// trace settings select is traced (tracing.go).
+// trace settings select is traced (tracing.go); with log_verbose_level > 0
+// the request and its outcome are logged with its trace and request ids.
 func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
-	if !g.tracing(req.GetModelName()) {
-		return g.forward(ctx, vv, req)
+	var span trace.Span
+	if g.tracing(req.GetModelName()) {
+		ctx, span = g.tracer.StartRequest(ctx, req.GetModelName(), clientCarrier(ctx), "InferRequest")
+		if span != nil {
+			span.SetAttributes(tracing.AttrModelVersion.String(vv.versionString()), tracing.AttrRequestID.String(req.GetId()))
+		}
 	}
-	ctx, span := g.tracer.StartRequest(ctx, req.GetModelName(), clientCarrier(ctx), "InferRequest")
-	if span == nil {
-		return g.forward(ctx, vv, req)
-	}
-	span.SetAttributes(tracing.AttrModelVersion.String(vv.versionString()), tracing.AttrRequestID.String(req.GetId()))
+	ctx, verbose := g.logRequest(ctx, vv, req)
 	resp, err := g.forward(ctx, vv, req)
-	tracing.End(span, err)
+	if verbose {
+		g.logOutcome(ctx, req, err)
+	}
+	if span != nil {
+		tracing.End(span, err)
+	}
 	return resp, err
 }
 

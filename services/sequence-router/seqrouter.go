@@ -284,6 +284,11 @@ func (s *Service) handleInfer(ctx context.Context, subject, reply string, data [
 	if d, ok := ctx.Deadline(); ok {
 		it.deadline = d
 	}
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		ctx = logsetting.WithRequestID(ctx, requestID(it.body))
+		s.log.DebugContext(ctx, "sequence request", "model", name, "version", version, "sequence", it.id.Key(),
+			"start", it.start, "end", it.end)
+	}
 	m := s.model(name, version)
 	if m == nil {
 		s.bus.ReplyError(reply, bus.NotTaken("the sequence router for model '%s' is not serving it any more; the request was not run", name))
