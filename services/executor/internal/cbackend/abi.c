@@ -514,21 +514,8 @@ TRITONSERVER_Error* TRITONBACKEND_RequestOutputBufferProperties(TRITONBACKEND_Re
   return NULL;
 }
 
-void nereid_free_request(TRITONBACKEND_Request* r) {
-  if (r == NULL) return;
-  free(r->id);
-  free(r->correlation_id_string);
-  for (uint32_t i = 0; i < r->n_inputs; i++) {
-    free(r->inputs[i].name);
-    free(r->inputs[i].shape);
-  }
-  free(r->inputs);
-  for (uint32_t i = 0; i < r->n_outputs; i++) free(r->outputs[i]);
-  free(r->outputs);
-  for (uint32_t i = 0; i < r->n_params; i++) nereid_free_parameter(&r->params[i]);
-  free(r->params);
-  free(r);
-}
+/* A request is one allocation (request.go lays it out). */
+void nereid_free_request(TRITONBACKEND_Request* r) { free(r); }
 
 /* ---- inputs ---- */
 

@@ -18,6 +18,7 @@ var testBackends = map[string]string{
 	"nfail":         "failinit.c",
 	"ndecoupled":    "decoupled.c",
 	"nstate":        "state.c",
+	"nthreads":      "threads.c",
 }
 
 // buildBackends compiles the stub libtritonserver.so and the test backends

@@ -18,5 +18,7 @@
 // Memory: input buffers handed to a backend are the request's bytes, pinned
 // for as long as the backend holds the request; output buffers are Go
 // memory pinned until the response is sent. No Go memory is reachable from
-// C after that. Each instance executes on its own locked OS thread.
+// C after that. A GPU or MODEL instance executes on its own locked OS
+// thread; a CPU instance on the scheduler's, one execution at a time
+// (runnerFor).
 package cbackend

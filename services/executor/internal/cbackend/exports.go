@@ -168,7 +168,7 @@ func TRITONBACKEND_OutputBuffer(o *C.TRITONBACKEND_Output, buf *unsafe.Pointer, 
 	if o.buffer != nil {
 		return newError(tritonerr.New(tritonerr.AlreadyExists, "output '%s' already has a buffer", C.GoString(o.name)))
 	}
-	p, err := cr.placeOutput(C.GoString(o.name), int(size))
+	p, err := cr.placeOutput(o.name, int(size))
 	if err == nil && p == nil {
 		p, err = cr.allocOutput(int(size))
 	}
@@ -243,7 +243,7 @@ func TRITONBACKEND_StateBuffer(state *C.TRITONBACKEND_State, buf *unsafe.Pointer
 		return newError(err)
 	}
 	st.cr.mu.Lock()
-	st.buf = st.cr.bufs[p]
+	st.buf, _ = st.cr.bufs.find(p)
 	st.cr.mu.Unlock()
 	setOutPointer(buf, p)
 	if mt != nil {

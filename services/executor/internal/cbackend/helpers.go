@@ -20,24 +20,44 @@ func dataTypeToC(d tensor.DataType) int {
 	return 0
 }
 
+// fromC maps TRITONSERVER_DataType's values to tensor's.
+var fromC = func() (m [len(cDataTypes)]tensor.DataType) {
+	for i, n := range cDataTypes {
+		if i > 0 {
+			m[i], _ = tensor.ParseDataType(n)
+		}
+	}
+	return m
+}()
+
 func dataTypeFromC(v int) tensor.DataType {
-	if v <= 0 || v >= len(cDataTypes) {
+	if v <= 0 || v >= len(fromC) {
 		return tensor.Invalid
 	}
-	d, _ := tensor.ParseDataType(cDataTypes[v])
-	return d
+	return fromC[v]
 }
 
 func timeUntilMicros(t time.Time) int64 { return time.Until(t).Microseconds() }
 
-// sortedCopy: Triton keeps requested output names in a sorted set.
+// sortedCopy: Triton keeps requested output names in a sorted set. Names
+// already in strictly increasing order (one name, usually) are that set.
 func sortedCopy(ss []string) []string {
+	increasing := true
+	for i := 1; i < len(ss) && increasing; i++ {
+		increasing = ss[i-1] < ss[i]
+	}
+	if increasing {
+		return ss
+	}
 	c := slices.Clone(ss)
 	slices.Sort(c)
 	return slices.Compact(c)
 }
 
 func sortedKeys[V any](m map[string]V) []string {
+	if len(m) == 0 {
+		return nil
+	}
 	ks := make([]string, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)

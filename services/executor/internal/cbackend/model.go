@@ -198,6 +198,13 @@ func (m *cModel) configJSON() []byte {
 	return b
 }
 
+// runner runs an instance's calls into the backend one at a time: on a
+// dedicated locked OS thread (thread) or on the caller's (callerThread).
+type runner interface {
+	do(f func())
+	stop()
+}
+
 // thread runs functions on one locked OS thread, one at a time.
 type thread struct {
 	work chan func()
@@ -229,10 +236,44 @@ func (t *thread) stop() {
 	<-t.done
 }
 
-// NewInstance is TRITONBACKEND_ModelInstanceInitialize, run on the
-// instance's own thread.
+// callerThread runs functions on the calling goroutine's OS thread (a cgo
+// call keeps its thread until it returns, callbacks into Go included),
+// one at a time. Handing each execution to a dedicated thread and back
+// costs two wake-ups of sleeping threads, which for a small request is
+// most of the time an execution takes.
+type callerThread struct{ mu sync.Mutex }
+
+func (t *callerThread) do(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f()
+}
+
+func (t *callerThread) stop() {}
+
+// runnerFor chooses where an instance's calls run. Triton runs each
+// instance on a thread of its own; what a backend can observe of that is
+// thread-local state kept from one call to the next. That matters on a
+// GPU: CUDA's current device and context are per thread, set by the
+// backend (or by Triton) once and relied on by every later Execute, so GPU
+// and MODEL instances (a MODEL instance places itself, usually on GPUs)
+// keep a dedicated locked thread. A CPU instance has no such state worth
+// the two thread wake-ups per execution: it runs on the scheduler's
+// goroutine, still never two calls at once. Within one call the thread
+// does not change, so locks a backend takes and releases in a call, and
+// thread-local state of a call, behave as on Triton's thread.
+func runnerFor(kind inference.ModelInstanceGroup_Kind) runner {
+	switch kind {
+	case inference.ModelInstanceGroup_KIND_GPU, inference.ModelInstanceGroup_KIND_MODEL:
+		return startThread()
+	}
+	return &callerThread{}
+}
+
+// NewInstance is TRITONBACKEND_ModelInstanceInitialize, run where the
+// instance's executions run (runnerFor).
 func (m *cModel) NewInstance(ctx context.Context, info backend.InstanceInfo) (backend.Instance, error) {
-	in := &cInstance{m: m, info: info, thread: startThread()}
+	in := &cInstance{m: m, info: info, thread: runnerFor(info.Kind)}
 	ci := (*C.TRITONBACKEND_ModelInstance)(C.calloc(1, C.sizeof_TRITONBACKEND_ModelInstance))
 	ci.name = C.CString(info.Name)
 	switch info.Kind {
@@ -279,8 +320,25 @@ type cInstance struct {
 	info   backend.InstanceInfo
 	c      *C.TRITONBACKEND_ModelInstance
 	h      uintptr
-	thread *thread
+	thread runner
 	once   sync.Once
+
+	// arr is the array of requests Execute gets, kept from one execution
+	// to the next (executions never overlap; a backend may not keep the
+	// array past Execute). Its capacity is narr.
+	arr  unsafe.Pointer
+	narr int
+}
+
+// requestArray returns the instance's array of n request pointers.
+func (in *cInstance) requestArray(n int) []*C.TRITONBACKEND_Request {
+	if n > in.narr {
+		C.free(in.arr)
+		in.narr = max(n, 2*in.narr)
+		// Zeroed: Go stores pointers in it (see outparam.go).
+		in.arr = C.calloc(C.size_t(in.narr), C.size_t(unsafe.Sizeof(uintptr(0))))
+	}
+	return unsafe.Slice((**C.TRITONBACKEND_Request)(in.arr), n)
 }
 
 // Finalize is TRITONBACKEND_ModelInstanceFinalize.
@@ -292,6 +350,7 @@ func (in *cInstance) Finalize() error {
 		}
 		in.thread.stop()
 		unregister(in.h)
+		C.free(in.arr)
 		C.free(unsafe.Pointer(in.c.name))
 		C.free(unsafe.Pointer(in.c.host_policy.json))
 		C.free(unsafe.Pointer(in.c))
@@ -299,10 +358,16 @@ func (in *cInstance) Finalize() error {
 	return err
 }
 
-// Execute is TRITONBACKEND_ModelInstanceExecute, on the instance's thread.
+// Execute is TRITONBACKEND_ModelInstanceExecute, where the instance's
+// calls run (runnerFor).
 // It returns once the backend has released every request and sent its
 // final response: the requests' memory is the executor's again after that.
 func (in *cInstance) Execute(ctx context.Context, reqs []*backend.Request) error {
+	if t, ok := in.thread.(*callerThread); ok {
+		t.mu.Lock() // no closure: nothing to allocate on this path
+		defer t.mu.Unlock()
+		return in.execute(ctx, reqs)
+	}
 	var err error
 	in.thread.do(func() { err = in.execute(ctx, reqs) })
 	return err
@@ -310,9 +375,7 @@ func (in *cInstance) Execute(ctx context.Context, reqs []*backend.Request) error
 
 func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error {
 	n := len(reqs)
-	// Zeroed: Go stores pointers in it (see outparam.go).
-	arr := (*[1 << 28]*C.TRITONBACKEND_Request)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(uintptr(0)))))[:n:n]
-	defer C.free(unsafe.Pointer(&arr[0]))
+	arr := in.requestArray(n)
 	crs := make([]*cRequest, n)
 	for i, r := range reqs {
 		crs[i] = newCRequest(in, r)
@@ -353,114 +416,13 @@ type cRequest struct {
 	pin runtime.Pinner
 
 	mu       sync.Mutex
-	bufs     map[unsafe.Pointer][]byte // output buffers handed out
+	bufs     outBuffers // output buffers handed out
+	gone     bool       // disposed of: no more buffers
 	released bool
 	final    bool
 	finished chan struct{}
 	disposed sync.Once
 	states   []unsafe.Pointer // TRITONBACKEND_State objects made for the request
-}
-
-func cstrings(ss []string) **C.char {
-	if len(ss) == 0 {
-		return nil
-	}
-	// Zeroed: Go stores pointers in it (see outparam.go).
-	p := (*[1 << 28]*C.char)(C.calloc(C.size_t(len(ss)), C.size_t(unsafe.Sizeof(uintptr(0)))))[:len(ss):len(ss)]
-	for i, s := range ss {
-		p[i] = C.CString(s)
-	}
-	return &p[0]
-}
-
-func newCRequest(in *cInstance, r *backend.Request) *cRequest {
-	cr := &cRequest{in: in, r: r, finished: make(chan struct{}), bufs: map[unsafe.Pointer][]byte{}}
-	cr.h = register(cr)
-	c := (*C.TRITONBACKEND_Request)(C.calloc(1, C.sizeof_TRITONBACKEND_Request))
-	c.h = C.uintptr_t(cr.h)
-	c.instance = in.c
-	if r.ID != "" {
-		c.id = C.CString(r.ID)
-	} else {
-		c.id = C.CString("")
-	}
-	if r.CorrelationID.IsString() {
-		s, _ := r.CorrelationID.StringID()
-		c.correlation_is_string = true
-		c.correlation_id_string = C.CString(s)
-	} else {
-		u, _ := r.CorrelationID.Uint64()
-		c.correlation_id = C.uint64_t(u)
-	}
-	c.flags = C.uint32_t(r.Flags)
-	if dl, ok := r.Context().Deadline(); ok {
-		if us := timeUntilMicros(dl); us > 0 {
-			c.timeout_us = C.uint64_t(us)
-		}
-	}
-	inputs := r.Inputs
-	if n := len(inputs); n > 0 {
-		ins := (*[1 << 20]C.TRITONBACKEND_Input)(C.calloc(C.size_t(n), C.sizeof_TRITONBACKEND_Input))[:n:n]
-		for i, x := range inputs {
-			ci := &ins[i]
-			ci.name = C.CString(x.Name)
-			ci.datatype = C.TRITONSERVER_DataType(dataTypeToC(x.DataType))
-			ci.dims_count = C.uint32_t(len(x.Shape))
-			ci.shape = (*C.int64_t)(C.malloc(C.size_t(max(1, len(x.Shape))) * 8))
-			for j, d := range x.Shape {
-				(*[1 << 20]C.int64_t)(unsafe.Pointer(ci.shape))[j] = C.int64_t(d)
-			}
-			ci.byte_size = C.uint64_t(len(x.Data))
-			if len(x.Data) > 0 {
-				p := unsafe.Pointer(unsafe.SliceData(x.Data))
-				cr.pin.Pin(p) // the request's bytes stay put while the backend holds them
-				ci.buffer = p
-			} else {
-				ci.buffer = unsafe.Pointer(&emptyBuffer[0])
-			}
-			ci.attributes.memory_type = C.TRITONSERVER_MEMORY_CPU
-			ci.attributes.byte_size = C.size_t(len(x.Data))
-		}
-		c.inputs = &ins[0]
-		c.n_inputs = C.uint32_t(n)
-	}
-	outs := sortedCopy(r.RequestedOutputs)
-	c.outputs = cstrings(outs)
-	c.n_outputs = C.uint32_t(len(outs))
-	if n := len(r.Parameters); n > 0 {
-		ps := (*[1 << 20]C.TRITONSERVER_Parameter)(C.calloc(C.size_t(n), C.sizeof_TRITONSERVER_Parameter))[:n:n]
-		for i, k := range sortedKeys(r.Parameters) {
-			setParameter(&ps[i], k, r.Parameters[k])
-		}
-		c.params = &ps[0]
-		c.n_params = C.uint32_t(n)
-	}
-	cr.c = c
-	return cr
-}
-
-// emptyBuffer is where empty inputs point: C memory, so never moved.
-var emptyBuffer = (*[1]byte)(C.calloc(1, 1))
-
-func setParameter(p *C.TRITONSERVER_Parameter, k string, v any) {
-	p.name = C.CString(k)
-	switch x := v.(type) {
-	case bool:
-		p._type = C.TRITONSERVER_PARAMETER_BOOL
-		p.b = C.bool(x)
-	case int64:
-		p._type = C.TRITONSERVER_PARAMETER_INT
-		p.i = C.int64_t(x)
-	case uint64:
-		p._type = C.TRITONSERVER_PARAMETER_INT
-		p.i = C.int64_t(x)
-	case float64:
-		p._type = C.TRITONSERVER_PARAMETER_DOUBLE
-		p.d = C.double(x)
-	default:
-		p._type = C.TRITONSERVER_PARAMETER_STRING
-		p.s = C.CString(fmt.Sprint(x))
-	}
 }
 
 func parameterValue(p *C.TRITONSERVER_Parameter) any {
@@ -519,6 +481,7 @@ func (cr *cRequest) dispose() {
 		C.nereid_free_request(cr.c)
 		cr.c = nil
 		cr.bufs = nil
+		cr.gone = true
 		for _, p := range cr.states {
 			unregister(uintptr((*C.TRITONBACKEND_State)(p).h))
 			C.free(p)
@@ -529,18 +492,36 @@ func (cr *cRequest) dispose() {
 	})
 }
 
+// outBuffers are the output buffers handed out for a request: a few, so
+// a slice searched in order.
+type outBuffers []outBuffer
+
+type outBuffer struct {
+	p unsafe.Pointer
+	b []byte
+}
+
+func (bs outBuffers) find(p unsafe.Pointer) ([]byte, bool) {
+	for _, x := range bs {
+		if x.p == p {
+			return x.b, true
+		}
+	}
+	return nil, false
+}
+
 // allocOutput returns a buffer for an output: Go memory pinned until the
 // request is disposed of, then owned by the response.
 func (cr *cRequest) allocOutput(size int) (unsafe.Pointer, error) {
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
-	if cr.bufs == nil {
+	if cr.gone {
 		return nil, tritonerr.InvalidArgf("request has been released and answered")
 	}
 	b := make([]byte, max(size, 1))
 	p := unsafe.Pointer(unsafe.SliceData(b))
 	cr.pin.Pin(p)
-	cr.bufs[p] = b[:size]
+	cr.bufs = append(cr.bufs, outBuffer{p, b[:size]})
 	return p, nil
 }
 
@@ -549,24 +530,24 @@ func (cr *cRequest) allocOutput(size int) (unsafe.Pointer, error) {
 // no copy follows; nil when the output is not bound to a region it fits
 // in. A decoupled model's responses each need memory of their own: they
 // get private buffers.
-func (cr *cRequest) placeOutput(name string, size int) (unsafe.Pointer, error) {
+func (cr *cRequest) placeOutput(name *C.char, size int) (unsafe.Pointer, error) {
 	if cr.r.OutputPlace == nil || size == 0 || cr.in.m.decoupled() {
 		return nil, nil
 	}
-	b := cr.r.OutputPlace(name, size)
+	b := cr.r.OutputPlace(C.GoString(name), size)
 	if len(b) != size {
 		return nil, nil
 	}
 	p := unsafe.Pointer(unsafe.SliceData(b))
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
-	if cr.bufs == nil {
+	if cr.gone {
 		return nil, tritonerr.InvalidArgf("request has been released and answered")
 	}
-	if _, taken := cr.bufs[p]; taken {
+	if _, taken := cr.bufs.find(p); taken {
 		return nil, nil // two outputs bound to the same place: one gets its own
 	}
-	cr.bufs[p] = b
+	cr.bufs = append(cr.bufs, outBuffer{p, b})
 	return p, nil
 }
 
@@ -576,6 +557,7 @@ func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.T
 	var outs []backend.Output
 	var missing string
 	if resp != nil && errp == nil && resp.n_outputs > 0 {
+		outs = make([]backend.Output, 0, int(resp.n_outputs))
 		cr.mu.Lock()
 		for _, o := range unsafe.Slice(resp.outputs, int(resp.n_outputs)) {
 			name := C.GoString(o.name)
@@ -585,7 +567,7 @@ func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.T
 					shape[j] = int64(d)
 				}
 			}
-			data, ok := cr.bufs[o.buffer]
+			data, ok := cr.bufs.find(o.buffer)
 			switch {
 			case o.buffer == nil:
 				data = []byte{}
@@ -598,7 +580,7 @@ func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.T
 	}
 	var params map[string]any
 	if resp != nil && resp.n_params > 0 {
-		params = map[string]any{}
+		params = make(map[string]any, int(resp.n_params))
 		for _, p := range unsafe.Slice(resp.params, int(resp.n_params)) {
 			params[C.GoString(p.name)] = parameterValue(p)
 		}
