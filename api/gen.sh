@@ -13,6 +13,7 @@ set -euo pipefail
 PROTOC_VERSION="3.21.12"
 PROTOC_GEN_GO_VERSION="v1.36.12"      # matches google.golang.org/protobuf in api/go.mod
 PROTOC_GEN_GO_GRPC_VERSION="v1.5.1"
+PROTOC_GEN_GRPC_GATEWAY_VERSION="v2.32.0" # matches grpc-gateway/v2 in api/go.mod
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 api="$root/api"
@@ -56,15 +57,29 @@ plugin protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go \
   "$PROTOC_GEN_GO_VERSION" "protoc-gen-go $PROTOC_GEN_GO_VERSION"
 plugin protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc \
   "$PROTOC_GEN_GO_GRPC_VERSION" "protoc-gen-go-grpc ${PROTOC_GEN_GO_GRPC_VERSION#v}"
+plugin protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway \
+  "$PROTOC_GEN_GRPC_GATEWAY_VERSION" "Version ${PROTOC_GEN_GRPC_GATEWAY_VERSION}, commit unknown, built at unknown"
 
 # Sorted, api-relative .proto paths, so output does not depend on find order.
 mapfile -t protos < <(cd "$api" && find . -name '*.proto' -not -path './bin/*' | sed 's|^\./||' | LC_ALL=C sort)
 
+# REST mappings (grpc-gateway) for the services that have an HTTP rule file
+# beside their proto (<name>_http.yaml): the rules live there rather than in
+# google.api.http annotations, so no googleapis proto is vendored.
 generate() { # out-dir
   PATH="$bin:$PATH" protoc -I "$api" \
     --go_out="$1" --go_opt=paths=source_relative \
     --go-grpc_out="$1" --go-grpc_opt=paths=source_relative \
     "${protos[@]}"
+  local p rules
+  for p in "${protos[@]}"; do
+    rules="${p%.proto}_http.yaml"
+    [ -e "$api/$rules" ] || continue
+    PATH="$bin:$PATH" protoc -I "$api" \
+      --grpc-gateway_out="$1" --grpc-gateway_opt=paths=source_relative \
+      --grpc-gateway_opt=grpc_api_configuration="$api/$rules" \
+      "$p"
+  done
 }
 
 if [ "$check" = 0 ]; then
@@ -80,11 +95,11 @@ stale=()
 # Every freshly generated file must exist, identical, in the tree...
 while IFS= read -r f; do
   if ! cmp -s "$tmp/$f" "$api/$f"; then stale+=("api/$f"); fi
-done < <(cd "$tmp" && find . -name '*.pb.go' | sed 's|^\./||' | LC_ALL=C sort)
+done < <(cd "$tmp" && find . -name '*.pb.go' -o -name '*.pb.gw.go' | sed 's|^\./||' | LC_ALL=C sort)
 # ...and no checked-in generated file may be left without a source.
 while IFS= read -r f; do
   [ -e "$tmp/$f" ] || stale+=("api/$f (no longer generated)")
-done < <(cd "$api" && find . -name '*.pb.go' | sed 's|^\./||' | LC_ALL=C sort)
+done < <(cd "$api" && find . -name '*.pb.go' -o -name '*.pb.gw.go' | sed 's|^\./||' | LC_ALL=C sort)
 
 if [ "${#stale[@]}" -gt 0 ]; then
   echo "gen.sh: generated code is stale; run 'make proto' (bash api/gen.sh):" >&2

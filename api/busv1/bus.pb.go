@@ -858,6 +858,54 @@ func (x *ModelControlReply) GetCatalog() *ExecutorCatalog {
 	return nil
 }
 
+// Gateway (admin API) -> one executor on ExecutorDrainSubject: start
+// draining (start) or only report; answered with nereid.admin.v1.DrainStatus.
+// A request on ExecutorStatusSubject is a CatalogRequest, answered with
+// nereid.admin.v1.Executor.
+type ExecutorDrainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         bool                   `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorDrainRequest) Reset() {
+	*x = ExecutorDrainRequest{}
+	mi := &file_busv1_bus_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorDrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorDrainRequest) ProtoMessage() {}
+
+func (x *ExecutorDrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorDrainRequest.ProtoReflect.Descriptor instead.
+func (*ExecutorDrainRequest) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ExecutorDrainRequest) GetStart() bool {
+	if x != nil {
+		return x.Start
+	}
+	return false
+}
+
 var File_busv1_bus_proto protoreflect.FileDescriptor
 
 const file_busv1_bus_proto_rawDesc = "" +
@@ -938,7 +986,9 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\n" +
 	"error_kind\x18\x02 \x01(\tR\terrorKind\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x128\n" +
-	"\acatalog\x18\x04 \x01(\v2\x1e.nereid.bus.v1.ExecutorCatalogR\acatalogB-Z+github.com/nereid-io/nereid/api/busv1;busv1b\x06proto3"
+	"\acatalog\x18\x04 \x01(\v2\x1e.nereid.bus.v1.ExecutorCatalogR\acatalog\",\n" +
+	"\x14ExecutorDrainRequest\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\bR\x05startB-Z+github.com/nereid-io/nereid/api/busv1;busv1b\x06proto3"
 
 var (
 	file_busv1_bus_proto_rawDescOnce sync.Once
@@ -952,7 +1002,7 @@ func file_busv1_bus_proto_rawDescGZIP() []byte {
 	return file_busv1_bus_proto_rawDescData
 }
 
-var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_busv1_bus_proto_goTypes = []any{
 	(*ExecutorHeartbeat)(nil),         // 0: nereid.bus.v1.ExecutorHeartbeat
 	(*ExecutorCatalog)(nil),           // 1: nereid.bus.v1.ExecutorCatalog
@@ -965,20 +1015,21 @@ var file_busv1_bus_proto_goTypes = []any{
 	(*FirstResponseHistogram)(nil),    // 8: nereid.bus.v1.FirstResponseHistogram
 	(*ModelControlRequest)(nil),       // 9: nereid.bus.v1.ModelControlRequest
 	(*ModelControlReply)(nil),         // 10: nereid.bus.v1.ModelControlReply
-	nil,                               // 11: nereid.bus.v1.LatencySummary.WindowEntry
-	nil,                               // 12: nereid.bus.v1.ModelControlRequest.FilesEntry
-	(*inference.ModelConfig)(nil),     // 13: inference.ModelConfig
-	(*inference.ModelStatistics)(nil), // 14: inference.ModelStatistics
+	(*ExecutorDrainRequest)(nil),      // 11: nereid.bus.v1.ExecutorDrainRequest
+	nil,                               // 12: nereid.bus.v1.LatencySummary.WindowEntry
+	nil,                               // 13: nereid.bus.v1.ModelControlRequest.FilesEntry
+	(*inference.ModelConfig)(nil),     // 14: inference.ModelConfig
+	(*inference.ModelStatistics)(nil), // 15: inference.ModelStatistics
 }
 var file_busv1_bus_proto_depIdxs = []int32{
 	2,  // 0: nereid.bus.v1.ExecutorCatalog.models:type_name -> nereid.bus.v1.ModelVersionState
-	13, // 1: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
-	14, // 2: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
+	14, // 1: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
+	15, // 2: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
 	8,  // 3: nereid.bus.v1.StatisticsReply.first_response:type_name -> nereid.bus.v1.FirstResponseHistogram
 	6,  // 4: nereid.bus.v1.StatisticsReply.metrics:type_name -> nereid.bus.v1.VersionMetrics
 	7,  // 5: nereid.bus.v1.VersionMetrics.summaries:type_name -> nereid.bus.v1.LatencySummary
-	11, // 6: nereid.bus.v1.LatencySummary.window:type_name -> nereid.bus.v1.LatencySummary.WindowEntry
-	12, // 7: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
+	12, // 6: nereid.bus.v1.LatencySummary.window:type_name -> nereid.bus.v1.LatencySummary.WindowEntry
+	13, // 7: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
 	1,  // 8: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
 	9,  // [9:9] is the sub-list for method output_type
 	9,  // [9:9] is the sub-list for method input_type
@@ -998,7 +1049,7 @@ func file_busv1_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_busv1_bus_proto_rawDesc), len(file_busv1_bus_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

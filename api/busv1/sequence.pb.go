@@ -261,7 +261,11 @@ type SequencePull struct {
 	// instance leaves for good, the sequences in its slots end and their
 	// later requests fail saying so. Published, not sent as a request: no
 	// batch answers it. done_batch is the last batch the instance ran.
-	Unloaded      bool `protobuf:"varint,8,opt,name=unloaded,proto3" json:"unloaded,omitempty"`
+	Unloaded bool `protobuf:"varint,8,opt,name=unloaded,proto3" json:"unloaded,omitempty"`
+	// The executor is draining: the router binds no new sequence to this
+	// instance and says in its batches once the instance holds none
+	// (SequenceBatch.drained).
+	Draining      bool `protobuf:"varint,9,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -352,6 +356,13 @@ func (x *SequencePull) GetUnloaded() bool {
 	return false
 }
 
+func (x *SequencePull) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 type SequenceBatch struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	BatchId uint64                 `protobuf:"varint,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
@@ -363,7 +374,10 @@ type SequenceBatch struct {
 	NeedConfig bool `protobuf:"varint,3,opt,name=need_config,json=needConfig,proto3" json:"need_config,omitempty"`
 	// The epoch of the router's lease on the model: an executor that has seen
 	// a newer epoch refuses the batch (the router lost the model).
-	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Answer to a draining instance's pull: no sequence is bound to it, none
+	// waits in its slots and no batch of it is in flight.
+	Drained       bool `protobuf:"varint,5,opt,name=drained,proto3" json:"drained,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -424,6 +438,13 @@ func (x *SequenceBatch) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *SequenceBatch) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
 }
 
 // One request of a batch, or a padding entry.
@@ -774,7 +795,7 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\aresolve\x18\t \x03(\tR\aresolve\x12\x14\n" +
 	"\x05shape\x18\n" +
 	" \x01(\tR\x05shape\x12#\n" +
-	"\rstream_window\x18\v \x01(\rR\fstreamWindow\"\x95\x02\n" +
+	"\rstream_window\x18\v \x01(\rR\fstreamWindow\"\xb1\x02\n" +
 	"\fSequencePull\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x1e\n" +
@@ -788,13 +809,15 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"done_batch\x18\x06 \x01(\x04R\tdoneBatch\x12\x1f\n" +
 	"\vfence_epoch\x18\a \x01(\x04R\n" +
 	"fenceEpoch\x12\x1a\n" +
-	"\bunloaded\x18\b \x01(\bR\bunloaded\"\x92\x01\n" +
+	"\bunloaded\x18\b \x01(\bR\bunloaded\x12\x1a\n" +
+	"\bdraining\x18\t \x01(\bR\bdraining\"\xac\x01\n" +
 	"\rSequenceBatch\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\x04R\abatchId\x12/\n" +
 	"\x04work\x18\x02 \x03(\v2\x1b.nereid.bus.v1.SequenceWorkR\x04work\x12\x1f\n" +
 	"\vneed_config\x18\x03 \x01(\bR\n" +
 	"needConfig\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\x86\x04\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x18\n" +
+	"\adrained\x18\x05 \x01(\bR\adrained\"\x86\x04\n" +
 	"\fSequenceWork\x12\x18\n" +
 	"\apadding\x18\x01 \x01(\bR\apadding\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12,\n" +
