@@ -83,6 +83,13 @@ var routes = []Route{
 	{Pattern: SolicitSubject, Publishers: gw, Subscribers: ex},
 	{Pattern: execPrefix + "*.catalog", Publishers: []Role{RoleGateway, RoleExecutor}, Subscribers: ex, Repliers: ex},
 	{Pattern: execPrefix + "*.stats", Publishers: gw, Subscribers: ex, Repliers: ex},
+	// The admin API: a gateway asks an executor for its state and tells
+	// it to drain; gateways and sequence routers announce themselves to
+	// the gateways serving the API.
+	{Pattern: execPrefix + "*.status", Publishers: gw, Subscribers: ex, Repliers: ex},
+	{Pattern: execPrefix + "*.drain", Publishers: gw, Subscribers: ex, Repliers: ex},
+	{Pattern: GatewayPresenceSubject, Publishers: gw, Subscribers: gw},
+	{Pattern: RouterPresenceSubject, Publishers: rt, Subscribers: gw},
 	// Model control: a gateway (the repository API) or an executor (a
 	// Triton backend loading or unloading a model) asks every executor to
 	// load or unload.

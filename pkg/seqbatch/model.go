@@ -102,6 +102,8 @@ func (s *slot) free() bool { return s.owner == nil && len(s.queue) == 0 }
 type instance struct {
 	key   InstanceKey
 	slots []slot
+	// draining: its executor drains; no sequence is bound to it any more.
+	draining bool
 }
 
 type backlogQueue struct {
@@ -196,6 +198,78 @@ func (m *Model) AddInstance(now time.Time, k InstanceKey) {
 	for i := range in.slots {
 		m.fill(now, in, i)
 	}
+}
+
+// DrainInstance marks instance k draining: no sequence is bound to it from now on
+// (new ones take other instances' slots or wait in the backlog), while
+// those bound already run to their END or go idle there. It reports false
+// for an unknown instance.
+func (m *Model) DrainInstance(k InstanceKey) bool {
+	in := m.instance(k)
+	if in == nil {
+		return false
+	}
+	if !in.draining {
+		in.draining = true
+		m.log.Debug("instance drains: no new sequences", "model", m.cfg.Model, "executor", k.Executor, "instance", k.Index)
+	}
+	return true
+}
+
+// Idle reports whether instance k holds no sequence and no queued request
+// (an unknown instance holds none).
+func (m *Model) Idle(k InstanceKey) bool {
+	in := m.instance(k)
+	if in == nil {
+		return true
+	}
+	for i := range in.slots {
+		if !in.slots[i].free() {
+			return false
+		}
+	}
+	return true
+}
+
+// Usage is what the batcher holds, for the admin API.
+type Usage struct {
+	// Slots of every instance, and those holding a sequence or requests.
+	Slots, SlotsInUse int
+	// Sequences bound to slots, and waiting in the backlog.
+	Active, Backlog int
+	// Requests queued in slots, and in the backlog.
+	QueuedSlots, QueuedBacklog int
+	Instances                  []InstanceUsage
+}
+
+// InstanceUsage is one instance's share of Usage.
+type InstanceUsage struct {
+	Key      InstanceKey
+	Active   int
+	Draining bool
+}
+
+// Usage counts what the batcher holds now.
+func (m *Model) Usage() Usage {
+	var u Usage
+	for _, in := range m.instances {
+		iu := InstanceUsage{Key: in.key, Draining: in.draining}
+		for i := range in.slots {
+			sl := &in.slots[i]
+			u.Slots++
+			if !sl.free() {
+				u.SlotsInUse++
+			}
+			if sl.owner != nil {
+				iu.Active++
+			}
+		}
+		u.Active += iu.Active
+		u.Instances = append(u.Instances, iu)
+	}
+	u.Backlog = len(m.backlog)
+	u.QueuedSlots, u.QueuedBacklog = m.queued()
+	return u
 }
 
 // RemoveExecutor withdraws every instance of executor (all generations but
@@ -500,7 +574,7 @@ func (m *Model) backlogSequences() int { return len(m.backlog) }
 func (m *Model) lowestFree() (SlotRef, bool) {
 	for i := 0; i < m.cfg.SlotsPerInstance; i++ {
 		for _, in := range m.instances {
-			if in.slots[i].free() {
+			if !in.draining && in.slots[i].free() {
 				return SlotRef{in.key, i}, true
 			}
 		}
@@ -512,7 +586,7 @@ func (m *Model) lowestFree() (SlotRef, bool) {
 // requests. Expired queues were removed by Tick already.
 func (m *Model) fill(now time.Time, in *instance, i int) {
 	sl := &in.slots[i]
-	if !sl.free() || len(m.backlog) == 0 {
+	if in.draining || !sl.free() || len(m.backlog) == 0 {
 		return
 	}
 	q := m.backlog[0]

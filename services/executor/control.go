@@ -116,7 +116,9 @@ func errOr(err error, reason string) error {
 
 // serve subscribes a READY version to its inference subjects.
 func (e *Executor) serve(mv *modelVersion) error {
-	if mv.state != StateReady {
+	if mv.state != StateReady || e.draining.Load() {
+		// A draining executor takes no new work, also for versions
+		// loaded meanwhile.
 		return nil
 	}
 	bc := e.bus

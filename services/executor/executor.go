@@ -174,6 +174,13 @@ type Executor struct {
 	states    stateStore // durable sequence states (statestore.go)
 	cb        *cbackend.Loader
 
+	// started is when the executor started (admin API); draining is set
+	// once it is told to drain, subsDrained once its inference
+	// subscriptions are drained (admin.go).
+	started     time.Time
+	draining    atomic.Bool
+	subsDrained atomic.Bool
+
 	peersMu sync.Mutex
 	peers   map[string]time.Time // other executors, by id: when last heard
 	// peersHeard is closed once every live peer has had a heartbeat
@@ -211,6 +218,7 @@ func New(cfg Config) (*Executor, error) {
 		log:        cfg.Logger.With("service", "executor", "executor", cfg.ID),
 		ready:      make(chan struct{}),
 		backends:   map[string]backend.Backend{},
+		started:    time.Now(),
 	}
 	if cfg.Trace.Mode == "" {
 		e.cfg.Trace = tracesetting.DefaultConfig()
@@ -350,6 +358,11 @@ func (e *Executor) Run(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	subs = append(subs, statsSub)
+	adminSubs, err := e.serveAdmin(bc)
+	if err != nil {
+		return err
+	}
+	subs = append(subs, adminSubs...)
 	traceFollow, err := settingbus.Follow(ctx, bc, bus.SettingsTrace, e.trace, bus.RoleExecutor, e.cfg.ID, false)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)

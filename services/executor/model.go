@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -42,9 +43,11 @@ type modelVersion struct {
 	states    *seqstate.Config // implicit states (sequence_batching.state), nil for none
 	labels    infer.Labels
 	stats     *stats
-	sub       *bus.Subscription
-	nodeSub   *bus.Subscription
-	devSubs   []*bus.Subscription
+	// inflight counts the requests being handled (admin API, drain).
+	inflight atomic.Int64
+	sub      *bus.Subscription
+	nodeSub  *bus.Subscription
+	devSubs  []*bus.Subscription
 	// source is the configuration the version was loaded from, before a
 	// backend completed it, and stamp the newest modification time of its
 	// files then (repository.Stamp): a repository load or a poll compares
@@ -184,6 +187,8 @@ func (mv *modelVersion) unload() {
 // wait for the execution, answer. A request traced by its gateway gets a
 // span of its own here (pkg/tracing).
 func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Message, error) {
+	mv.inflight.Add(1)
+	defer mv.inflight.Add(-1)
 	ctx, span := mv.e.tracer.StartChild(ctx, mv.name, mv.name)
 	if span == nil {
 		return mv.serveInfer(ctx, data, nil)

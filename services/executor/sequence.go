@@ -80,6 +80,11 @@ type seqRunner struct {
 	unloaded atomic.Bool
 	lastDone []uint64
 
+	// drained is, per instance, whether the router said in answer to a
+	// draining pull that the instance holds no sequence (or no router
+	// serves the model: nothing can be bound to it).
+	drained []atomic.Bool
+
 	// durable: the model's state_durability is "redis" (durable.go); ttl
 	// is how long a sequence's durable state outlives its last write.
 	durable bool
@@ -123,6 +128,7 @@ func startSequence(ctx context.Context, mv *modelVersion) (*seqRunner, error) {
 	}
 	s.states = make([]map[int]*slotState, len(mv.instances))
 	s.lastDone = make([]uint64, len(mv.instances))
+	s.drained = make([]atomic.Bool, len(mv.instances))
 	for i := range s.states {
 		s.states[i] = map[int]*slotState{}
 	}
@@ -155,6 +161,18 @@ func (s *seqRunner) stop() {
 			mv.e.log.Warn("cannot tell the sequence router that the model was unloaded", "model", mv.name, "version", mv.vstr, "err", err)
 		}
 	}
+}
+
+// busyInstances counts the instances not known to hold no sequence, once
+// the executor drains.
+func (s *seqRunner) busyInstances() int {
+	n := 0
+	for i := range s.drained {
+		if !s.drained[i].Load() {
+			n++
+		}
+	}
+	return n
 }
 
 // onTakeover raises the fence to the new router's epoch and answers with
@@ -254,7 +272,7 @@ func (s *seqRunner) pull(ctx, execCtx context.Context, idx int, in *instance) {
 		req := &busv1.SequencePull{
 			ExecutorId: e.cfg.ID, Generation: e.generation,
 			Instance: uint32(idx), Instances: uint32(len(mv.instances)), DoneBatch: done,
-			FenceEpoch: s.fenceEpoch(),
+			FenceEpoch: s.fenceEpoch(), Draining: e.draining.Load(),
 		}
 		if sendConfig {
 			req.Config = mv.cfg
@@ -269,6 +287,10 @@ func (s *seqRunner) pull(ctx, execCtx context.Context, idx int, in *instance) {
 			}
 			if !bus.IsNoResponders(err) {
 				e.log.Debug("sequence pull failed", "model", mv.name, "err", err)
+			} else if req.Draining {
+				// No router serves the model: no sequence can be bound
+				// to this instance.
+				s.drained[idx].Store(true)
 			}
 			// Nobody serves the model (or its router stopped answering):
 			// ask the routers to take it.
@@ -280,6 +302,9 @@ func (s *seqRunner) pull(ctx, execCtx context.Context, idx int, in *instance) {
 		}
 		retry.Reset()
 		done = 0
+		if req.Draining {
+			s.drained[idx].Store(batch.GetDrained())
+		}
 		if batch.GetNeedConfig() {
 			sendConfig = true
 			continue
@@ -404,6 +429,8 @@ func (s *seqRunner) execute(ctx context.Context, idx int, in *instance, batch *b
 	if len(real) == 0 {
 		return
 	}
+	s.mv.inflight.Add(int64(len(real)))
+	defer s.mv.inflight.Add(-int64(len(real)))
 	if s.mv.states == nil || s.ragged() {
 		in.execute(ctx, reqs, real, false)
 	} else {

@@ -55,6 +55,7 @@ type shmState struct {
 
 	drv     *gpu.Driver   // nil: no GPU
 	gpuErr  error         // why there is none
+	gpus    []gpu.Device  // NVML's inventory, for the admin API
 	devices map[int64]int // client device_id (NVML index) -> CUDA ordinal
 	order   []int64       // device ids owned, sorted
 
@@ -118,6 +119,7 @@ func (e *Executor) startShm(ctx context.Context, bc *bus.Conn) (stop func(), err
 func (s *shmState) discover() {
 	log := s.e.log
 	devs, nvmlErr := gpu.Discover()
+	s.gpus = devs
 	drv, err := gpu.Load()
 	if err != nil {
 		s.gpuErr = err

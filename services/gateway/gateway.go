@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	_ "google.golang.org/grpc/encoding/gzip" // gzip for gRPC message compression
 	health "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nereid-io/nereid/api/adminv1"
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
@@ -99,6 +99,11 @@ type Config struct {
 	// which the trace extension changes at run time across the
 	// constellation. Zero: tracing off, OpenTelemetry mode.
 	Trace tracesetting.Config
+	// AdminAddr and AdminHTTPAddr are the listen addresses of the cluster
+	// admin API (api/adminv1) over gRPC and REST; "" (the default)
+	// disables each. They use the TLS settings and restrictions (group
+	// "admin") of the gRPC and HTTP endpoints.
+	AdminAddr, AdminHTTPAddr string
 }
 
 // Gateway terminates Triton's HTTP/REST and gRPC protocols and forwards to
@@ -114,6 +119,13 @@ type Gateway struct {
 	httpLn, grpcLn, metricsLn net.Listener
 	httpSrv, metricsSrv       *http.Server
 	grpcSrv                   *grpc.Server
+
+	// The admin API (admin.go); nil when off.
+	admin                *adminService
+	adminLn, adminHTTPLn net.Listener
+	adminSrv             *grpc.Server
+	adminHTTPSrv         *http.Server
+	started              time.Time
 
 	inflight inflightBudget // HTTP body bytes in flight (intake.go)
 	hijacked sync.WaitGroup // connections taken over for chunked bodies (chunked.go)
@@ -173,14 +185,15 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g := &Gateway{
-		cfg:   cfg,
-		log:   log,
-		bus:   bc,
-		cat:   newCatalog(bc, log),
-		exts:  extensions(),
-		ready: make(chan struct{}),
-		group: routines.New(context.Background()),
-		id:    newInstanceID(),
+		cfg:     cfg,
+		log:     log,
+		bus:     bc,
+		cat:     newCatalog(bc, log),
+		exts:    extensions(),
+		ready:   make(chan struct{}),
+		group:   routines.New(context.Background()),
+		id:      newInstanceID(),
+		started: time.Now(),
 	}
 	if cfg.Trace.Mode == "" {
 		cfg.Trace = tracesetting.DefaultConfig()
@@ -215,6 +228,12 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	if g.metricsLn, err = listen(cfg.MetricsAddr); err != nil {
+		return nil, err
+	}
+	if g.adminLn, err = listen(cfg.AdminAddr); err != nil {
+		return nil, err
+	}
+	if g.adminHTTPLn, err = listen(cfg.AdminHTTPAddr); err != nil {
 		return nil, err
 	}
 	var httpTLS, grpcTLS *tls.Config
@@ -262,24 +281,32 @@ func New(cfg Config) (*Gateway, error) {
 		if grpcTLS != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(grpcTLS)))
 		}
-		if len(cfg.GRPCRestricted) > 0 {
-			opts = append(opts, grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-				md, _ := metadata.FromIncomingContext(ctx)
-				if err := grpcRestricted(cfg.GRPCRestricted, md, info.FullMethod); err != nil {
-					return nil, err
-				}
-				return h(ctx, req)
-			}), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-				md, _ := metadata.FromIncomingContext(ss.Context())
-				if err := grpcRestricted(cfg.GRPCRestricted, md, info.FullMethod); err != nil {
-					return err
-				}
-				return h(srv, ss)
-			}))
-		}
+		opts = append(opts, restrictedOptions(cfg.GRPCRestricted)...)
 		g.grpcSrv = grpc.NewServer(opts...)
 		inference.RegisterGRPCInferenceServiceServer(g.grpcSrv, &grpcService{g: g})
 		health.RegisterHealthServer(g.grpcSrv, &healthService{g: g})
+	}
+	if g.adminLn != nil || g.adminHTTPLn != nil {
+		g.admin = &adminService{g: g}
+	}
+	if g.adminLn != nil {
+		opts := restrictedOptions(cfg.GRPCRestricted)
+		if grpcTLS != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(grpcTLS)))
+		}
+		g.adminSrv = grpc.NewServer(opts...)
+		adminv1.RegisterAdminServer(g.adminSrv, g.admin)
+	}
+	if g.adminHTTPLn != nil {
+		h, err := g.admin.adminHTTPHandler()
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		if httpTLS != nil {
+			g.adminHTTPLn = tls.NewListener(g.adminHTTPLn, httpTLS)
+		}
+		g.adminHTTPSrv = &http.Server{Handler: restrictHTTP(cfg.HTTPRestricted, h), ReadHeaderTimeout: off(cfg.Limits.HTTPReadHeaderTimeout),
+			IdleTimeout: off(cfg.Limits.HTTPIdleTimeout), ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	}
 	ok = true
 	return g, nil
@@ -293,6 +320,14 @@ func (g *Gateway) GRPCAddr() string { return addrOf(g.grpcLn) }
 
 // MetricsAddr is the address the metrics endpoint listens on ("" if disabled).
 func (g *Gateway) MetricsAddr() string { return addrOf(g.metricsLn) }
+
+// AdminAddr is the address the admin API's gRPC endpoint listens on ("" if
+// disabled).
+func (g *Gateway) AdminAddr() string { return addrOf(g.adminLn) }
+
+// AdminHTTPAddr is the address the admin API's REST endpoint listens on
+// ("" if disabled).
+func (g *Gateway) AdminHTTPAddr() string { return addrOf(g.adminHTTPLn) }
 
 func addrOf(ln net.Listener) string {
 	if ln == nil {
@@ -359,6 +394,18 @@ func (g *Gateway) run(ctx context.Context) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer logFollow.Stop()
+	if g.admin != nil {
+		subs, err := g.admin.followPresence()
+		if err != nil {
+			g.closeListeners()
+			return fmt.Errorf("gateway: %w", err)
+		}
+		defer func() {
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
+		}()
+	}
 	// Executors answer a solicitation with a heartbeat at once, so a fresh
 	// gateway learns the catalog without waiting a heartbeat interval.
 	if err := g.bus.Publish(bus.SolicitSubject, &busv1.CatalogRequest{}); err != nil {
@@ -367,7 +414,7 @@ func (g *Gateway) run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, 3)
+	errs := make(chan error, 5)
 	serve := func(name string, fn func() error) {
 		g.group.Go(func(context.Context) {
 			if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
@@ -387,6 +434,14 @@ func (g *Gateway) run(ctx context.Context) error {
 		serve("metrics", func() error { return g.metricsSrv.Serve(g.metricsLn) })
 		g.log.Info("serving metrics", "addr", g.MetricsAddr())
 	}
+	if g.adminSrv != nil {
+		serve("admin", func() error { return g.adminSrv.Serve(g.adminLn) })
+		g.log.Info("serving the admin API (gRPC)", "addr", g.AdminAddr())
+	}
+	if g.adminHTTPSrv != nil {
+		serve("admin REST", func() error { return g.adminHTTPSrv.Serve(g.adminHTTPLn) })
+		g.log.Info("serving the admin API (REST)", "addr", g.AdminHTTPAddr())
+	}
 	g.group.Go(func(ctx context.Context) { g.cat.settle(ctx, bus.HeartbeatInterval) })
 	g.group.Go(func(ctx context.Context) {
 		t := time.NewTicker(bus.HeartbeatInterval / 4)
@@ -400,6 +455,20 @@ func (g *Gateway) run(ctx context.Context) error {
 			}
 		}
 	})
+	// Presence for the admin API of every gateway (admin.go).
+	g.announce(false)
+	g.group.Go(func(ctx context.Context) {
+		t := time.NewTicker(bus.HeartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				g.announce(false)
+			}
+		}
+	})
 	close(g.ready)
 
 	var runErr error
@@ -408,6 +477,7 @@ func (g *Gateway) run(ctx context.Context) error {
 	case runErr = <-errs:
 	}
 	cancel()
+	g.announce(true)
 	g.shutdown()
 	g.group.Stop()
 	return runErr
@@ -419,7 +489,7 @@ func (g *Gateway) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, s := range []*http.Server{g.httpSrv, g.metricsSrv} {
+	for _, s := range []*http.Server{g.httpSrv, g.metricsSrv, g.adminHTTPSrv} {
 		if s == nil {
 			continue
 		}
@@ -431,16 +501,19 @@ func (g *Gateway) shutdown() {
 			}
 		}()
 	}
-	if g.grpcSrv != nil {
+	for _, srv := range []*grpc.Server{g.grpcSrv, g.adminSrv} {
+		if srv == nil {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			done := make(chan struct{})
-			go func() { g.grpcSrv.GracefulStop(); close(done) }()
+			go func() { srv.GracefulStop(); close(done) }()
 			select {
 			case <-done:
 			case <-ctx.Done():
-				g.grpcSrv.Stop()
+				srv.Stop()
 			}
 		}()
 	}
@@ -451,7 +524,7 @@ func (g *Gateway) shutdown() {
 }
 
 func (g *Gateway) closeListeners() {
-	for _, ln := range []net.Listener{g.httpLn, g.grpcLn, g.metricsLn} {
+	for _, ln := range []net.Listener{g.httpLn, g.grpcLn, g.metricsLn, g.adminLn, g.adminHTTPLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}

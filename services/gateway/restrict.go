@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"context"
 	"crypto/subtle"
 	"fmt"
 	"net/http"
 	"sort"
 	"strings"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -27,12 +29,15 @@ const (
 	APIStatistics      APIGroup = "statistics"
 	APITrace           APIGroup = "trace"
 	APILogging         APIGroup = "logging"
+	// APIAdmin is Nereid's cluster admin API (api/adminv1), served on its
+	// own ports.
+	APIAdmin APIGroup = "admin"
 )
 
 // APIGroups lists every group.
 func APIGroups() []APIGroup {
 	return []APIGroup{APIHealth, APIMetadata, APIInference, APISharedMemory, APIModelConfig,
-		APIModelRepository, APIStatistics, APITrace, APILogging}
+		APIModelRepository, APIStatistics, APITrace, APILogging, APIAdmin}
 }
 
 // grpcRestrictedPrefix starts the metadata key a gRPC client sends for a
@@ -147,6 +152,8 @@ func httpAPIGroup(path string) APIGroup {
 		return APILogging
 	case path == "/v2/models/stats":
 		return APIStatistics
+	case strings.HasPrefix(path, "/v1/admin/"):
+		return APIAdmin
 	}
 	rest, ok := strings.CutPrefix(path, "/v2/models/")
 	if !ok || rest == "" {
@@ -220,7 +227,11 @@ var grpcAPIGroups = map[string]APIGroup{
 // grpcRestricted returns Triton's UNAVAILABLE status when the call to
 // method lacks its group's header, nil when it may proceed.
 func grpcRestricted(rs Restrictions, md metadata.MD, method string) error {
-	rule, ok := rs[grpcAPIGroups[method]]
+	group := grpcAPIGroups[method]
+	if strings.HasPrefix(method, adminGRPCPrefix) {
+		group = APIAdmin
+	}
+	rule, ok := rs[group]
 	if !ok {
 		return nil
 	}
@@ -229,4 +240,25 @@ func grpcRestricted(rs Restrictions, md metadata.MD, method string) error {
 		return nil
 	}
 	return status.Error(codes.Unavailable, "This protocol is restricted, expecting header '"+key+"'")
+}
+
+// restrictedOptions are the interceptors that refuse calls lacking their
+// group's restriction metadata; none when nothing is restricted.
+func restrictedOptions(rs Restrictions) []grpc.ServerOption {
+	if len(rs) == 0 {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if err := grpcRestricted(rs, md, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		if err := grpcRestricted(rs, md, info.FullMethod); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	})}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nereid-io/nereid/api/adminv1"
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
@@ -87,6 +89,8 @@ type pull struct {
 	reply string
 	at    time.Time
 	gen   uint64 // the bus connection's generation it arrived on
+	// draining: the instance's executor drains (busv1.SequencePull.draining).
+	draining bool
 }
 
 type flight struct {
@@ -438,10 +442,13 @@ func (m *model) pull(now time.Time, reply string, p *busv1.SequencePull) {
 	if !m.core.HasInstance(key) {
 		m.core.AddInstance(now, key)
 	}
-	if old := m.pulls[key]; old != nil {
-		out = append(out, send{reply: old.reply, batch: &busv1.SequenceBatch{}})
+	if p.GetDraining() {
+		m.core.DrainInstance(key)
 	}
-	m.pulls[key] = &pull{reply: reply, at: now, gen: m.s.bus.Generation()}
+	if old := m.pulls[key]; old != nil {
+		out = append(out, send{reply: old.reply, batch: &busv1.SequenceBatch{Drained: m.drained(key, old)}})
+	}
+	m.pulls[key] = &pull{reply: reply, at: now, gen: m.s.bus.Generation(), draining: p.GetDraining()}
 	if st == failover.Serving {
 		out = append(out, m.dispatch(now)...)
 	}
@@ -452,6 +459,50 @@ func (m *model) pull(now time.Time, reply string, p *busv1.SequencePull) {
 		// batches would be refused.
 		m.s.stepDown(m, failover.EpochBehind)
 	}
+}
+
+// drained reports whether the instance of a draining pull holds nothing:
+// no sequence bound or queued in its slots, no batch of it in flight. It
+// is answered at the end of the pull's hold like any empty pull, so that
+// a drained instance does not spin. m.mu is held.
+func (m *model) drained(key seqbatch.InstanceKey, pl *pull) bool {
+	if !pl.draining || !m.core.Idle(key) {
+		return false
+	}
+	for _, f := range m.inflight {
+		if f.executor == key.Executor && f.generation == key.Generation && f.instance == key.Index {
+			return false
+		}
+	}
+	return true
+}
+
+// usage is the model as the admin API lists it.
+func (m *model) usage() *adminv1.RouterModel {
+	m.lock()
+	defer m.unlock()
+	rm := &adminv1.RouterModel{Name: m.name, Version: m.version, Epoch: m.epoch}
+	if m.core == nil {
+		return rm
+	}
+	u := m.core.Usage()
+	rm.ActiveSequences, rm.BacklogSequences = int64(u.Active), int64(u.Backlog)
+	rm.QueuedRequests, rm.BacklogRequests = int64(u.QueuedSlots), int64(u.QueuedBacklog)
+	rm.Slots, rm.SlotsInUse = int64(u.Slots), int64(u.SlotsInUse)
+	byExec := map[string]*adminv1.RouterExecutor{}
+	for _, in := range u.Instances {
+		e := byExec[in.Key.Executor]
+		if e == nil {
+			e = &adminv1.RouterExecutor{Id: in.Key.Executor}
+			byExec[in.Key.Executor] = e
+			rm.Executors = append(rm.Executors, e)
+		}
+		e.Instances++
+		e.ActiveSequences += int64(in.Active)
+		e.Draining = e.Draining || in.Draining
+	}
+	slices.SortFunc(rm.Executors, func(a, b *adminv1.RouterExecutor) int { return strings.Compare(a.Id, b.Id) })
+	return rm
 }
 
 // resume hands out the batches held while the lease was suspended.
@@ -496,7 +547,7 @@ func (m *model) dispatch(now time.Time) []send {
 		}
 		if exp := pl.at.Add(m.s.cfg.PullHold); !now.Before(exp) {
 			delete(m.pulls, key)
-			out = append(out, send{reply: pl.reply, batch: &busv1.SequenceBatch{}})
+			out = append(out, send{reply: pl.reply, batch: &busv1.SequenceBatch{Drained: m.drained(key, pl)}})
 		} else {
 			early(exp)
 		}

@@ -94,6 +94,7 @@ type Service struct {
 	floors    map[string]*failover.Floor // per model: epochs in use (failover.go)
 	executors map[string]*executor
 	busGen    uint64 // the bus generation the executors' clocks refer to
+	started   time.Time
 }
 
 type executor struct {
@@ -126,7 +127,7 @@ func New(cfg Config) (*Service, error) {
 	return &Service{
 		trace: tracesetting.New(cfg.Trace, cfg.ID),
 		cfg:   cfg, log: cfg.Logger.With("service", Name, "router", cfg.ID), ready: make(chan struct{}),
-		models: map[string]*model{}, executors: map[string]*executor{}, claims: map[string]time.Time{},
+		models: map[string]*model{}, started: time.Now(), executors: map[string]*executor{}, claims: map[string]time.Time{},
 		floors: map[string]*failover.Floor{},
 	}, nil
 }
@@ -221,16 +222,22 @@ func (s *Service) Run(ctx context.Context) error {
 
 	house := time.NewTicker(250 * time.Millisecond)
 	defer house.Stop()
+	presence := time.NewTicker(bus.HeartbeatInterval)
+	defer presence.Stop()
+	s.announce(false)
 	for {
 		select {
 		case <-ctx.Done():
 			for _, m := range s.allModels() {
 				s.stepDown(m, failover.Shutdown)
 			}
+			s.announce(true)
 			s.group.Stop()
 			return nil
 		case <-house.C:
 			s.housekeeping(time.Now())
+		case <-presence.C:
+			s.announce(false)
 		}
 	}
 }

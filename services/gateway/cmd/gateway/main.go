@@ -31,6 +31,9 @@ func main() {
 	httpAddr := fs.String("http-address", "0.0.0.0", "HTTP/REST bind address")
 	grpcAddr := fs.String("grpc-address", "0.0.0.0", "gRPC bind address")
 	metricsAddr := fs.String("metrics-address", "0.0.0.0", "metrics bind address")
+	adminPort := fs.Int("admin-port", 0, "port of the cluster admin API over gRPC (nereid.admin.v1); 0: off")
+	adminHTTPPort := fs.Int("admin-http-port", 0, "port of the cluster admin API over REST; 0: off")
+	adminAddr := fs.String("admin-address", "0.0.0.0", "admin API bind address")
 	allowHTTP := tritonflag.Bool(fs, "allow-http", true, "serve HTTP/REST")
 	allowGRPC := tritonflag.Bool(fs, "allow-grpc", true, "serve gRPC")
 	allowMetrics := tritonflag.Bool(fs, "allow-metrics", true, "serve Prometheus metrics")
@@ -63,6 +66,8 @@ func main() {
 		HTTPAddr:         addr(*httpAddr, *httpPort, *allowHTTP),
 		GRPCAddr:         addr(*grpcAddr, *grpcPort, *allowGRPC),
 		MetricsAddr:      addr(*metricsAddr, *metricsPort, *allowMetrics),
+		AdminAddr:        addr(*adminAddr, *adminPort, *adminPort > 0),
+		AdminHTTPAddr:    addr(*adminAddr, *adminHTTPPort, *adminHTTPPort > 0),
 		ServerID:         *id,
 		Version:          version.Version,
 		HTTPMaxInputSize: *maxInput,

@@ -1,0 +1,67 @@
+package seqbatch
+
+import (
+	"testing"
+	"time"
+)
+
+// A draining instance keeps its sequences to their END but takes no new
+// one: new sequences go to the other executor's slots, then to the backlog
+// (which a draining instance's freed slot never takes).
+func TestDrainInstance(t *testing.T) {
+	m := NewModel(Config{Model: "m", SlotsPerInstance: 1, MaxBatch: 1, Idle: time.Second}, nil, quiet)
+	a, b := InstanceKey{Executor: "old", Index: 0}, InstanceKey{Executor: "new", Index: 0}
+	m.AddInstance(t0, a)
+	mustEnqueue(t, m, t0, req(1, true, false))
+	if m.DrainInstance(InstanceKey{Executor: "nobody"}) {
+		t.Fatal("an unknown instance was drained")
+	}
+	if !m.DrainInstance(a) {
+		t.Fatal("instance not found")
+	}
+	if m.Idle(a) {
+		t.Fatal("a draining instance holding a sequence reads idle")
+	}
+	m.AddInstance(t0, b)
+	mustEnqueue(t, m, t0, req(2, true, false), req(3, true, false), req(1, false, false))
+	u := m.Usage()
+	if u.Active != 2 || u.Backlog != 1 || u.Slots != 2 || u.SlotsInUse != 2 {
+		t.Fatalf("usage %+v, want 2 active, 1 in the backlog, 2 of 2 slots in use", u)
+	}
+	if !u.Instances[0].Draining || u.Instances[0].Active != 1 || u.Instances[1].Draining {
+		t.Fatalf("instances %+v", u.Instances)
+	}
+	wantBatch(t, m, t0, a, "1S")
+	wantBatch(t, m, t0, b, "2S")
+	// Sequence 1 continues on the draining instance and ends there; its
+	// slot is not given to sequence 3.
+	wantBatch(t, m, t0, a, "1")
+	mustEnqueue(t, m, t0, req(1, false, true))
+	wantBatch(t, m, t0, a, "1E")
+	if !m.Idle(a) {
+		t.Fatal("the drained instance still holds something")
+	}
+	wantBatch(t, m, t0, a, "<nil>")
+	if m.Usage().Backlog != 1 {
+		t.Fatal("the backlog sequence took the draining instance's slot")
+	}
+	// Sequence 2 ends: its slot on the serving instance takes 3.
+	mustEnqueue(t, m, t0, req(2, false, true))
+	wantBatch(t, m, t0, b, "2E")
+	wantBatch(t, m, t0, b, "3S")
+}
+
+// A sequence that goes idle on a draining instance frees it.
+func TestDrainInstanceIdleRelease(t *testing.T) {
+	m, _, k := direct(1)
+	mustEnqueue(t, m, t0, req(1, true, false))
+	wantBatch(t, m, t0, k, "1S")
+	m.DrainInstance(k)
+	if m.Idle(k) {
+		t.Fatal("idle while its sequence is bound")
+	}
+	m.Tick(t0.Add(2 * time.Second))
+	if !m.Idle(k) {
+		t.Fatal("the idle sequence's slot was not released")
+	}
+}

@@ -1,0 +1,252 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/adminv1"
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// The cluster admin API (api/adminv1): gRPC on Config.AdminAddr, REST
+// through grpc-gateway on Config.AdminHTTPAddr, both off by default and
+// restricted like the other endpoints (API group "admin"). The gateway
+// answers from what the bus tells it: executors are asked one by one
+// (bus.ExecutorStatusSubject, bus.ExecutorDrainSubject), gateways and
+// sequence routers are known from the presence they announce every
+// heartbeat interval, regions from the shm-registry.
+
+// adminCallTimeout bounds one executor's answer.
+const adminCallTimeout = 5 * time.Second
+
+// adminGRPCPrefix starts the full method names of the admin service.
+const adminGRPCPrefix = "/" + "nereid.admin.v1.Admin" + "/"
+
+type adminService struct {
+	adminv1.UnimplementedAdminServer
+	g        *Gateway
+	gateways presenceTable[*adminv1.Gateway]
+	routers  presenceTable[*adminv1.SequenceRouter]
+}
+
+// presenceTable keeps the latest announcement of each process of one kind,
+// forgetting those not heard from for bus.HeartbeatExpiry and those that
+// withdrew.
+type presenceTable[T proto.Message] struct {
+	mu   sync.Mutex
+	last map[string]presenceEntry[T]
+}
+
+type presenceEntry[T any] struct {
+	v  T
+	at time.Time
+}
+
+// put records v from process id at now, or forgets id when it withdrew.
+func (p *presenceTable[T]) put(id string, v T, withdraw bool, now time.Time) {
+	if id == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if withdraw {
+		delete(p.last, id)
+		return
+	}
+	if p.last == nil {
+		p.last = map[string]presenceEntry[T]{}
+	}
+	p.last[id] = presenceEntry[T]{v: v, at: now}
+}
+
+// list returns the processes heard from within expiry before now, by id.
+func (p *presenceTable[T]) list(now time.Time, expiry time.Duration) []T {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := make([]string, 0, len(p.last))
+	for id, e := range p.last {
+		if now.Sub(e.at) > expiry {
+			delete(p.last, id)
+			continue
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out := make([]T, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, p.last[id].v)
+	}
+	return out
+}
+
+// presence is this gateway's announcement.
+func (g *Gateway) presence(withdraw bool) *adminv1.Gateway {
+	return &adminv1.Gateway{
+		Id: g.id, Node: g.cfg.Node, ServerId: g.cfg.ServerID, Version: g.cfg.Version,
+		HttpAddress: g.HTTPAddr(), GrpcAddress: g.GRPCAddr(), MetricsAddress: g.MetricsAddr(),
+		AdminAddress: g.AdminAddr(), AdminHttpAddress: g.AdminHTTPAddr(),
+		StartedUnixMs: g.started.UnixMilli(), Executors: int64(len(g.cat.executorIDs())), Withdraw: withdraw,
+	}
+}
+
+// announce publishes the gateway's presence.
+func (g *Gateway) announce(withdraw bool) {
+	if err := g.bus.Publish(bus.GatewayPresenceSubject, g.presence(withdraw)); err != nil {
+		g.log.Debug("presence not published", "err", err)
+	}
+}
+
+// followPresence listens to the presence of gateways and sequence routers.
+func (a *adminService) followPresence() ([]*bus.Subscription, error) {
+	gws, err := a.g.bus.Subscribe(bus.GatewayPresenceSubject, func(_ context.Context, data []byte) {
+		var p adminv1.Gateway
+		if proto.Unmarshal(data, &p) == nil {
+			a.gateways.put(p.GetId(), &p, p.GetWithdraw(), time.Now())
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	rts, err := a.g.bus.Subscribe(bus.RouterPresenceSubject, func(_ context.Context, data []byte) {
+		var p adminv1.SequenceRouter
+		if proto.Unmarshal(data, &p) == nil {
+			a.routers.put(p.GetId(), &p, p.GetWithdraw(), time.Now())
+		}
+	})
+	if err != nil {
+		_ = gws.Unsubscribe()
+		return nil, err
+	}
+	return []*bus.Subscription{gws, rts}, nil
+}
+
+func (a *adminService) ListGateways(context.Context, *adminv1.ListGatewaysRequest) (*adminv1.ListGatewaysResponse, error) {
+	list := a.gateways.list(time.Now(), bus.HeartbeatExpiry)
+	// This gateway is listed from its own state, announced or not yet.
+	self := a.g.presence(false)
+	list = slices.DeleteFunc(list, func(p *adminv1.Gateway) bool { return p.GetId() == self.GetId() })
+	list = append(list, self)
+	slices.SortFunc(list, func(x, y *adminv1.Gateway) int { return strings.Compare(x.GetId(), y.GetId()) })
+	return &adminv1.ListGatewaysResponse{Gateways: list}, nil
+}
+
+func (a *adminService) ListExecutors(ctx context.Context, _ *adminv1.ListExecutorsRequest) (*adminv1.ListExecutorsResponse, error) {
+	ids := a.g.cat.executorIDs()
+	slices.Sort(ids)
+	execs := make([]*adminv1.Executor, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, adminCallTimeout)
+			defer cancel()
+			e := &adminv1.Executor{}
+			if errs[i] = a.g.bus.Request(cctx, bus.ExecutorStatusSubject(id), &busv1.CatalogRequest{}, e); errs[i] == nil {
+				execs[i] = e
+			}
+		})
+	}
+	wg.Wait()
+	resp := &adminv1.ListExecutorsResponse{}
+	for i, id := range ids {
+		if errs[i] != nil {
+			resp.Unreachable = append(resp.Unreachable, &adminv1.Unreachable{Id: id, Error: errs[i].Error()})
+			continue
+		}
+		resp.Executors = append(resp.Executors, execs[i])
+	}
+	return resp, nil
+}
+
+func (a *adminService) ListSequenceRouters(context.Context, *adminv1.ListSequenceRoutersRequest) (*adminv1.ListSequenceRoutersResponse, error) {
+	return &adminv1.ListSequenceRoutersResponse{Routers: a.routers.list(time.Now(), bus.HeartbeatExpiry)}, nil
+}
+
+func (a *adminService) ListShmRegions(ctx context.Context, _ *adminv1.ListShmRegionsRequest) (*adminv1.ListShmRegionsResponse, error) {
+	byNode := map[string]*adminv1.ShmNode{}
+	var nodes []*adminv1.ShmNode
+	for _, kind := range []busv1.ShmKind{busv1.ShmKind_SHM_KIND_SYSTEM, busv1.ShmKind_SHM_KIND_CUDA} {
+		regions, err := a.g.shmStatus(ctx, kind, "")
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range regions {
+			n := byNode[r.GetNode()]
+			if n == nil {
+				n = &adminv1.ShmNode{Node: r.GetNode()}
+				byNode[r.GetNode()] = n
+				nodes = append(nodes, n)
+			}
+			n.Regions = append(n.Regions, shmRegionInfo(r))
+		}
+	}
+	slices.SortFunc(nodes, func(x, y *adminv1.ShmNode) int { return strings.Compare(x.GetNode(), y.GetNode()) })
+	for _, n := range nodes {
+		slices.SortFunc(n.Regions, func(x, y *adminv1.ShmRegion) int { return strings.Compare(x.GetName(), y.GetName()) })
+	}
+	return &adminv1.ListShmRegionsResponse{Nodes: nodes}, nil
+}
+
+// shmRegionInfo is a registered region as the admin API lists it (its CUDA
+// handle left out).
+func shmRegionInfo(r *busv1.ShmRegion) *adminv1.ShmRegion {
+	out := &adminv1.ShmRegion{Name: r.GetName(), ByteSize: r.GetByteSize(), AwaitingUnregister: r.GetAwaitingUnregister()}
+	switch r.GetKind() {
+	case busv1.ShmKind_SHM_KIND_CUDA:
+		out.Kind, out.DeviceId = "cuda", r.GetDeviceId()
+	default:
+		out.Kind, out.Key, out.Offset = "system", r.GetKey(), r.GetOffset()
+	}
+	return out
+}
+
+func (a *adminService) DrainExecutor(ctx context.Context, req *adminv1.DrainExecutorRequest) (*adminv1.DrainStatus, error) {
+	return a.drain(ctx, req.GetExecutorId(), true)
+}
+
+func (a *adminService) GetDrainStatus(ctx context.Context, req *adminv1.GetDrainStatusRequest) (*adminv1.DrainStatus, error) {
+	return a.drain(ctx, req.GetExecutorId(), false)
+}
+
+// drain asks executor id for its drain status, starting its drain first
+// when start is set.
+func (a *adminService) drain(ctx context.Context, id string, start bool) (*adminv1.DrainStatus, error) {
+	if id == "" {
+		return nil, tritonerr.InvalidArgf("executor_id is required")
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminCallTimeout)
+	defer cancel()
+	st := &adminv1.DrainStatus{}
+	err := a.g.bus.Request(ctx, bus.ExecutorDrainSubject(id), &busv1.ExecutorDrainRequest{Start: start}, st)
+	if noResponders(err) {
+		return nil, tritonerr.NotFoundf("no executor '%s' in the constellation", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// adminHTTPHandler serves the REST mappings (snake_case JSON, as the
+// proto names them, every field present).
+func (a *adminService) adminHTTPHandler() (http.Handler, error) {
+	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
+	}))
+	if err := adminv1.RegisterAdminHandlerServer(context.Background(), mux, a); err != nil {
+		return nil, fmt.Errorf("admin REST: %w", err)
+	}
+	return mux, nil
+}
