@@ -83,6 +83,7 @@ func build() (*Binaries, error) {
 		"nereid-executor":        "./services/executor/cmd/executor",
 		"nereid-shm-registry":    "./services/shm-registry/cmd/shm-registry",
 		"nereid-sequence-router": "./services/sequence-router/cmd/sequence-router",
+		"nereidctl":              "./services/gateway/cmd/nereidctl",
 	}
 	args := []string{"build", "-o", dir + string(os.PathSeparator)}
 	for _, pkg := range targets {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/nereid-io/nereid/api/adminv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
 	"github.com/nereid-io/nereid/pkg/tlstest"
@@ -305,6 +306,9 @@ type restrictedCall struct {
 	method, path string
 	body         string
 	rpc          func(ctx context.Context, c inference.GRPCInferenceServiceClient, h health.HealthClient) error
+	// adminRPC, for the admin group, calls the admin API, whose HTTP and
+	// gRPC endpoints have ports of their own.
+	adminRPC func(ctx context.Context, c adminv1.AdminClient) error
 }
 
 func restrictedCalls() []restrictedCall {
@@ -312,19 +316,19 @@ func restrictedCalls() []restrictedCall {
 		{APIHealth, "GET", "/v2/health/live", "", func(ctx context.Context, c inference.GRPCInferenceServiceClient, _ health.HealthClient) error {
 			_, err := c.ServerLive(ctx, &inference.ServerLiveRequest{})
 			return err
-		}},
+		}, nil},
 		{APIHealth, "GET", "/v2/models/m/ready", "", func(ctx context.Context, _ inference.GRPCInferenceServiceClient, h health.HealthClient) error {
 			_, err := h.Check(ctx, &health.HealthCheckRequest{})
 			return err
-		}},
+		}, nil},
 		{APIMetadata, "GET", "/v2", "", func(ctx context.Context, c inference.GRPCInferenceServiceClient, _ health.HealthClient) error {
 			_, err := c.ServerMetadata(ctx, &inference.ServerMetadataRequest{})
 			return err
-		}},
+		}, nil},
 		{APIInference, "POST", "/v2/models/m/infer", "{}", func(ctx context.Context, c inference.GRPCInferenceServiceClient, _ health.HealthClient) error {
 			_, err := c.ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "m"})
 			return err
-		}},
+		}, nil},
 		{APIInference, "POST", "/v2/models/m/versions/1/infer", "{}", func(ctx context.Context, c inference.GRPCInferenceServiceClient, _ health.HealthClient) error {
 			s, err := c.ModelStreamInfer(ctx)
 			if err != nil {
@@ -335,33 +339,41 @@ func restrictedCalls() []restrictedCall {
 			}
 			_, err = s.Recv()
 			return err
-		}},
+		}, nil},
 		{APISharedMemory, "GET", "/v2/systemsharedmemory/status", "", func(ctx context.Context, c inference.GRPCInferenceServiceClient, _ health.HealthClient) error {
 			_, err := c.SystemSharedMemoryStatus(ctx, &inference.SystemSharedMemoryStatusRequest{})
 			return err
-		}},
+		}, nil},
 		{APISharedMemory, "GET", "/v2/cudasharedmemory/status", "", func(ctx context.Context, c inference.GRPCInferenceServiceClient, _ health.HealthClient) error {
 			_, err := c.CudaSharedMemoryStatus(ctx, &inference.CudaSharedMemoryStatusRequest{})
 			return err
-		}},
+		}, nil},
 		{APIModelConfig, "GET", "/v2/models/m/config", "", func(ctx context.Context, c inference.GRPCInferenceServiceClient, _ health.HealthClient) error {
 			_, err := c.ModelConfig(ctx, &inference.ModelConfigRequest{Name: "m"})
 			return err
-		}},
+		}, nil},
 		{APIModelRepository, "POST", "/v2/repository/index", "", func(ctx context.Context, c inference.GRPCInferenceServiceClient, _ health.HealthClient) error {
 			_, err := c.RepositoryIndex(ctx, &inference.RepositoryIndexRequest{})
 			return err
-		}},
+		}, nil},
 		{APIStatistics, "GET", "/v2/models/stats", "", func(ctx context.Context, c inference.GRPCInferenceServiceClient, _ health.HealthClient) error {
 			_, err := c.ModelStatistics(ctx, &inference.ModelStatisticsRequest{})
 			return err
-		}},
+		}, nil},
 		{APITrace, "GET", "/v2/trace/setting", "", func(ctx context.Context, c inference.GRPCInferenceServiceClient, _ health.HealthClient) error {
 			_, err := c.TraceSetting(ctx, &inference.TraceSettingRequest{})
 			return err
-		}},
+		}, nil},
 		{APILogging, "GET", "/v2/logging", "", func(ctx context.Context, c inference.GRPCInferenceServiceClient, _ health.HealthClient) error {
 			_, err := c.LogSettings(ctx, &inference.LogSettingsRequest{})
+			return err
+		}, nil},
+		{group: APIAdmin, method: "GET", path: "/v1/admin/gateways", adminRPC: func(ctx context.Context, c adminv1.AdminClient) error {
+			_, err := c.ListGateways(ctx, &adminv1.ListGatewaysRequest{})
+			return err
+		}},
+		{group: APIAdmin, method: "POST", path: "/v1/admin/executors/nobody/drain", body: "{}", adminRPC: func(ctx context.Context, c adminv1.AdminClient) error {
+			_, err := c.DrainExecutor(ctx, &adminv1.DrainExecutorRequest{ExecutorId: "nobody"})
 			return err
 		}},
 	}
@@ -373,16 +385,25 @@ func TestRestrictedAPIs(t *testing.T) {
 	if err := rs.Add("health,metadata,inference,shared-memory,model-config:infer-key=infer-value"); err != nil {
 		t.Fatal(err)
 	}
-	if err := rs.Add("model-repository,statistics,trace,logging:admin-key=admin-value"); err != nil {
+	if err := rs.Add("model-repository,statistics,trace,logging,admin:admin-key=admin-value"); err != nil {
 		t.Fatal(err)
 	}
-	g := startGateway(t, startNATS(t), func(c *Config) { c.HTTPRestricted, c.GRPCRestricted = rs, rs })
+	g := startGateway(t, startNATS(t), func(c *Config) {
+		c.HTTPRestricted, c.GRPCRestricted = rs, rs
+		c.AdminAddr, c.AdminHTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	})
 	cc, err := grpc.NewClient(g.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
 	ic, hc := inference.NewGRPCInferenceServiceClient(cc), health.NewHealthClient(cc)
+	acc, err := grpc.NewClient(g.AdminAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer acc.Close()
+	ac := adminv1.NewAdminClient(acc)
 
 	covered := map[APIGroup]bool{}
 	for _, c := range restrictedCalls() {
@@ -399,7 +420,11 @@ func TestRestrictedAPIs(t *testing.T) {
 				{"with header", rule.Header, rule.Value, true},
 			} {
 				// HTTP
-				req, err := http.NewRequest(c.method, "http://"+g.HTTPAddr()+c.path, strings.NewReader(c.body))
+				base := "http://" + g.HTTPAddr()
+				if c.adminRPC != nil {
+					base = "http://" + g.AdminHTTPAddr()
+				}
+				req, err := http.NewRequest(c.method, base+c.path, strings.NewReader(c.body))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -426,7 +451,11 @@ func TestRestrictedAPIs(t *testing.T) {
 				if h.key != "" {
 					ctx = metadata.AppendToOutgoingContext(ctx, "triton-grpc-protocol-"+h.key, h.value)
 				}
-				err = c.rpc(ctx, ic, hc)
+				if c.adminRPC != nil {
+					err = c.adminRPC(ctx, ac)
+				} else {
+					err = c.rpc(ctx, ic, hc)
+				}
 				cancel()
 				st := status.Convert(err)
 				restricted := st.Code() == codes.Unavailable && st.Message() == "This protocol is restricted, expecting header 'triton-grpc-protocol-"+rule.Header+"'"
