@@ -134,11 +134,16 @@ func TestComposeGatewayPorts(t *testing.T) {
 		got = append(got, port.Published+":"+strconv.FormatUint(uint64(port.Target), 10))
 	}
 	slices.Sort(got)
-	if want := []string{"8000:8000", "8001:8001", "8002:8002"}; !slices.Equal(got, want) {
-		t.Errorf("gateway ports = %v, want %v (Triton's HTTP, gRPC, metrics)", got, want)
+	if want := []string{"8000:8000", "8001:8001", "8002:8002", "8003:8003", "8004:8004"}; !slices.Equal(got, want) {
+		t.Errorf("gateway ports = %v, want %v (Triton's HTTP, gRPC, metrics; the admin API's gRPC and REST)", got, want)
+	}
+	for _, port := range p.Services["gateway"].Ports {
+		if port.Target >= 8003 && port.HostIP != "127.0.0.1" {
+			t.Errorf("admin port %d published on %q: the admin API stays on the host's loopback", port.Target, port.HostIP)
+		}
 	}
 	args := p.Services["gateway"].Command
-	for flag, port := range map[string]string{"http-port": "8000", "grpc-port": "8001", "metrics-port": "8002"} {
+	for flag, port := range map[string]string{"http-port": "8000", "grpc-port": "8001", "metrics-port": "8002", "admin-port": "8003", "admin-http-port": "8004"} {
 		if v, ok := argValue(args, flag); ok && v != port {
 			t.Errorf("gateway --%s %s, but compose publishes %s", flag, v, port)
 		}

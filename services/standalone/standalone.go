@@ -49,8 +49,11 @@ type Config struct {
 	Host                               string
 	HTTPPort, GRPCPort, MetricsPort    int
 	AllowHTTP, AllowGRPC, AllowMetrics bool
-	ServerID                           string
-	HTTPMaxInputSize                   int64
+	// AdminPort and AdminHTTPPort serve the cluster admin API over gRPC
+	// and REST (0, the default: off).
+	AdminPort, AdminHTTPPort int
+	ServerID                 string
+	HTTPMaxInputSize         int64
 	// AllowClientShm is tritonserver's --allow-client-shm: clients may
 	// register shared-memory regions (default false).
 	AllowClientShm bool
@@ -231,6 +234,8 @@ func (s *Server) Run(ctx context.Context) error {
 		HTTPAddr:         addr(s.cfg.Host, s.cfg.HTTPPort, s.cfg.AllowHTTP),
 		GRPCAddr:         addr(s.cfg.Host, s.cfg.GRPCPort, s.cfg.AllowGRPC),
 		MetricsAddr:      addr(s.cfg.Host, s.cfg.MetricsPort, s.cfg.AllowMetrics),
+		AdminAddr:        addr(s.cfg.Host, s.cfg.AdminPort, s.cfg.AdminPort > 0),
+		AdminHTTPAddr:    addr(s.cfg.Host, s.cfg.AdminHTTPPort, s.cfg.AdminHTTPPort > 0),
 		ServerID:         s.cfg.ServerID,
 		Version:          version.Version,
 		HTTPMaxInputSize: s.cfg.HTTPMaxInputSize,

@@ -108,6 +108,9 @@ Secrets, and NODE_NAME for gateway and executors (nereid.nodeEnv).
 {{- $role := index . 1 -}}
 {{- $sec := $root.Values.security -}}
 {{- $items := list -}}
+{{- if eq $role "executor" }}
+{{- $items = append $items (dict "name" "NEREID_EXECUTOR_ID" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name"))) }}
+{{- end }}
 {{- if and $root.Values.sharedMemory.hostIPC (has $role (list "gateway" "executor")) }}
 {{- $items = append $items (dict "name" "NODE_NAME" "valueFrom" (dict "fieldRef" (dict "fieldPath" "spec.nodeName"))) }}
 {{- end }}
@@ -153,6 +156,12 @@ env:
   mountPath: /etc/nereid/tls
   readOnly: true
 {{- end }}
+{{- if and $sec.gateway.tlsSecret $sec.gateway.grpcTLS $root.Values.gateway.admin.enabled (eq $role "executor") }}
+# The preStop drain reaches the gateways' admin API over their TLS.
+- name: gateway-tls
+  mountPath: /etc/nereid/gateway-tls
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{/* Volumes of the TLS Secrets a role reads. Call with (list $ "<role>"). */}}
@@ -172,7 +181,7 @@ env:
     secretName: {{ . }}
 {{- end }}
 {{- end }}
-{{- if eq $role "gateway" }}
+{{- if or (eq $role "gateway") (and $sec.gateway.grpcTLS $root.Values.gateway.admin.enabled (eq $role "executor")) }}
 {{- with $sec.gateway.tlsSecret }}
 - name: gateway-tls
   secret:

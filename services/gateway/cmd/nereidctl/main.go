@@ -67,7 +67,7 @@ func run(f admincli.Flags, args []string) error {
 	if k != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, k, v)
 	}
-	return admincli.Run(ctx, adminv1.NewAdminClient(conn), args, os.Stdout)
+	return admincli.Run(ctx, adminv1.NewAdminClient(conn), args, os.Getenv("NEREID_EXECUTOR_ID"), os.Stdout)
 }
 
 func credentialsFor(f admincli.Flags) (credentials.TransportCredentials, error) {

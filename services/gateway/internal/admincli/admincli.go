@@ -25,15 +25,17 @@ commands:
   executors                executors: node, GPUs, models, instances, requests in flight, drain state
   routers                  sequence routers and the models they lead
   regions                  registered shared-memory regions, by node
-  drain <executor>         drain an executor and wait until it is drained
-  drain-status <executor>  where an executor's drain stands`
+  drain [executor]         drain an executor and wait until it is drained
+  drain-status [executor]  where an executor's drain stands
+                           (executor: default $NEREID_EXECUTOR_ID, as an executor's pod sets it)`
 
 // DrainPoll is how often drain asks for the status while it waits.
 const DrainPoll = 500 * time.Millisecond
 
 // Run runs one command (args after the flags) against client, writing
-// tables and progress to out.
-func Run(ctx context.Context, client adminv1.AdminClient, args []string, out io.Writer) error {
+// tables and progress to out. executor is the executor drain and
+// drain-status act on when the command line names none ("": none).
+func Run(ctx context.Context, client adminv1.AdminClient, args []string, executor string, out io.Writer) error {
 	if len(args) == 0 {
 		return errors.New(Usage)
 	}
@@ -44,6 +46,9 @@ func Run(ctx context.Context, client adminv1.AdminClient, args []string, out io.
 			return fmt.Errorf("%s takes no arguments", cmd)
 		}
 	case "drain", "drain-status":
+		if len(rest) == 0 && executor != "" {
+			rest = []string{executor}
+		}
 		if len(rest) != 1 || rest[0] == "" {
 			return fmt.Errorf("%s needs one executor id", cmd)
 		}

@@ -21,7 +21,7 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 		{[]string{"executors", "x"}, "executors takes no arguments"},
 	} {
 		// The client is never reached: a nil one would panic.
-		err := Run(context.Background(), nil, tc.args, &strings.Builder{})
+		err := Run(context.Background(), nil, tc.args, "", &strings.Builder{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: got %v, want %q", tc.args, err, tc.want)
 		}

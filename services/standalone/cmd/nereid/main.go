@@ -38,6 +38,8 @@ func main() {
 	fs.IntVar(&cfg.HTTPPort, "http-port", cfg.HTTPPort, "HTTP port")
 	fs.IntVar(&cfg.GRPCPort, "grpc-port", cfg.GRPCPort, "gRPC port")
 	fs.IntVar(&cfg.MetricsPort, "metrics-port", cfg.MetricsPort, "metrics port")
+	fs.IntVar(&cfg.AdminPort, "admin-port", 0, "port of the cluster admin API over gRPC (nereid.admin.v1); 0: off")
+	fs.IntVar(&cfg.AdminHTTPPort, "admin-http-port", 0, "port of the cluster admin API over REST; 0: off")
 	tritonflag.BoolVar(fs, &cfg.AllowHTTP, "allow-http", true, "serve HTTP")
 	tritonflag.BoolVar(fs, &cfg.AllowGRPC, "allow-grpc", true, "serve gRPC")
 	tritonflag.BoolVar(fs, &cfg.AllowMetrics, "allow-metrics", true, "serve Prometheus metrics")
