@@ -75,7 +75,7 @@ func (m *Model) cancelled(r *Request, reqs []*Request) []Failure {
 		if q != r {
 			err = tritonerr.New(tritonerr.Cancelled, "inference request for sequence %s to model '%s' was cancelled: another request of the sequence was cancelled", q.ID.text(), m.cfg.Model)
 		}
-		out = append(out, Failure{q, err})
+		out = append(out, m.failed(q, err))
 	}
 	return out
 }
@@ -91,4 +91,11 @@ func (m *Model) endCancelled(now time.Time, id ID) {
 // cancelled.
 func CancelledError(model string, id ID) error {
 	return tritonerr.New(tritonerr.Cancelled, "inference request for sequence %s to model '%s' was cancelled", id.text(), model)
+}
+
+// failed is r's failure for good: an END request's sequence leaves the
+// store (Answered).
+func (m *Model) failed(r *Request, err error) Failure {
+	m.Answered(r)
+	return Failure{r, err}
 }

@@ -84,7 +84,8 @@ func TestCancel(t *testing.T) {
 		cancel:  "1b",
 		failed:  []string{"=1b", "1E"},
 		after:   []string{"2S"},
-		store:   "bind u:1 e/0,unbind u:1,backlog u:2,bind u:2 e/0",
+		// 1E failed for good: only then does sequence 1 leave the store.
+		store: "bind u:1 e/0,backlog u:2,unbind u:1,bind u:2 e/0",
 	}, {
 		name:    "an ended backlog sequence",
 		slots:   1,
@@ -93,7 +94,7 @@ func TestCancel(t *testing.T) {
 		cancel:  "2S",
 		failed:  []string{"=2S", "2E"},
 		after:   []string{"<nil>"},
-		store:   "bind u:1 e/0,backlog u:2,unbind u:2,backlog u:3",
+		store:   "bind u:1 e/0,backlog u:2,backlog u:3,unbind u:2",
 	}, {
 		name:    "a request that left in a batch is not held",
 		slots:   1,

@@ -19,7 +19,8 @@ func (b bindings) Unbind(id seqbatch.ID) error                    { delete(b, id
 // The life of one sequence on a direct batcher with two slots: the START
 // binds it to a slot, the idle instance gets a batch with the request (a
 // direct batch reaches only as far as its highest busy slot), the END
-// frees the slot.
+// frees the slot, and the sequence leaves the store once the END request is
+// answered.
 func Example() {
 	st := bindings{}
 	m := seqbatch.NewModel(seqbatch.Config{Model: "acc", Strategy: seqbatch.Direct, SlotsPerInstance: 2, MaxBatch: 2, Idle: time.Second},
@@ -40,10 +41,13 @@ func Example() {
 		fmt.Println(err)
 	}
 	b, _ = m.Next(now, inst)
-	fmt.Println("END:", b.Entries[slot].End, "bindings left after it:", len(st))
+	fmt.Println("END:", b.Entries[slot].End, "bindings while it runs:", len(st))
+	m.Answered(b.Entries[slot].Req) // the executor answered it
+	fmt.Println("bindings once answered:", len(st))
 	fmt.Println("failures at the next wake-up:", len(m.Tick(now.Add(time.Hour))))
 	// Output:
 	// batch of 1 with 1 request; bound to slot 0
-	// END: true bindings left after it: 0
+	// END: true bindings while it runs: 1
+	// bindings once answered: 0
 	// failures at the next wake-up: 0
 }

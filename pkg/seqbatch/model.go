@@ -139,6 +139,12 @@ type Model struct {
 	// unloaded): their later requests fail with the reason instead of
 	// Triton's START error, until they START again or Config.Idle passes.
 	ended map[ID]endedSeq
+	// closing are the sequences whose END request is enqueued but not
+	// answered yet: forgotten here, as Triton forgets them, but still
+	// bound in the store until Answered, so that a router taking over
+	// while the END request waits (and fails it as not run, for its
+	// gateway to send again) finds the sequence.
+	closing map[ID]bool
 }
 
 // endedSeq is why and when a sequence ended with its instance.
@@ -169,7 +175,7 @@ func NewModel(cfg Config, store Store, log *slog.Logger) *Model {
 	if cfg.MaxBatch < 1 {
 		cfg.MaxBatch = 1
 	}
-	return &Model{cfg: cfg, store: store, log: log, seqs: map[ID]*seq{}, lost: map[ID]lostSeq{}, holding: cfg.HoldSlots > 0 || cfg.HoldBacklog > 0}
+	return &Model{cfg: cfg, store: store, log: log, seqs: map[ID]*seq{}, lost: map[ID]lostSeq{}, closing: map[ID]bool{}, holding: cfg.HoldSlots > 0 || cfg.HoldBacklog > 0}
 }
 
 // Config returns the batcher's configuration.
@@ -309,8 +315,8 @@ func (m *Model) RemoveExecutor(now time.Time, executor string, keep uint64, runn
 	if m.cfg.Durable {
 		for _, r := range running {
 			if s := m.seqs[r.ID]; s != nil && (s.at == nil || !lostOne(s.at.Instance)) {
-				out = append(out, Failure{r, tritonerr.Unavailablef(
-					"executor '%s' running sequence %s of model '%s' was lost, and the sequence has started again since; the request was not run again", executor, r.ID.text(), m.cfg.Model)})
+				out = append(out, m.failed(r, tritonerr.Unavailablef(
+					"executor '%s' running sequence %s of model '%s' was lost, and the sequence has started again since; the request was not run again", executor, r.ID.text(), m.cfg.Model)))
 				continue
 			}
 			u := unit(r.ID)
@@ -339,8 +345,8 @@ func (m *Model) RemoveExecutor(now time.Time, executor string, keep uint64, runn
 					m.forget(*s.owner)
 				}
 				for _, r := range s.queue {
-					out = append(out, Failure{r, tritonerr.Unavailablef(
-						"executor '%s' running sequence %s of model '%s' was lost; the sequence's state is gone", executor, r.ID.text(), m.cfg.Model)})
+					out = append(out, m.failed(r, tritonerr.Unavailablef(
+						"executor '%s' running sequence %s of model '%s' was lost; the sequence's state is gone", executor, r.ID.text(), m.cfg.Model)))
 				}
 			}
 			*s = slot{}
@@ -387,7 +393,7 @@ func (m *Model) RemoveInstance(now time.Time, k InstanceKey, why string) []Failu
 				m.forget(*sl.owner)
 			}
 			for _, r := range sl.queue {
-				out = append(out, Failure{r, endSeq(r.ID)})
+				out = append(out, m.failed(r, endSeq(r.ID)))
 			}
 			*sl = slot{}
 		}
@@ -396,7 +402,7 @@ func (m *Model) RemoveInstance(now time.Time, k InstanceKey, why string) []Failu
 	if len(m.instances) == 0 {
 		for _, q := range m.backlog {
 			for _, r := range q.reqs {
-				out = append(out, Failure{r, endSeq(r.ID)})
+				out = append(out, m.failed(r, endSeq(r.ID)))
 			}
 			if !q.ended {
 				endSeq(q.id)
@@ -472,6 +478,7 @@ func (m *Model) pruneLost(now time.Time) {
 
 func (m *Model) forget(id ID) {
 	delete(m.seqs, id)
+	delete(m.closing, id)
 	if m.store != nil {
 		if err := m.store.Unbind(id); err != nil {
 			m.log.Warn("sequence store: unbind failed", "model", m.cfg.Model, "sequence", id.Key(), "err", err)
@@ -530,6 +537,14 @@ func (m *Model) Enqueue(now time.Time, r *Request) error {
 				return tritonerr.Unavailablef("the sequence backlog of model '%s' is full: %d sequences wait for a slot; sequence %s was not started", m.cfg.Model, m.cfg.MaxBacklog, r.ID.text())
 			}
 			if m.store != nil {
+				if m.closing[r.ID] {
+					// The previous sequence of this id is still bound
+					// until its END is answered: a backlogged sequence is
+					// not bound.
+					if err := m.store.Unbind(r.ID); err != nil {
+						return tritonerr.Unavailablef("cannot start sequence %s of model '%s': the sequence store failed: %v", r.ID.text(), m.cfg.Model, err)
+					}
+				}
 				if err := m.store.Backlog(r.ID); err != nil {
 					return tritonerr.Unavailablef("cannot start sequence %s of model '%s': the sequence store failed: %v", r.ID.text(), m.cfg.Model, err)
 				}
@@ -540,6 +555,7 @@ func (m *Model) Enqueue(now time.Time, r *Request) error {
 			m.log.Debug("sequence waits in the backlog", "model", m.cfg.Model, "sequence", r.ID.Key(), "position", len(m.backlog))
 		}
 		m.seqs[r.ID] = s
+		delete(m.closing, r.ID) // the new sequence's binding replaced the old one
 	}
 	s.lastArrival = now
 	if s.at != nil {
@@ -547,9 +563,10 @@ func (m *Model) Enqueue(now time.Time, r *Request) error {
 		sl.queue = append(sl.queue, r)
 		if r.End {
 			// Triton drops the id's slot mapping at enqueue time; the slot
-			// is released once the END request leaves the queue.
+			// is released once the END request leaves the queue. The
+			// store's binding goes once the END request is answered.
 			sl.owner = nil
-			m.forget(r.ID)
+			m.close(r.ID)
 		}
 		return nil
 	}
@@ -562,9 +579,32 @@ func (m *Model) Enqueue(now time.Time, r *Request) error {
 	}
 	if r.End {
 		q.ended = true
-		m.forget(r.ID)
+		m.close(r.ID)
 	}
 	return nil
+}
+
+// close forgets a sequence whose END request was just enqueued, keeping
+// its binding in the store until the request is answered (Answered).
+func (m *Model) close(id ID) {
+	delete(m.seqs, id)
+	if m.store != nil {
+		m.closing[id] = true
+	}
+}
+
+// Answered tells the model that r's executor answered it, or that it failed
+// for good (not "not run": a request sent again must find its sequence).
+// An END request's sequence leaves the store then, unless the sequence
+// started again since.
+func (m *Model) Answered(r *Request) {
+	if !r.End || !m.closing[r.ID] {
+		return
+	}
+	delete(m.closing, r.ID)
+	if err := m.store.Unbind(r.ID); err != nil {
+		m.log.Warn("sequence store: unbind failed", "model", m.cfg.Model, "sequence", r.ID.Key(), "err", err)
+	}
 }
 
 func (m *Model) backlogSequences() int { return len(m.backlog) }
@@ -759,7 +799,7 @@ func (m *Model) Tick(now time.Time) []Failure {
 			return false
 		}
 		for _, r := range q.reqs {
-			out = append(out, Failure{r, tritonerr.Unavailablef("timeout of the corresponding sequence has been expired")})
+			out = append(out, m.failed(r, tritonerr.Unavailablef("timeout of the corresponding sequence has been expired")))
 		}
 		if !q.ended {
 			m.forget(q.id)

@@ -97,6 +97,15 @@ func mustEnqueue(t *testing.T, m *Model, now time.Time, rs ...*Request) {
 	}
 }
 
+// answer tells m that b's requests were answered.
+func answer(m *Model, b *Batch) {
+	for _, e := range b.Entries {
+		if e.Req != nil {
+			m.Answered(e.Req)
+		}
+	}
+}
+
 func wantBatch(t *testing.T, m *Model, now time.Time, k InstanceKey, want string) {
 	t.Helper()
 	b, _ := m.Next(now, k)
@@ -126,10 +135,18 @@ func TestDirectBatchesAndPadding(t *testing.T) {
 	wantBatch(t, m, t0, k, "1 _") // slot 1 is active with nothing queued: padding
 	wantBatch(t, m, t0, k, "<nil>")
 	mustEnqueue(t, m, t0, req(1, false, true), req(2, false, false))
-	wantBatch(t, m, t0, k, "1E 2")
+	b, _ := m.Next(t0, k)
+	if got := batchString(b); got != "1E 2" {
+		t.Fatalf("batch = %q, want %q", got, "1E 2")
+	}
+	answer(m, b)
 	// Slot 0 is free now; sequence 2 in slot 1 pads slot 0.
 	mustEnqueue(t, m, t0, req(2, false, true))
-	wantBatch(t, m, t0, k, "_ 2E")
+	b, _ = m.Next(t0, k)
+	if got := batchString(b); got != "_ 2E" {
+		t.Fatalf("batch = %q, want %q", got, "_ 2E")
+	}
+	answer(m, b)
 	wantBatch(t, m, t0, k, "<nil>")
 	if s := m.Snapshot(); s.Active != 0 || s.Queued != 0 {
 		t.Fatalf("left %+v", s)
@@ -463,5 +480,58 @@ func TestRemoveInstanceOnUnload(t *testing.T) {
 	m.Tick(t0.Add(2 * time.Second))
 	if err := m.Enqueue(t0.Add(2*time.Second), req(2, false, false)); err == nil || !strings.Contains(err.Error(), "START flag") {
 		t.Fatalf("request long after the unload: %v", err)
+	}
+}
+
+// An END request waiting in its slot when the router steps down fails as
+// not run (Drain) and its gateway sends it again, to the router that takes
+// over from the store: the sequence must still be bound there. It leaves
+// the store once an END request is answered.
+func TestEndNotRunKeepsTheBinding(t *testing.T) {
+	m, st, k := direct(2)
+	mustEnqueue(t, m, t0, req(1, true, false))
+	wantBatch(t, m, t0, k, "1S")
+	mustEnqueue(t, m, t0, req(1, false, true))
+	if got := len(m.Drain()); got != 1 {
+		t.Fatalf("drained %d requests, want the END request", got)
+	}
+	if _, ok := st.bound[UintID(1)]; !ok {
+		t.Fatalf("sequence 1 left the store before its END request ran: %v", st.ops)
+	}
+
+	next := NewModel(Config{Model: "m", Strategy: Direct, SlotsPerInstance: 2, MaxBatch: 2, Idle: time.Second}, st, quiet)
+	next.AddInstance(t0, k)
+	next.Restore(t0, st.bound, nil)
+	end := req(1, false, true)
+	mustEnqueue(t, next, t0, end) // sent again: no START error
+	b, _ := next.Next(t0, k)
+	if got := batchString(b); got != "1E" {
+		t.Fatalf("batch = %q, want 1E", got)
+	}
+	if _, ok := st.bound[UintID(1)]; !ok {
+		t.Fatal("sequence 1 left the store while its END request runs")
+	}
+	next.Answered(end)
+	if _, ok := st.bound[UintID(1)]; ok {
+		t.Fatalf("sequence 1 still bound after its END request was answered: %v", st.ops)
+	}
+	if err := next.Enqueue(t0, req(1, false, false)); tritonerr.KindOf(err) != tritonerr.InvalidArg {
+		t.Fatalf("a request after the END: %v, want the START error", err)
+	}
+}
+
+// A new START of an id whose END request is not answered yet takes the
+// binding over; the old END's answer then leaves it alone.
+func TestRestartWhileEndRuns(t *testing.T) {
+	m, st, k := direct(2)
+	mustEnqueue(t, m, t0, req(1, true, false))
+	wantBatch(t, m, t0, k, "1S")
+	end := req(1, false, true)
+	mustEnqueue(t, m, t0, end)
+	wantBatch(t, m, t0, k, "1E")
+	mustEnqueue(t, m, t0, req(1, true, false))
+	m.Answered(end)
+	if _, ok := st.bound[UintID(1)]; !ok {
+		t.Fatalf("the restarted sequence 1 lost its binding when the old END was answered: %v", st.ops)
 	}
 }

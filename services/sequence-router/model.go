@@ -173,6 +173,11 @@ func (m *model) failAs(out []send, it *item, err error, timedOut bool) []send {
 	if !it.finish() {
 		return out
 	}
+	if it.req != nil && m.core != nil && !bus.IsNoResponders(err) {
+		// Failed for good: an END request's sequence leaves the store.
+		// One failed as not run keeps it, for the request sent again.
+		m.core.Answered(it.req)
+	}
 	switch {
 	case timedOut:
 		m.failures.rejected++
@@ -628,6 +633,9 @@ func (m *model) done(batch uint64) {
 	for _, r := range f.reqs {
 		it := r.Data.(*item)
 		it.finish()
+		if m.core != nil {
+			m.core.Answered(r) // an END request's sequence leaves the store
+		}
 		// The bus held it for its gateway's liveness probes since it
 		// arrived (bus.HandleDelegated): the executor has answered it.
 		m.s.bus.Release(it.reply)
