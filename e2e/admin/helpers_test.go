@@ -106,13 +106,19 @@ func (e *env) executorIDs(t *testing.T) []string {
 // nil when no router leads it yet.
 func (e *env) routerModel(t *testing.T) (*adminv1.SequenceRouter, *adminv1.RouterModel) {
 	t.Helper()
+	return e.routerModelOf(t, seqModel)
+}
+
+// routerModelOf is routerModel for any sequence model.
+func (e *env) routerModelOf(t *testing.T, model string) (*adminv1.SequenceRouter, *adminv1.RouterModel) {
+	t.Helper()
 	r, err := e.admin.ListSequenceRouters(ctx(t), &adminv1.ListSequenceRoutersRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, rt := range r.GetRouters() {
 		for _, m := range rt.GetModels() {
-			if m.GetName() == seqModel {
+			if m.GetName() == model {
 				return rt, m
 			}
 		}

@@ -65,3 +65,41 @@ func TestDrainInstanceIdleRelease(t *testing.T) {
 		t.Fatal("the idle sequence's slot was not released")
 	}
 }
+
+// With durable state a draining instance's sequences move to other
+// instances (resume there from the store) once nothing of theirs is
+// queued; without it they stay.
+func TestHandOverDurable(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		st := &memStore{}
+		m := NewModel(Config{Model: "m", SlotsPerInstance: 2, MaxBatch: 2, Idle: time.Second, Durable: durable}, st, quiet)
+		a, b := InstanceKey{Executor: "old"}, InstanceKey{Executor: "new"}
+		m.AddInstance(t0, a)
+		mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false))
+		wantBatch(t, m, t0, a, "1S 2S")
+		mustEnqueue(t, m, t0, req(2, false, false)) // queued: 2 stays for now
+		m.AddInstance(t0, b)
+		m.DrainInstance(a)
+		moved := m.HandOver(t0, a)
+		if !durable {
+			if moved != 0 || m.Idle(a) {
+				t.Fatalf("without durable state %d sequences moved", moved)
+			}
+			continue
+		}
+		if moved != 1 {
+			t.Fatalf("moved %d, want sequence 1 only (2 has a request queued)", moved)
+		}
+		if ref := st.bound[UintID(1)]; ref.Instance != b || ref.Slot != 0 {
+			t.Fatalf("sequence 1 bound to %+v in the store", ref)
+		}
+		mustEnqueue(t, m, t0, req(1, false, false))
+		wantBatch(t, m, t0, b, "1R")
+		wantBatch(t, m, t0, a, "_ 2")
+		if m.HandOver(t0, a) != 1 || !m.Idle(a) {
+			t.Fatal("sequence 2 did not move once its request ran")
+		}
+		mustEnqueue(t, m, t0, req(2, false, true))
+		wantBatch(t, m, t0, b, "_ 2ER")
+	}
+}

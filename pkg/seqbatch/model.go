@@ -222,6 +222,51 @@ func (m *Model) DrainInstance(k InstanceKey) bool {
 	return true
 }
 
+// HandOver moves the sequences bound to draining instance k to free slots
+// of instances that do not drain, when the model's state is durable
+// (Config.Durable): their next request there is marked Resume and reads
+// the state from the durable store, as for a sequence moved from a lost
+// executor. Only a sequence with no request queued in its slot moves (a
+// queued request runs where the state is); the caller calls it while k
+// runs no batch, so every state k wrote is in the store. A sequence that
+// finds no free slot stays where it is. It returns how many moved.
+func (m *Model) HandOver(now time.Time, k InstanceKey) int {
+	in := m.instance(k)
+	if in == nil || !in.draining || !m.cfg.Durable {
+		return 0
+	}
+	n := 0
+	for i := range in.slots {
+		from := &in.slots[i]
+		if from.owner == nil || len(from.queue) > 0 {
+			continue
+		}
+		id := *from.owner
+		s := m.seqs[id]
+		if s == nil {
+			continue
+		}
+		ref, ok := m.lowestFree()
+		if !ok {
+			break
+		}
+		if m.store != nil {
+			if err := m.store.Bind(id, ref); err != nil {
+				m.log.Warn("sequence store: bind failed; the sequence stays on the draining instance", "model", m.cfg.Model, "sequence", id.Key(), "err", err)
+				break
+			}
+		}
+		*from = slot{}
+		to := &m.instance(ref.Instance).slots[ref.Slot]
+		to.owner, to.resume = &id, true
+		s.at = &ref
+		n++
+		m.log.Info("sequence handed over from a draining executor", "model", m.cfg.Model, "sequence", id.Key(),
+			"from", k.Executor, "executor", ref.Instance.Executor, "instance", ref.Instance.Index, "slot", ref.Slot)
+	}
+	return n
+}
+
 // Idle reports whether instance k holds no sequence and no queued request
 // (an unknown instance holds none).
 func (m *Model) Idle(k InstanceKey) bool {

@@ -23,7 +23,8 @@ import (
 // sends new ones to the other executors of the model), and every sequence
 // model instance tells the router in its pulls that it drains, so that the
 // router binds no new sequence to it while the sequences bound already run
-// to their END (or go idle). The executor is drained once no request is in
+// to their END (or go idle), or, with durable state, move to other
+// executors between two requests (pkg/seqbatch HandOver). The executor is drained once no request is in
 // flight and the router has answered a draining pull of every instance
 // saying that it holds no sequence. It keeps its heartbeat: the router must
 // not take it for lost while its sequences finish. Nothing undoes a drain

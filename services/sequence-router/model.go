@@ -449,6 +449,11 @@ func (m *model) pull(now time.Time, reply string, p *busv1.SequencePull) {
 	}
 	if p.GetDraining() {
 		m.core.DrainInstance(key)
+		if !m.flying(key) {
+			// The instance runs nothing (it pulls): with durable state its
+			// sequences move to instances that stay.
+			m.core.HandOver(now, key)
+		}
 	}
 	if old := m.pulls[key]; old != nil {
 		out = append(out, send{reply: old.reply, batch: &busv1.SequenceBatch{Drained: m.drained(key, old)}})
@@ -471,15 +476,18 @@ func (m *model) pull(now time.Time, reply string, p *busv1.SequencePull) {
 // is answered at the end of the pull's hold like any empty pull, so that
 // a drained instance does not spin. m.mu is held.
 func (m *model) drained(key seqbatch.InstanceKey, pl *pull) bool {
-	if !pl.draining || !m.core.Idle(key) {
-		return false
-	}
+	return pl.draining && m.core.Idle(key) && !m.flying(key)
+}
+
+// flying reports whether a batch handed to the instance is not reported
+// done yet; m.mu is held.
+func (m *model) flying(key seqbatch.InstanceKey) bool {
 	for _, f := range m.inflight {
 		if f.executor == key.Executor && f.generation == key.Generation && f.instance == key.Index {
-			return false
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // usage is the model as the admin API lists it.
