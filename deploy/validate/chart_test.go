@@ -59,6 +59,13 @@ type (
 			Name          string `yaml:"name"`
 			ContainerPort int    `yaml:"containerPort"`
 		} `yaml:"ports"`
+		Lifecycle *struct {
+			PreStop *struct {
+				Exec *struct {
+					Command []string `yaml:"command"`
+				} `yaml:"exec"`
+			} `yaml:"preStop"`
+		} `yaml:"lifecycle"`
 		LivenessProbe  *probe `yaml:"livenessProbe"`
 		ReadinessProbe *probe `yaml:"readinessProbe"`
 		Resources      struct {
@@ -115,6 +122,21 @@ func checkChart(t *testing.T, file string) {
 		}
 	}
 
+	// The gateways' admin API, when the chart enables it: its Service and
+	// gRPC port, which executors drain through before they stop.
+	var adminSvc string
+	var adminPort int
+	for _, m := range docs {
+		if m.Kind == "Service" && strings.HasSuffix(m.Metadata.Name, "-gateway-admin") {
+			adminSvc = m.Metadata.Name
+			for _, p := range m.Spec.Ports {
+				if p.Name == "admin" {
+					adminPort = p.Port
+				}
+			}
+		}
+	}
+
 	seen := map[string]bool{}
 	for _, m := range docs {
 		if m.Kind == "Service" && strings.HasSuffix(m.Metadata.Name, "-gateway") {
@@ -144,12 +166,18 @@ func checkChart(t *testing.T, file string) {
 				wantProbe(t, what, c.ReadinessProbe, "/v2/health/ready")
 				wantDevShm(t, what, pod, c)
 				wantNode(t, what, pod, c)
+				if v, _ := argValue(c.Args, "admin-port"); adminSvc != "" && v != strconv.Itoa(adminPort) {
+					t.Errorf("%s: --admin-port %q, but Service %s sends the admin API to %d", what, v, adminSvc, adminPort)
+				}
 				if v, _ := argValue(c.Args, "allow-client-shm"); v == "true" && !pod.HostIPC {
 					t.Errorf("%s: --allow-client-shm true without hostIPC: clients and executors would not share /dev/shm", what)
 				}
 			case "executor":
 				wantDevShm(t, what, pod, c)
 				wantNode(t, what, pod, c)
+				if adminSvc != "" {
+					wantDrain(t, what, c, adminSvc+":"+strconv.Itoa(adminPort))
+				}
 				repo, _ := argValue(c.Args, "model-repository")
 				for _, vm := range c.VolumeMounts {
 					if vm.Name == "models" && (vm.MountPath != repo || !vm.ReadOnly) {
@@ -230,6 +258,38 @@ func expandEnv(t *testing.T, what string, c container) []string {
 		out[i] = a
 	}
 	return out
+}
+
+// wantDrain: with the admin API on, an executor is named after its pod and
+// drains itself through the gateways' admin Service (addr) before it
+// stops, with a nereidctl command line nereidctl accepts.
+func wantDrain(t *testing.T, what string, c container, addr string) {
+	t.Helper()
+	if v, _ := argValue(c.Args, "id"); v != "$(NEREID_EXECUTOR_ID)" {
+		t.Errorf("%s: --id %q, want $(NEREID_EXECUTOR_ID) (the pod's name, which the preStop drain names)", what, v)
+	}
+	fromPod := false
+	for _, e := range c.Env {
+		if e.Name == "NEREID_EXECUTOR_ID" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name" {
+			fromPod = true
+		}
+	}
+	if !fromPod {
+		t.Errorf("%s: NEREID_EXECUTOR_ID does not come from metadata.name", what)
+	}
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil {
+		t.Errorf("%s: no preStop drain", what)
+		return
+	}
+	cmd := c.Lifecycle.PreStop.Exec.Command
+	if len(cmd) < 2 || cmd[0] != "/usr/local/bin/nereidctl" || cmd[len(cmd)-1] != "drain" {
+		t.Errorf("%s: preStop %q, want /usr/local/bin/nereidctl [flags] drain", what, cmd)
+		return
+	}
+	checkArgs(t, what+" preStop", "nereidctl", cmd[1:len(cmd)-1])
+	if v, _ := argValue(cmd, "addr"); v != addr {
+		t.Errorf("%s: preStop drains through %q, want the admin Service %s", what, v, addr)
+	}
 }
 
 func wantProbe(t *testing.T, what string, p *probe, path string) {

@@ -19,8 +19,11 @@ const repoRoot = "../.."
 // cmdDir maps an image's SERVICE build argument (deploy/docker/Dockerfile) to
 // the directory of the main it builds.
 func cmdDir(service string) string {
-	if service == "standalone" {
+	switch service {
+	case "standalone":
 		return filepath.Join(repoRoot, "services/standalone/cmd/nereid")
+	case "nereidctl": // shipped in the gateway and executor images
+		return filepath.Join(repoRoot, "services/gateway/cmd/nereidctl")
 	}
 	return filepath.Join(repoRoot, "services", service, "cmd", service)
 }
@@ -191,7 +194,8 @@ func TestMainFlagsParsed(t *testing.T) {
 		{"executor", []string{"nats-url", "model-repository", "load-model", "node", "nats-nkey", "redis-url", "redis-user", "redis-ca"}},
 		{"shm-registry", []string{"nats-url", "redis-url", "probe-addr", "redis-user", "redis-ca"}},
 		{"sequence-router", []string{"nats-url", "redis-url", "probe-addr", "redis-user", "redis-password", "redis-ca"}},
-		{"standalone", []string{"model-repository", "http-port", "allow-http", "redis-url"}},
+		{"standalone", []string{"model-repository", "http-port", "allow-http", "redis-url", "admin-port"}},
+		{"nereidctl", []string{"addr", "tls", "ca", "cert", "key", "restricted", "timeout"}},
 	} {
 		t.Run(tt.service, func(t *testing.T) {
 			got := mainFlags(t, cmdDir(tt.service))

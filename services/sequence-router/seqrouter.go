@@ -222,22 +222,32 @@ func (s *Service) Run(ctx context.Context) error {
 
 	house := time.NewTicker(250 * time.Millisecond)
 	defer house.Stop()
-	presence := time.NewTicker(bus.HeartbeatInterval)
-	defer presence.Stop()
-	s.announce(false)
+	// Presence for the admin API, on its own goroutine: counting a model's
+	// sequences waits for its batcher's lock, which nothing else here
+	// should wait for.
+	s.group.Go(func(ctx context.Context) {
+		t := time.NewTicker(bus.HeartbeatInterval)
+		defer t.Stop()
+		for {
+			s.announce(false)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
 	for {
 		select {
 		case <-ctx.Done():
 			for _, m := range s.allModels() {
 				s.stepDown(m, failover.Shutdown)
 			}
-			s.announce(true)
 			s.group.Stop()
+			s.announce(true)
 			return nil
 		case <-house.C:
 			s.housekeeping(time.Now())
-		case <-presence.C:
-			s.announce(false)
 		}
 	}
 }
