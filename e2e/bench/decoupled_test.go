@@ -43,23 +43,13 @@ var decOnce struct {
 	err        error
 }
 
-// decoupledFixture starts the server and the bare streaming baseline once.
-func decoupledFixture(b *testing.B) (nereid, bare string) {
-	decOnce.Lock()
-	defer decOnce.Unlock()
-	if decOnce.addr == "" && decOnce.err == nil {
-		decOnce.addr, decOnce.bare, decOnce.err = startDecoupled()
-	}
-	if decOnce.err != nil {
-		b.Fatalf("starting the decoupled fixture: %v", decOnce.err)
-	}
-	return decOnce.addr, decOnce.bare
-}
-
-func startDecoupled() (string, string, error) {
-	repo, err := filepath.Abs(filepath.Join("testdata", "decoupled_repository"))
+// startRepoServer starts the standalone server on repo (relative to this
+// directory), waits until models are ready, stops it at the end of the run
+// and returns its gRPC address.
+func startRepoServer(repo string, models ...string) (string, error) {
+	repo, err := filepath.Abs(repo)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	cfg := standalone.DefaultConfig()
 	cfg.ModelRepository = repo
@@ -69,7 +59,7 @@ func startDecoupled() (string, string, error) {
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	srv, err := standalone.New(cfg)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -84,20 +74,43 @@ func startDecoupled() (string, string, error) {
 	select {
 	case <-srv.Ready():
 	case err := <-done:
-		return "", "", fmt.Errorf("standalone server stopped while starting: %v", err)
+		return "", fmt.Errorf("standalone server stopped while starting: %v", err)
 	case <-time.After(60 * time.Second):
 		stop()
-		return "", "", errors.New("standalone server not ready after 60s")
+		return "", errors.New("standalone server not ready after 60s")
 	}
-	for _, m := range []string{"square_int32", "text_words", "text_words_unary"} {
+	for _, m := range models {
 		if err := waitReady("http://"+srv.Gateway().HTTPAddr()+"/v2/models/"+m+"/ready", 30*time.Second); err != nil {
 			stop()
-			return "", "", err
+			return "", err
 		}
+	}
+	fx.mu.Lock()
+	fx.onClose = append(fx.onClose, stop)
+	fx.mu.Unlock()
+	return srv.Gateway().GRPCAddr(), nil
+}
+
+// decoupledFixture starts the server and the bare streaming baseline once.
+func decoupledFixture(b *testing.B) (nereid, bare string) {
+	decOnce.Lock()
+	defer decOnce.Unlock()
+	if decOnce.addr == "" && decOnce.err == nil {
+		decOnce.addr, decOnce.bare, decOnce.err = startDecoupled()
+	}
+	if decOnce.err != nil {
+		b.Fatalf("starting the decoupled fixture: %v", decOnce.err)
+	}
+	return decOnce.addr, decOnce.bare
+}
+
+func startDecoupled() (string, string, error) {
+	addr, err := startRepoServer(filepath.Join("testdata", "decoupled_repository"), "square_int32", "text_words", "text_words_unary")
+	if err != nil {
+		return "", "", err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		stop()
 		return "", "", err
 	}
 	gs := grpc.NewServer()
@@ -105,9 +118,9 @@ func startDecoupled() (string, string, error) {
 	served := make(chan struct{})
 	go func() { defer close(served); _ = gs.Serve(ln) }()
 	fx.mu.Lock()
-	fx.onClose = append(fx.onClose, stop, func() { gs.Stop(); <-served })
+	fx.onClose = append(fx.onClose, func() { gs.Stop(); <-served })
 	fx.mu.Unlock()
-	return srv.Gateway().GRPCAddr(), ln.Addr().String(), nil
+	return addr, ln.Addr().String(), nil
 }
 
 // bareStreamer answers each stream request with streamResponses messages

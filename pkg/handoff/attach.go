@@ -106,9 +106,16 @@ func TakeRegion(req *inference.ModelInferRequest) *Region {
 }
 
 // AttachResponse ties o, whose memory resp's outputs may lie in, to resp
-// until TakeResponse(resp) (or resp's collection) releases it.
+// until TakeResponse(resp) (or resp's collection) releases it. An o that
+// holds no mapped memory any more (a finished exchange within this process,
+// whose outputs are heap slices) is released at once: attaching costs
+// more than the release it would defer.
 func AttachResponse(resp *inference.ModelInferResponse, o *Outgoing) {
 	if o == nil {
+		return
+	}
+	if !o.holdsMemory() {
+		o.Release()
 		return
 	}
 	attach(resp, o, o.Release)

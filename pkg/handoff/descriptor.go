@@ -79,6 +79,14 @@ func ParseDescriptor(s string, n int, requestSize int64) (Descriptor, error) {
 	bad := func(why string) (Descriptor, error) {
 		return Descriptor{}, fmt.Errorf("handoff: malformed descriptor %q: %s", s, why)
 	}
+	if key, ok := strings.CutPrefix(s, string(ModeProcess)+";"); ok {
+		// The descriptor of every request to an executor of this process:
+		// read without splitting.
+		if key == "" || strings.IndexByte(key, ';') >= 0 {
+			return bad("a process hand-off names its key only")
+		}
+		return Descriptor{Mode: ModeProcess, Name: key}, nil
+	}
 	parts := strings.Split(s, ";")
 	if len(parts) < 2 || len(parts[0]) != 1 {
 		return bad("no mode")

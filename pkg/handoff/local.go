@@ -33,12 +33,19 @@ var exchanges = struct {
 	seq atomic.Uint64
 }{m: map[string]*exchange{}}
 
+// openExchange registers ex and returns its descriptor (Descriptor's
+// "p;<key>", built in one allocation: every request to an executor of this
+// process carries one).
 func openExchange(ex *exchange) string {
-	key := processID + "-" + strconv.FormatUint(exchanges.seq.Add(1), 36)
+	var buf [64]byte
+	d := append(append(append(buf[:0], "p;"...), processID...), '-')
+	d = strconv.AppendUint(d, exchanges.seq.Add(1), 36)
+	param := string(d)
+	key := param[len("p;"):]
 	exchanges.Lock()
 	exchanges.m[key] = ex
 	exchanges.Unlock()
-	return key
+	return param
 }
 
 // lookupExchange finds an open exchange by key.

@@ -106,9 +106,12 @@ func (in *Incoming) Reply(ctx context.Context, resp *inference.ModelInferRespons
 	}
 	raw := resp.GetRawOutputContents()
 	if in.mode == ModeProcess {
-		outs := make([][]byte, len(raw))
+		var outs [][]byte // nil while no output is large
 		for i, b := range raw {
 			if len(b) >= Threshold {
+				if outs == nil {
+					outs = make([][]byte, len(raw))
+				}
 				outs[i] = b
 			}
 		}

@@ -83,9 +83,12 @@ func Prepare(req *inference.ModelInferRequest, route Route, body *Region, thresh
 	switch route {
 	case RouteProcess:
 		o.mode = ModeProcess
-		ex := &exchange{inputs: make([][]byte, len(raw))}
+		ex := &exchange{}
 		for i, b := range raw {
 			if len(b) >= threshold {
+				if ex.inputs == nil {
+					ex.inputs = make([][]byte, len(raw))
+				}
 				ex.inputs[i] = b
 				raw[i] = []byte{}
 			}
@@ -97,8 +100,11 @@ func Prepare(req *inference.ModelInferRequest, route Route, body *Region, thresh
 			ex.region = body.Retain()
 			o.req = body.Retain()
 		}
-		o.ex, o.key = ex, openExchange(ex)
-		d = Descriptor{Mode: ModeProcess, Name: o.key}
+		o.ex = ex
+		param := openExchange(ex)
+		o.key = param[len("p;"):]
+		setParam(req, param)
+		return o, nil
 	case RouteNode:
 		o.mode = ModeFile
 		d = Descriptor{Mode: ModeFile}
@@ -144,12 +150,21 @@ func Prepare(req *inference.ModelInferRequest, route Route, body *Region, thresh
 		}
 		o.spans = d.Spans
 	}
-	if req.Parameters == nil {
-		req.Parameters = map[string]*inference.InferParameter{}
-	}
-	req.Parameters[Param] = &inference.InferParameter{ParameterChoice: &inference.InferParameter_StringParam{StringParam: d.String()}}
+	setParam(req, d.String())
 	return o, nil
 }
+
+// setParam puts the encoded descriptor into req's parameters.
+func setParam(req *inference.ModelInferRequest, descriptor string) {
+	if req.Parameters == nil {
+		req.Parameters = make(map[string]*inference.InferParameter, 1)
+	}
+	req.Parameters[Param] = &inference.InferParameter{ParameterChoice: &inference.InferParameter_StringParam{StringParam: descriptor}}
+}
+
+// holdsMemory reports whether o still holds mapped memory a response's
+// outputs may lie in (a request or response file, a body Region).
+func (o *Outgoing) holdsMemory() bool { return o.req != nil || o.resp != nil }
 
 // Undo puts the handed-off inputs back into req and removes Param, so that
 // the request can go over the bus after all: the executors of this node went

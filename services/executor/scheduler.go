@@ -127,7 +127,11 @@ type scheduler struct {
 	dynamic   bool
 	maxBatch  int
 	preferred map[int]bool
-	maxDelay  time.Duration
+	// maxPreferred is the largest preferred batch size, max_batch_size
+	// when none is set: batches grow no further unless the queue delay
+	// has passed.
+	maxPreferred int
+	maxDelay     time.Duration
 
 	mu      sync.Mutex
 	queue   []*pending
@@ -154,6 +158,10 @@ func newScheduler(ctx context.Context, mv *modelVersion) *scheduler {
 		s.preferred = map[int]bool{}
 		for _, n := range db.GetPreferredBatchSize() {
 			s.preferred[int(n)] = true
+			s.maxPreferred = max(s.maxPreferred, int(n))
+		}
+		if s.maxPreferred == 0 {
+			s.maxPreferred = s.maxBatch
 		}
 	}
 	for _, in := range mv.instances {
@@ -309,12 +317,21 @@ func (s *scheduler) next() (*instance, []*pending) {
 
 // cut decides, with s.mu held, how many queued requests form the next
 // batch now (n > 0), or how long to wait for more (n == 0; wait 0 means
-// until a request arrives). The rules are those of Triton's dynamic batcher:
-// take requests in order while their summed batch sizes fit max_batch_size;
-// send at once when the batch is full or cannot grow (the next request does
-// not fit); else send the largest preferred batch size reached, if any;
-// else wait until max_queue_delay_microseconds after the oldest request
-// arrived, then send what there is.
+// until a request arrives). The rules are those of Triton's dynamic batcher
+// (dynamic_batch_scheduler.cc, GetDynamicBatch):
+//
+//   - requests are taken in order while their summed batch sizes fit
+//     max_batch_size; a request that would overflow it ends the batch and
+//     sends it at once;
+//   - the batch is the largest preferred_batch_size reached on the way, or,
+//     once the next request would take it past the largest preferred size,
+//     what was gathered before it; such a batch goes at once unless the
+//     oldest request has waited max_queue_delay_microseconds, in which
+//     case everything that fits goes;
+//   - otherwise the batch goes at once when it reached the largest
+//     preferred size (max_batch_size without preferred sizes), when no
+//     queue delay is set, or when the oldest request has waited it out;
+//     else the batcher waits for more requests until then.
 func (s *scheduler) cut() (n int, wait time.Duration) {
 	if len(s.queue) == 0 {
 		return 0, 0
@@ -322,27 +339,36 @@ func (s *scheduler) cut() (n int, wait time.Duration) {
 	if !s.dynamic {
 		return 1, 0
 	}
-	size, best := 0, 0
-	for n < len(s.queue) && size+s.queue[n].size <= s.maxBatch {
-		size += s.queue[n].size
+	size, best, full := 0, 0, false
+	for n < len(s.queue) {
+		next := s.queue[n].size
+		if n > 0 {
+			if size+next > s.maxPreferred && best == 0 {
+				best = n
+			}
+			if size+next > s.maxBatch {
+				full = true
+				break
+			}
+		}
+		size += next
 		n++
 		if s.preferred[size] {
 			best = n
 		}
 	}
-	if n == 0 {
-		return 1, 0 // cannot happen: validation bounds a request by max_batch_size
+	var age time.Duration
+	if s.maxDelay > 0 {
+		age = time.Since(s.queue[0].queued)
 	}
-	if size >= s.maxBatch || n < len(s.queue) {
+	expired := s.maxDelay > 0 && age >= s.maxDelay
+	switch {
+	case best > 0 && !expired:
+		return best, 0
+	case full, size >= s.maxPreferred, s.maxDelay == 0, expired:
 		return n, 0
 	}
-	if best > 0 {
-		return best, 0
-	}
-	if left := time.Until(s.queue[0].queued.Add(s.maxDelay)); left > 0 {
-		return 0, left
-	}
-	return n, 0
+	return 0, s.maxDelay - age
 }
 
 // instance runs one backend instance: one execution at a time.
