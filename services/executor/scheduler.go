@@ -120,7 +120,9 @@ func (p *pending) complete(_ *backend.Request, resp *backend.Response) {
 // form now is the new request alone: enqueue then runs it on the caller's
 // goroutine. That spares two hand-offs between goroutines (request to
 // batcher, batcher to instance), which dominate the latency of small
-// requests; under load requests queue and the batcher takes over.
+// requests; under load requests queue and the batcher takes over, and an
+// instance that finishes an execution takes the next batch due itself
+// (again).
 type scheduler struct {
 	mv        *modelVersion
 	ctx       context.Context
@@ -273,16 +275,7 @@ func (s *scheduler) next() (*instance, []*pending) {
 	}()
 	for {
 		s.mu.Lock()
-		// Requests whose client gave up while queued are dropped here.
-		s.queue = slices.DeleteFunc(s.queue, func(p *pending) bool {
-			if p.cancelled.Load() {
-				s.mv.stats.failed(p.received, p.dropped)
-				p.finish()
-				return true
-			}
-			return false
-		})
-		s.countPending()
+		s.dropCancelled()
 		var wait time.Duration
 		if len(s.free) > 0 {
 			var n int
@@ -313,6 +306,43 @@ func (s *scheduler) next() (*instance, []*pending) {
 			return nil, nil
 		}
 	}
+}
+
+// dropCancelled drops the queued requests whose client gave up; s.mu must
+// be held.
+func (s *scheduler) dropCancelled() {
+	s.queue = slices.DeleteFunc(s.queue, func(p *pending) bool {
+		if p.cancelled.Load() {
+			s.mv.stats.failed(p.received, p.dropped)
+			p.finish()
+			return true
+		}
+		return false
+	})
+	s.countPending()
+}
+
+// again is what an instance that has just finished an execution does
+// next: when a batch is due now it takes it itself, sparing the two
+// hand-offs through the batcher (instance to batcher, batcher back to an
+// instance) that would otherwise sit between two executions of a busy
+// model; else it joins the free list for the batcher and returns nil.
+func (s *scheduler) again(in *instance) []*pending {
+	s.mu.Lock()
+	if !s.closed {
+		s.dropCancelled()
+		if n, _ := s.cut(); n > 0 {
+			batch := slices.Clone(s.queue[:n])
+			s.queue = slices.Delete(s.queue, 0, n)
+			s.countPending()
+			s.mu.Unlock()
+			return batch
+		}
+	}
+	s.free = append(s.free, in)
+	s.mu.Unlock()
+	s.wake()
+	return nil
 }
 
 // cut decides, with s.mu held, how many queued requests form the next
@@ -386,8 +416,10 @@ type instance struct {
 
 func (in *instance) run(s *scheduler) {
 	for batch := range in.work {
-		in.executeBatch(s.ctx, batch)
-		s.release(in)
+		for batch != nil {
+			in.executeBatch(s.ctx, batch)
+			batch = s.again(in)
+		}
 	}
 }
 
