@@ -92,6 +92,13 @@ func Accept(req *inference.ModelInferRequest) (*Incoming, error) {
 	return in, nil
 }
 
+// Passive reports whether Reply leaves a response whose outputs are all
+// below Threshold as it is: no hand-off, or one within this process that
+// lent no mapped memory. Such a response may be encoded without Reply.
+func (in *Incoming) Passive() bool {
+	return in == nil || (in.mode == ModeProcess && in.req == nil)
+}
+
 // Reply hands off the outputs of resp of at least Threshold bytes to the
 // gateway: as slices to a gateway of this process, else as spans of the
 // request's file (an output that lies in an input, as an identity model

@@ -38,9 +38,22 @@ var minParts = MinParts
 // for the infer messages.
 type Codec struct{}
 
+// Encoded is a ModelInferResponse encoded by its sender (small responses
+// whose encoding is built directly, without the message): Codec.Marshal
+// sends Bytes as they are. The embedded message is nil; it makes Encoded a
+// proto.Message for code that passes replies around, and is never read.
+type Encoded struct {
+	*inference.ModelInferResponse
+	Bytes []byte
+	parts [1][]byte
+}
+
 // Marshal encodes m, in parts when it carries large raw contents.
 func (Codec) Marshal(m proto.Message) ([][]byte, error) {
 	switch v := m.(type) {
+	case *Encoded:
+		v.parts[0] = v.Bytes
+		return v.parts[:], nil
 	case *inference.ModelInferRequest:
 		if size(v.RawInputContents) >= minParts {
 			raw := v.RawInputContents

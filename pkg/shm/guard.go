@@ -20,6 +20,9 @@ func (f *Fault) Error() string {
 
 // AsFault returns the Fault err carries, if any.
 func AsFault(err error) (*Fault, bool) {
+	if err == nil {
+		return nil, false // the common case, without errors.As's allocation
+	}
 	var f *Fault
 	ok := errors.As(err, &f)
 	return f, ok

@@ -257,6 +257,11 @@ func (mv *modelVersion) serveInfer(ctx context.Context, data []byte, span trace.
 	if p.resp.Err != nil {
 		return nil, p.resp.Err
 	}
+	if sh == nil && hand.Passive() {
+		if enc, ok := mv.encodeSmall(req, r, p.resp); ok {
+			return enc, nil
+		}
+	}
 	out, err := mv.response(req, r, p.resp)
 	if err != nil {
 		return nil, err

@@ -412,6 +412,9 @@ type instance struct {
 	mu            sync.Mutex
 	current       map[*backend.Request]*pending
 	batchReported bool
+	// spare is the map of the last execution, kept for the next one; only
+	// the goroutine running the instance's execution touches it.
+	spare map[*backend.Request]*pending
 }
 
 func (in *instance) run(s *scheduler) {
@@ -447,7 +450,11 @@ func (in *instance) executeBatch(ctx context.Context, batch []*pending) {
 // that did not complete can), else they fail (a sequence's state may
 // already have moved).
 func (in *instance) execute(ctx context.Context, reqs []*backend.Request, batch []*pending, rerun bool) {
-	current := make(map[*backend.Request]*pending, len(batch))
+	current := in.spare // one execution at a time: the last one's map, emptied
+	if current == nil {
+		current = make(map[*backend.Request]*pending, len(batch))
+	}
+	in.spare = nil
 	start := time.Now()
 	for _, p := range batch {
 		current[p.req] = p
@@ -468,6 +475,8 @@ func (in *instance) execute(ctx context.Context, reqs []*backend.Request, batch 
 	in.current = nil
 	batchReported := in.batchReported
 	in.mu.Unlock()
+	clear(current)
+	in.spare = current
 
 	ts := backend.Timestamps{ExecStart: start, ComputeStart: start, ComputeEnd: end, ExecEnd: end}
 	total := 0
