@@ -14,6 +14,10 @@ PROTOC_VERSION="3.21.12"
 PROTOC_GEN_GO_VERSION="v1.36.12"      # matches google.golang.org/protobuf in api/go.mod
 PROTOC_GEN_GO_GRPC_VERSION="v1.5.1"
 PROTOC_GEN_GRPC_GATEWAY_VERSION="v2.32.0" # matches grpc-gateway/v2 in api/go.mod
+# Fast marshal, size and unmarshal methods (MarshalVT, SizeVT, UnmarshalVT,
+# UnmarshalVTUnsafe) beside protobuf's reflective ones, for the messages of
+# inference/ that every request encodes and decodes (pkg/infercodec).
+PROTOC_GEN_GO_VTPROTO_VERSION="v0.6.1-0.20240319094008-0393e58bdf10"   # the version go.mod files already resolve (through gRPC)
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 api="$root/api"
@@ -59,6 +63,14 @@ plugin protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc \
   "$PROTOC_GEN_GO_GRPC_VERSION" "protoc-gen-go-grpc ${PROTOC_GEN_GO_GRPC_VERSION#v}"
 plugin protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway \
   "$PROTOC_GEN_GRPC_GATEWAY_VERSION" "Version ${PROTOC_GEN_GRPC_GATEWAY_VERSION}, commit unknown, built at unknown"
+# protoc-gen-go-vtproto has no --version: a stamp beside it records the
+# version installed.
+vtstamp="$bin/protoc-gen-go-vtproto.version"
+if [ ! -x "$bin/protoc-gen-go-vtproto" ] || [ "$(cat "$vtstamp" 2>/dev/null)" != "$PROTOC_GEN_GO_VTPROTO_VERSION" ]; then
+  echo "gen.sh: installing protoc-gen-go-vtproto $PROTOC_GEN_GO_VTPROTO_VERSION into $bin" >&2
+  (cd "$root" && GOWORK=off GOBIN="$bin" go install "github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@$PROTOC_GEN_GO_VTPROTO_VERSION")
+  echo "$PROTOC_GEN_GO_VTPROTO_VERSION" >"$vtstamp"
+fi
 
 # Sorted, api-relative .proto paths, so output does not depend on find order.
 mapfile -t protos < <(cd "$api" && find . -name '*.proto' -not -path './bin/*' | sed 's|^\./||' | LC_ALL=C sort)
@@ -66,6 +78,8 @@ mapfile -t protos < <(cd "$api" && find . -name '*.proto' -not -path './bin/*' |
 # REST mappings (grpc-gateway) for the services that have an HTTP rule file
 # beside their proto (<name>_http.yaml): the rules live there rather than in
 # google.api.http annotations, so no googleapis proto is vendored.
+mapfile -t vtprotos < <(printf '%s\n' "${protos[@]}" | grep '^inference/')
+
 generate() { # out-dir
   PATH="$bin:$PATH" protoc -I "$api" \
     --go_out="$1" --go_opt=paths=source_relative \
@@ -80,6 +94,10 @@ generate() { # out-dir
       --grpc-gateway_opt=grpc_api_configuration="$api/$rules" \
       "$p"
   done
+  PATH="$bin:$PATH" protoc -I "$api" \
+    --go-vtproto_out="$1" \
+    --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+size+unmarshal_unsafe \
+    "${vtprotos[@]}"
 }
 
 if [ "$check" = 0 ]; then

@@ -34,6 +34,7 @@ require (
 	github.com/nereid-io/nereid/services/gateway v0.0.0 // indirect
 	github.com/nereid-io/nereid/services/sequence-router v0.0.0 // indirect
 	github.com/nereid-io/nereid/services/shm-registry v0.0.0 // indirect
+	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect

@@ -48,7 +48,9 @@ type Encoded struct {
 	parts [1][]byte
 }
 
-// Marshal encodes m, in parts when it carries large raw contents.
+// Marshal encodes m, in parts when it carries large raw contents. The infer
+// messages use their generated MarshalVT (api/inference, vtprotobuf) rather
+// than protobuf's reflection.
 func (Codec) Marshal(m proto.Message) ([][]byte, error) {
 	switch v := m.(type) {
 	case *Encoded:
@@ -58,24 +60,29 @@ func (Codec) Marshal(m proto.Message) ([][]byte, error) {
 		if size(v.RawInputContents) >= minParts {
 			raw := v.RawInputContents
 			v.RawInputContents = nil
-			head, err := proto.Marshal(v)
+			head, err := v.MarshalVT()
 			v.RawInputContents = raw
 			return appendRaw(head, fieldRawInputContents, raw), err
 		}
+		b, err := v.MarshalVT()
+		return [][]byte{b}, err
 	case *inference.ModelInferResponse:
 		if size(v.RawOutputContents) >= minParts {
 			raw := v.RawOutputContents
 			v.RawOutputContents = nil
-			head, err := proto.Marshal(v)
+			head, err := v.MarshalVT()
 			v.RawOutputContents = raw
 			return appendRaw(head, fieldRawOutputContents, raw), err
 		}
+		b, err := v.MarshalVT()
+		return [][]byte{b}, err
 	}
 	b, err := proto.Marshal(m)
 	return [][]byte{b}, err
 }
 
-// Unmarshal decodes b into m; the raw contents of an infer message alias b.
+// Unmarshal decodes b into m; the infer messages alias b (strings and
+// bytes alike).
 func (Codec) Unmarshal(b []byte, m proto.Message) error {
 	switch v := m.(type) {
 	case *inference.ModelInferRequest:
@@ -86,31 +93,51 @@ func (Codec) Unmarshal(b []byte, m proto.Message) error {
 	return proto.Unmarshal(b, m)
 }
 
-// UnmarshalRequest decodes b into req with req.RawInputContents slicing b.
+// UnmarshalRequest decodes b into req with its strings and bytes, raw
+// inputs included, aliasing b, which must not change afterwards. Strings
+// are checked for UTF-8 as protobuf's decoder does.
 func UnmarshalRequest(b []byte, req *inference.ModelInferRequest) error {
-	raw, rest, ok, err := split(b, fieldRawInputContents)
-	if err != nil || !ok {
-		return proto.Unmarshal(b, req)
+	proto.Reset(req)
+	if err := req.UnmarshalVTUnsafe(b); err != nil || checkRequestUTF8(req) != nil || req.SizeVT() != len(b) {
+		// Malformed: protobuf's decoder has the last word (it keeps a
+		// field of the wrong wire type as unknown where the generated one
+		// fails) and the words for what is wrong.
+		return unmarshalAliased(b, req, fieldRawInputContents, &req.RawInputContents)
 	}
-	if err := proto.Unmarshal(rest, req); err != nil {
-		return err
-	}
-	req.RawInputContents = raw
+	capRaw(req.RawInputContents)
 	return nil
 }
 
-// UnmarshalResponse decodes b into resp with resp.RawOutputContents slicing
-// b.
+// UnmarshalResponse decodes b into resp as UnmarshalRequest does.
 func UnmarshalResponse(b []byte, resp *inference.ModelInferResponse) error {
-	raw, rest, ok, err := split(b, fieldRawOutputContents)
-	if err != nil || !ok {
-		return proto.Unmarshal(b, resp)
+	proto.Reset(resp)
+	if err := resp.UnmarshalVTUnsafe(b); err != nil || checkResponseUTF8(resp) != nil || resp.SizeVT() != len(b) {
+		return unmarshalAliased(b, resp, fieldRawOutputContents, &resp.RawOutputContents)
 	}
-	if err := proto.Unmarshal(rest, resp); err != nil {
+	capRaw(resp.RawOutputContents)
+	return nil
+}
+
+// unmarshalAliased decodes b into m with protobuf, the entries of field
+// (the raw contents, set through raw) sliced out of b when large.
+func unmarshalAliased(b []byte, m proto.Message, field protowire.Number, raw *[][]byte) error {
+	r, rest, ok, err := split(b, field)
+	if err != nil || !ok {
+		return proto.Unmarshal(b, m)
+	}
+	if err := proto.Unmarshal(rest, m); err != nil {
 		return err
 	}
-	resp.RawOutputContents = raw
+	*raw = r
 	return nil
+}
+
+// capRaw caps raw entries at their length, so that appending to one cannot
+// overwrite what follows it in the buffer.
+func capRaw(raw [][]byte) {
+	for i, r := range raw {
+		raw[i] = r[:len(r):len(r)]
+	}
 }
 
 func size(raw [][]byte) int {
