@@ -283,10 +283,7 @@ func (c *Conn) subscribe(s *Subscription, subject, queue string, cb nats.MsgHand
 // trace context and deadline. ok is false, and the requester told so, when
 // the deadline has already passed.
 func (c *Conn) requestContext(m *nats.Msg) (ctx context.Context, cancel context.CancelFunc, ok bool) {
-	ctx, cancel = context.Background(), func() {}
-	if len(m.Header) > 0 {
-		ctx = otel.GetTextMapPropagator().Extract(ctx, HeaderCarrier(m.Header))
-	}
+	ctx, cancel = c.traceContext(m), func() {}
 	if d, has := deadline(m.Header); has {
 		if !time.Now().Before(d) {
 			c.respondError(m.Reply, tritonerr.Unavailablef("request to %s timed out before it was handled", target(m.Subject)))
@@ -295,6 +292,14 @@ func (c *Conn) requestContext(m *nats.Msg) (ctx context.Context, cancel context.
 		ctx, cancel = context.WithDeadline(ctx, d)
 	}
 	return ctx, cancel, true
+}
+
+// traceContext is Background carrying m's trace context, if any.
+func (c *Conn) traceContext(m *nats.Msg) context.Context {
+	if len(m.Header) == 0 {
+		return context.Background()
+	}
+	return otel.GetTextMapPropagator().Extract(context.Background(), HeaderCarrier(m.Header))
 }
 
 // Subscription is a Handle or Subscribe registration.

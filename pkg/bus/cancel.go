@@ -92,6 +92,21 @@ func (c *Conn) trackHandler(ctx context.Context, reply string) (context.Context,
 		return ctx, func() {}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
+	c.trackCancel(reply, cancel)
+	return ctx, func() {
+		c.untrack(reply)
+		cancel(nil)
+	}
+}
+
+// trackCancel registers cancel as what a cancellation of the request
+// whose reply subject is reply calls (at once when the cancellation
+// overtook the request). It reports false, registering nothing, when the
+// Conn does not follow cancellations or there is no reply subject.
+func (c *Conn) trackCancel(reply string, cancel context.CancelCauseFunc) bool {
+	if reply == "" || c.cancels.inflight == nil {
+		return false
+	}
 	cs := &c.cancels
 	cs.mu.Lock()
 	if _, ok := cs.early[reply]; ok {
@@ -100,12 +115,15 @@ func (c *Conn) trackHandler(ctx context.Context, reply string) (context.Context,
 	}
 	cs.inflight[reply] = cancel
 	cs.mu.Unlock()
-	return ctx, func() {
-		cs.mu.Lock()
-		delete(cs.inflight, reply)
-		cs.mu.Unlock()
-		cancel(nil)
-	}
+	return true
+}
+
+// untrack ends trackCancel's registration.
+func (c *Conn) untrack(reply string) {
+	cs := &c.cancels
+	cs.mu.Lock()
+	delete(cs.inflight, reply)
+	cs.mu.Unlock()
 }
 
 // cancelHandler cancels the handler serving reply, or remembers the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime/debug"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
@@ -39,13 +40,25 @@ func (c *Conn) Handle(subject, queue string, h HandlerFunc) (*Subscription, erro
 
 func (c *Conn) serve(s *Subscription, m *nats.Msg, h HandlerFunc) {
 	defer s.inflight.Done()
-	ctx, cancel, ok := c.requestContext(m)
-	if !ok {
+	if d, has := deadline(m.Header); has && !time.Now().Before(d) {
+		c.respondError(m.Reply, tritonerr.Unavailablef("request to %s timed out before it was handled", target(m.Subject)))
 		return
 	}
-	defer cancel()
-	ctx, untrack := c.trackHandler(ctx, m.Reply)
-	defer untrack()
+	// The context a cancellation from the requester ends comes first, the
+	// deadline on top of it: a cancelable context under Background has no
+	// parent to register with, which spares the allocations the other
+	// order costs on every request.
+	ctx, cancelCause := context.WithCancelCause(c.traceContext(m))
+	defer cancelCause(nil)
+	tracked := c.trackCancel(m.Reply, cancelCause)
+	if tracked {
+		defer c.untrack(m.Reply)
+	}
+	if d, has := deadline(m.Header); has {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d)
+		defer cancel()
+	}
 
 	data, ackTo, in, ok := c.receiveRequest(ctx, m)
 	if !ok {
