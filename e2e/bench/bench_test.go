@@ -164,11 +164,11 @@ var comparisons = []comparison{
 	{"nats-inproc/c1", "nats-tcp/c1", latency, 0, 0},
 	{"nats-inproc/c16", "nats-tcp/c16", throughput, 0, 0},
 	// Nereid against the floor of its architecture, each path against its
-	// own chain (goals: p50 <= 1.1x, p99 <= 1.25x, req/s >= 0.85x).
+	// own chain (goals: p50 <= 1.1x (HTTP JSON 1.2x), p99 <= 1.25x, req/s >= 0.85x).
 	{"nereid-grpc-unary/c1", "chain-grpc-unary/c1", latency, 1.10, 1.25},
 	{"nereid-grpc-stream/c1", "chain-grpc-stream/c1", latency, 1.10, 1.25},
 	{"nereid-http-binary/c1", "chain-http-binary/c1", latency, 1.10, 1.25},
-	{"nereid-http-json/c1", "chain-http-json/c1", latency, 1.10, 1.25},
+	{"nereid-http-json/c1", "chain-http-json/c1", latency, 1.20, 1.25},
 	{"nereid-grpc-unary/c16", "chain-grpc-unary/c16", throughput, 0.85, 0},
 	{"nereid-grpc-stream/c16", "chain-grpc-stream/c16", throughput, 0.85, 0},
 	{"nereid-http-binary/c16", "chain-http-binary/c16", throughput, 0.85, 0},
