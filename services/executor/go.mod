@@ -8,6 +8,7 @@ require (
 	github.com/nereid-io/nereid/api v0.0.0
 	github.com/nereid-io/nereid/pkg v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
+	go.opentelemetry.io/otel/sdk v1.47.0
 	google.golang.org/protobuf v1.36.12
 )
 
@@ -18,7 +19,6 @@ require (
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.47.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
@@ -710,6 +711,10 @@ func (s *seqRunner) decode(ctx context.Context, now time.Time, w, template *busv
 		if it.p.span != nil {
 			it.p.span.SetAttributes(tracing.AttrModelVersion.String(strconv.FormatInt(s.mv.version, 10)), attribute.String("nereid.executor", s.mv.e.cfg.ID))
 		}
+	}
+	if it.p.span != nil {
+		// The backend sees the request's span (a C backend's RequestTrace).
+		rctx = trace.ContextWithSpan(rctx, it.p.span)
 	}
 	it.r = backend.NewRequest(rctx, it.p.complete)
 	it.req = &inference.ModelInferRequest{}

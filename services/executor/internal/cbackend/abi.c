@@ -218,23 +218,43 @@ TRITONSERVER_Error* TRITONSERVER_BufferAttributesByteSize(TRITONSERVER_BufferAtt
   return NULL;
 }
 
-/* ---- traces: Nereid traces across services with OpenTelemetry, not
- * through Triton's trace objects, so requests carry none. ---- */
+/* ---- traces: the accessors; the rest is in trace.go ---- */
 
-TRITONSERVER_Error* TRITONBACKEND_RequestTrace(TRITONBACKEND_Request* r, TRITONSERVER_InferenceTrace** trace) {
-  NONNULL(r, "request");
-  if (trace) *trace = NULL;
+TRITONSERVER_Error* TRITONSERVER_InferenceTraceContext(TRITONSERVER_InferenceTrace* t, const char** ctx) {
+  NONNULL(t, "trace");
+  NONNULL(ctx, "trace context");
+  *ctx = t->context ? t->context : "";
   return NULL;
 }
-TRITONSERVER_Error* TRITONSERVER_InferenceTraceContext(TRITONSERVER_InferenceTrace* trace, const char** ctx) {
-  (void)trace;
-  if (ctx) *ctx = NULL;
-  return ERR(TRITONSERVER_ERROR_UNSUPPORTED, "inference traces are not supported");
+TRITONSERVER_Error* TRITONSERVER_InferenceTraceId(TRITONSERVER_InferenceTrace* t, uint64_t* id) {
+  NONNULL(t, "trace");
+  NONNULL(id, "trace id");
+  *id = t->id;
+  return NULL;
 }
-TRITONSERVER_Error* TRITONSERVER_InferenceTraceSpawnChildTrace(TRITONSERVER_InferenceTrace* trace, TRITONSERVER_InferenceTrace** child) {
-  (void)trace;
-  if (child) *child = NULL;
-  return ERR(TRITONSERVER_ERROR_UNSUPPORTED, "inference traces are not supported");
+TRITONSERVER_Error* TRITONSERVER_InferenceTraceParentId(TRITONSERVER_InferenceTrace* t, uint64_t* id) {
+  NONNULL(t, "trace");
+  NONNULL(id, "trace parent id");
+  *id = t->parent_id;
+  return NULL;
+}
+TRITONSERVER_Error* TRITONSERVER_InferenceTraceModelName(TRITONSERVER_InferenceTrace* t, const char** name) {
+  NONNULL(t, "trace");
+  NONNULL(name, "model name");
+  *name = t->model_name ? t->model_name : "";
+  return NULL;
+}
+TRITONSERVER_Error* TRITONSERVER_InferenceTraceModelVersion(TRITONSERVER_InferenceTrace* t, int64_t* v) {
+  NONNULL(t, "trace");
+  NONNULL(v, "model version");
+  *v = t->model_version;
+  return NULL;
+}
+TRITONSERVER_Error* TRITONSERVER_InferenceTraceRequestId(TRITONSERVER_InferenceTrace* t, const char** id) {
+  NONNULL(t, "trace");
+  NONNULL(id, "request id");
+  *id = t->request_id ? t->request_id : "";
+  return NULL;
 }
 
 /* ---- API version ---- */

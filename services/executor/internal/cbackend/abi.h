@@ -121,6 +121,20 @@ struct TRITONBACKEND_Request {
   bool released;
 };
 
+/* A trace: the request's (owned by the request) or one spawned from it
+ * (owned by the backend until TRITONSERVER_ServerInferAsync takes it).
+ * The strings are the executor's; context is NULL until the trace has a
+ * span. */
+struct TRITONSERVER_InferenceTrace {
+  uintptr_t h;
+  uint64_t id;
+  uint64_t parent_id;
+  char* model_name;
+  int64_t model_version;
+  char* request_id;
+  char* context;
+};
+
 struct TRITONBACKEND_ResponseFactory {
   uintptr_t h;
 };

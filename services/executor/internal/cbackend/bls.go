@@ -299,6 +299,19 @@ func TRITONSERVER_ServerInferAsync(s *C.TRITONSERVER_Server, r *C.TRITONSERVER_I
 		timeout = blsTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	var traced func(error)
+	if trace != nil {
+		t, e := traceOf(trace)
+		if e != nil {
+			cancel()
+			return e
+		}
+		var err error
+		if ctx, traced, err = t.run(ctx, b.req); err != nil {
+			cancel()
+			return newError(err)
+		}
+	}
 	b.mu.Lock()
 	b.cancel = cancel
 	b.mu.Unlock()
@@ -308,6 +321,12 @@ func TRITONSERVER_ServerInferAsync(s *C.TRITONSERVER_Server, r *C.TRITONSERVER_I
 		defer b.m.bls.Done()
 		defer cancel()
 		resp, err := srv.Infer(ctx, req)
+		if traced != nil {
+			// The call's span ends, and the trace is released, before the
+			// backend hears of the answer: it may be done with the request
+			// as soon as it does.
+			traced(err)
+		}
 		deliver(b.c, resp, err)
 	}()
 	return nil

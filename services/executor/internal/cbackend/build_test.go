@@ -19,6 +19,7 @@ var testBackends = map[string]string{
 	"ndecoupled":    "decoupled.c",
 	"nstate":        "state.c",
 	"nthreads":      "threads.c",
+	"nbls":          "bls.c",
 }
 
 // buildBackends compiles the stub libtritonserver.so and the test backends

@@ -423,6 +423,7 @@ type cRequest struct {
 	finished chan struct{}
 	disposed sync.Once
 	states   []unsafe.Pointer // TRITONBACKEND_State objects made for the request
+	trace    *cTrace          // the request's trace, once the backend asked for it
 }
 
 func parameterValue(p *C.TRITONSERVER_Parameter) any {
@@ -487,8 +488,12 @@ func (cr *cRequest) dispose() {
 			C.free(p)
 		}
 		cr.states = nil
+		t := cr.trace
 		cr.pin.Unpin()
 		cr.mu.Unlock()
+		if t != nil {
+			t.free()
+		}
 	})
 }
 

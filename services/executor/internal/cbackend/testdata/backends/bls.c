@@ -4,10 +4,18 @@
  * TRITONSERVER_ServerInferAsync; the caller's thread waits for the answer
  * and returns the called model's OUTPUT0 as its own OUTPUT0. It checks the
  * target's readiness and transaction policy first.
+ *
+ * A traced request (TRITONBACKEND_RequestTrace not null) answers with its
+ * trace context and id as the parameters "trace_context" and "trace_id",
+ * reports the activities BLS_CALL_START, BLS_CALL_END (a span "BLS_CALL")
+ * and BLS_FORWARDED (an event), and hands the call a child trace spawned
+ * from its own.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "triton/core/tritonbackend.h"
 
@@ -19,6 +27,12 @@ typedef struct {
   TRITONSERVER_InferenceResponse* response;
   bool responded, released;
 } call;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static TRITONSERVER_Error* alloc_fn(TRITONSERVER_ResponseAllocator* a, const char* name, size_t size, TRITONSERVER_MemoryType mt, int64_t mid, void* userp, void** buffer, void** buffer_userp, TRITONSERVER_MemoryType* amt, int64_t* amid) {
   (void)a; (void)name; (void)mt; (void)mid; (void)userp;
@@ -84,7 +98,26 @@ static TRITONSERVER_Error* forward(TRITONSERVER_Server* server, TRITONSERVER_Res
   RETURN_IF_ERROR(TRITONSERVER_InferenceRequestAddRequestedOutput(req, "OUTPUT0"));
   RETURN_IF_ERROR(TRITONSERVER_InferenceRequestSetReleaseCallback(req, request_release_fn, &c));
   RETURN_IF_ERROR(TRITONSERVER_InferenceRequestSetResponseCallback(req, allocator, NULL, response_fn, &c));
-  RETURN_IF_ERROR(TRITONSERVER_ServerInferAsync(server, req, NULL));
+  TRITONSERVER_InferenceTrace* trace = NULL;
+  TRITONSERVER_InferenceTrace* child = NULL;
+  RETURN_IF_ERROR(TRITONBACKEND_RequestTrace(request, &trace));
+  if (trace != NULL) {
+    const char* ctx;
+    uint64_t id, parent;
+    RETURN_IF_ERROR(TRITONSERVER_InferenceTraceContext(trace, &ctx));
+    RETURN_IF_ERROR(TRITONSERVER_InferenceTraceId(trace, &id));
+    RETURN_IF_ERROR(TRITONBACKEND_ResponseSetStringParameter(response, "trace_context", ctx));
+    RETURN_IF_ERROR(TRITONBACKEND_ResponseSetIntParameter(response, "trace_id", (int64_t)id));
+    RETURN_IF_ERROR(TRITONSERVER_InferenceTraceReportActivity(trace, now_ns(), "BLS_CALL_START"));
+    RETURN_IF_ERROR(TRITONSERVER_InferenceTraceSpawnChildTrace(trace, &child));
+    RETURN_IF_ERROR(TRITONSERVER_InferenceTraceParentId(child, &parent));
+    if (parent != id) {
+      char msg[128];
+      snprintf(msg, sizeof msg, "child trace has parent %llu, want %llu", (unsigned long long)parent, (unsigned long long)id);
+      return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL, msg);
+    }
+  }
+  RETURN_IF_ERROR(TRITONSERVER_ServerInferAsync(server, req, child));
 
   pthread_mutex_lock(&c.mu);
   while (!c.responded || !c.released) pthread_cond_wait(&c.cv, &c.mu);
@@ -112,6 +145,10 @@ static TRITONSERVER_Error* forward(TRITONSERVER_Server* server, TRITONSERVER_Res
     if (err == NULL) memcpy(dst, base, obytes);
   }
   TRITONSERVER_InferenceResponseDelete(c.response);
+  if (err == NULL && trace != NULL) {
+    err = TRITONSERVER_InferenceTraceReportActivity(trace, now_ns(), "BLS_CALL_END");
+    if (err == NULL) err = TRITONSERVER_InferenceTraceReportActivity(trace, now_ns(), "BLS_FORWARDED");
+  }
   return err;
 }
 
