@@ -366,6 +366,32 @@ func TestCBackendsThroughTheConstellation(t *testing.T) {
 		}
 	})
 
+	t.Run("RescheduleRefused", func(t *testing.T) {
+		// Outside Triton's iterative sequence scheduler a backend's
+		// TRITONSERVER_REQUEST_RELEASE_RESCHEDULE gets Triton's error; the
+		// backend keeps the request and answers it.
+		const want = "Invalid argument: Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag."
+		code, body := post(t, gw.HTTP()+"/v2/models/cid/infer",
+			`{"parameters":{"reschedule":true},"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,2],"data":[1,2]}]}`)
+		var r struct {
+			Parameters map[string]any `json:"parameters"`
+			Outputs    []struct {
+				Data []float32 `json:"data"`
+			} `json:"outputs"`
+		}
+		if code != 200 || json.Unmarshal(body, &r) != nil || r.Parameters["reschedule_error"] != want || len(r.Outputs) != 1 || len(r.Outputs[0].Data) != 2 {
+			t.Fatalf("HTTP: %d %s", code, body)
+		}
+		resp, err := grpcInfer(t, client(t), "cid", []float32{1, 2}, map[string]*inference.InferParameter{
+			"reschedule": {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.GetParameters()["reschedule_error"].GetStringParam(); got != want || len(resp.GetRawOutputContents()) != 1 {
+			t.Fatalf("gRPC: %v", resp)
+		}
+	})
+
 	t.Run("CrashTakesDownOnlyItsExecutor", func(t *testing.T) {
 		g := client(t)
 		crash := map[string]*inference.InferParameter{"crash": {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: true}}}

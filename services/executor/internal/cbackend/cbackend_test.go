@@ -378,3 +378,47 @@ func TestImplicitStatePerSequence(t *testing.T) {
 		}
 	}
 }
+
+// TestRescheduleIsRefused: a request released with
+// TRITONSERVER_REQUEST_RELEASE_RESCHEDULE outside Triton's iterative
+// sequence scheduler gets Triton's error and stays the backend's, which
+// answers and releases it as usual.
+func TestRescheduleIsRefused(t *testing.T) {
+	l := loader(t)
+	f, _ := l.Find("nidentity", t.TempDir(), 1)
+	b, err := l.Factory(f)(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Finalize()
+	m, err := b.NewModel(context.Background(), backend.ModelInfo{Name: "id", Version: 1, Dir: t.TempDir(), Config: identityConfig("id", "nidentity")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Finalize()
+	stats := &statsRecorder{}
+	in, err := m.NewInstance(context.Background(), backend.InstanceInfo{Name: "id_0", Kind: inference.ModelInstanceGroup_KIND_CPU, Stats: stats})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Finalize()
+	var got *backend.Response
+	r := backend.NewRequest(context.Background(), func(_ *backend.Request, resp *backend.Response) { got = resp })
+	r.BatchSize = 1
+	r.Parameters = map[string]any{"reschedule": true}
+	r.Inputs = []backend.Input{{Name: "INPUT0", DataType: tensor.FP32, Shape: []int64{1, 1}, Data: []byte{1, 2, 3, 4}}}
+	r.RequestedOutputs = []string{"OUTPUT0"}
+	if err := in.Execute(context.Background(), []*backend.Request{r}); err != nil {
+		t.Fatal(err)
+	}
+	const want = "Invalid argument: Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag."
+	if got == nil || got.Err != nil || got.Parameters["reschedule_error"] != want {
+		t.Fatalf("response %+v: want the parameter reschedule_error %q", got, want)
+	}
+	if len(got.Outputs) != 1 || !bytes.Equal(got.Outputs[0].Data, []byte{1, 2, 3, 4}) {
+		t.Fatalf("outputs %+v", got.Outputs)
+	}
+	if len(stats.requests) != 1 || !stats.requests[0] {
+		t.Fatalf("statistics %v", stats.requests)
+	}
+}

@@ -91,8 +91,14 @@ func TRITONBACKEND_RequestRelease(r *C.TRITONBACKEND_Request, flags C.uint32_t) 
 	if e != nil {
 		return e
 	}
-	if flags&C.TRITONSERVER_REQUEST_RELEASE_ALL == 0 {
-		return newError(tritonerr.Unsupportedf("only TRITONSERVER_REQUEST_RELEASE_ALL is supported when releasing a request"))
+	if flags&C.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE != 0 {
+		// Triton executes a rescheduled request again only under its
+		// iterative sequence scheduler (sequence_batching with
+		// iterative_sequence), which the executor does not have: every
+		// model answers as a Triton model under any other scheduler, and
+		// the request stays the backend's (to release with
+		// TRITONSERVER_REQUEST_RELEASE_ALL).
+		return newError(tritonerr.InvalidArgf("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag."))
 	}
 	cr.release()
 	return nil

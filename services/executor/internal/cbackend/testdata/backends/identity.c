@@ -4,7 +4,9 @@
  * metric, sets a response parameter, and crashes (a segmentation fault) on
  * a request carrying the parameter "crash" = true. A request carrying
  * "copy_on_thread" = true is copied by a thread the backend starts (not one
- * of the server's).
+ * of the server's); one carrying "reschedule" = true is first released with
+ * TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, and the server's answer is the
+ * response parameter "reschedule_error".
  */
 #include <pthread.h>
 #include <signal.h>
@@ -175,6 +177,20 @@ static TRITONSERVER_Error* respond(TRITONBACKEND_Request* request, TRITONBACKEND
   return TRITONBACKEND_ResponseSetStringParameter(response, "backend", "nereid-test-identity");
 }
 
+/* try_reschedule asks for the request to be executed again
+ * (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) and answers with what the
+ * server said, as the parameter "reschedule_error" ("" when it took the
+ * request back, which leaves this backend nothing more to do with it). */
+static TRITONSERVER_Error* try_reschedule(TRITONBACKEND_Request* request, TRITONBACKEND_Response* response) {
+  TRITONSERVER_Error* err = TRITONBACKEND_RequestRelease(request, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE);
+  char msg[1024] = "";
+  if (err != NULL) {
+    snprintf(msg, sizeof msg, "%s: %s", TRITONSERVER_ErrorCodeString(err), TRITONSERVER_ErrorMessage(err));
+    TRITONSERVER_ErrorDelete(err);
+  }
+  return TRITONBACKEND_ResponseSetStringParameter(response, "reschedule_error", msg);
+}
+
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests, const uint32_t count) {
   TRITONBACKEND_Model* model;
   RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceModel(instance, &model));
@@ -195,6 +211,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     if (err == NULL) {
       uint64_t start = now_ns();
       TRITONSERVER_Error* rerr = respond(request, response, &batch);
+      if (rerr == NULL && flag(request, "reschedule")) rerr = try_reschedule(request, response);
       uint64_t end = now_ns();
       TRITONBACKEND_ModelInstanceReportStatistics(instance, request, rerr == NULL, start, start, end, end);
       TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, rerr);
