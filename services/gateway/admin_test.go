@@ -1,10 +1,19 @@
 package gateway
 
 import (
+	"context"
+	"crypto/tls"
+	"net/http"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/nereid-io/nereid/api/adminv1"
+	"github.com/nereid-io/nereid/pkg/tlsreload"
+	"github.com/nereid-io/nereid/pkg/tlstest"
 )
 
 func TestPresenceTable(t *testing.T) {
@@ -47,5 +56,59 @@ func TestAdminGroupRestricts(t *testing.T) {
 	}
 	if err := grpcRestricted(rs, nil, "/inference.GRPCInferenceService/ModelInfer"); err != nil {
 		t.Fatalf("inference restricted by the admin group: %v", err)
+	}
+}
+
+// The admin API is served over the gateway's TLS settings: gRPC with the
+// gRPC endpoint's (mutual here), REST with the HTTP endpoint's.
+func TestAdminTLS(t *testing.T) {
+	set := tlstest.MustSet(t)
+	files := &tlsreload.Files{Cert: set.ServerCert, Key: set.ServerKey, CA: set.CAFile, Mutual: true}
+	g := startGateway(t, startNATS(t), func(c *Config) {
+		c.HTTPTLS, c.GRPCTLS = files, files
+		c.AdminAddr, c.AdminHTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	})
+	list := func(c *tls.Config) error {
+		creds := insecure.NewCredentials()
+		if c != nil {
+			creds = credentials.NewTLS(c)
+		}
+		cc, err := grpc.NewClient(g.AdminAddr(), grpc.WithTransportCredentials(creds))
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r, err := adminv1.NewAdminClient(cc).ListGateways(ctx, &adminv1.ListGatewaysRequest{})
+		if err == nil && (len(r.GetGateways()) != 1 || r.GetGateways()[0].GetAdminAddress() != g.AdminAddr()) {
+			t.Errorf("gateways %v", r.GetGateways())
+		}
+		return err
+	}
+	if err := list(clientTLS(t, set.CA.Pool(), set.Client)); err != nil {
+		t.Fatalf("gRPC with a client certificate: %v", err)
+	}
+	if err := list(clientTLS(t, set.CA.Pool(), nil)); err == nil {
+		t.Error("gRPC without a client certificate was served")
+	}
+	if err := list(nil); err == nil {
+		t.Error("plain-text gRPC was served")
+	}
+	get := func(c *tls.Config) (int, error) {
+		tr := &http.Transport{TLSClientConfig: c}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + g.AdminHTTPAddr() + "/v1/admin/gateways")
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := get(clientTLS(t, set.CA.Pool(), set.Client)); err != nil || code != http.StatusOK {
+		t.Fatalf("REST with a client certificate: %d %v", code, err)
+	}
+	if _, err := get(clientTLS(t, set.CA.Pool(), nil)); err == nil {
+		t.Error("REST without a client certificate was served")
 	}
 }
