@@ -74,6 +74,15 @@ func BenchmarkBatcher(b *testing.B) {
 				b.Fatalf("%s: no executions recorded", model)
 			}
 			meanBatch := float64(infers) / float64(execs)
+			// The executions' own time (batch_stats' compute_infer): the
+			// rest of each cycle is the gap between executions.
+			bn, bc := batchCompute(after)
+			an, ac := batchCompute(before)
+			meanExec := time.Duration(0)
+			if bc > ac {
+				meanExec = time.Duration((bn - an) / (bc - ac))
+			}
+			cycle := time.Duration(float64(time.Second) * float64(instances) / (res.PerSec / meanBatch))
 			meanQueue := time.Duration(queueNs / queued)
 			// The client's p50 is queue + execution + transport, so p50
 			// minus one execution bounds the queue time's p50 from above.
@@ -81,12 +90,22 @@ func BenchmarkBatcher(b *testing.B) {
 			b.ReportMetric(res.PerSec/ideal, "ratio-ideal")
 			b.ReportMetric(meanBatch, "batch-size")
 			b.ReportMetric(float64(meanQueue)/float64(batchExec), "queue-mean/exec")
-			setNote(key, fmt.Sprintf("%s: %.0f inferences/s = %.2fx ideal (%.0f/s); mean batch %.2f of %d; queue mean %s = %.2fx the execution time, p50 <= %s (client p50 %s minus one execution) = %.2fx; %d instance(s) at c=%d (closed loop: at saturation Little's law puts the wait at about c/ideal - exec = %s)",
-				model, res.PerSec, res.PerSec/ideal, ideal, meanBatch, batchMax, dur(meanQueue), float64(meanQueue)/float64(batchExec),
+			setNote(key, fmt.Sprintf("%s: %.0f inferences/s = %.2fx ideal (%.0f/s); mean batch %.2f of %d; an execution took %s, one every %s per instance; queue mean %s = %.2fx the execution time, p50 <= %s (client p50 %s minus one execution) = %.2fx; %d instance(s) at c=%d (closed loop: at saturation Little's law puts the wait at about c/ideal - exec = %s)",
+				model, res.PerSec, res.PerSec/ideal, ideal, meanBatch, batchMax, dur(meanExec), dur(cycle), dur(meanQueue), float64(meanQueue)/float64(batchExec),
 				dur(queueP50), dur(res.P50), float64(queueP50)/float64(batchExec), instances, batchConcurrent,
 				dur(time.Duration(float64(batchConcurrent)/ideal*float64(time.Second))-batchExec)))
 		})
 	}
+}
+
+// batchCompute sums batch_stats' compute_infer: the time executions took
+// and how many there were.
+func batchCompute(st *inference.ModelStatistics) (ns, count uint64) {
+	for _, b := range st.GetBatchStats() {
+		ns += b.GetComputeInfer().GetNs()
+		count += b.GetComputeInfer().GetCount()
+	}
+	return ns, count
 }
 
 func modelStats(b *testing.B, c inference.GRPCInferenceServiceClient, model string) *inference.ModelStatistics {
