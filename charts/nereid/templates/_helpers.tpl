@@ -111,6 +111,10 @@ Secrets, and NODE_NAME for gateway and executors (nereid.nodeEnv).
 {{- if eq $role "executor" }}
 {{- $items = append $items (dict "name" "NEREID_EXECUTOR_ID" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name"))) }}
 {{- end }}
+{{- $admin := $root.Values.gateway.admin }}
+{{- if and $admin.enabled $admin.restrictedSecret (has $role (list "gateway" "executor")) }}
+{{- $items = append $items (dict "name" "NEREID_ADMIN_RESTRICTED" "valueFrom" (dict "secretKeyRef" (dict "name" $admin.restrictedSecret "key" "restriction"))) }}
+{{- end }}
 {{- if and $root.Values.sharedMemory.hostIPC (has $role (list "gateway" "executor")) }}
 {{- $items = append $items (dict "name" "NODE_NAME" "valueFrom" (dict "fieldRef" (dict "fieldPath" "spec.nodeName"))) }}
 {{- end }}
