@@ -54,6 +54,7 @@ type options struct {
 	liveness       time.Duration
 	log            *slog.Logger
 	codec          Codec
+	local          *Local
 }
 
 // Option adjusts a Conn.
@@ -305,6 +306,7 @@ func (c *Conn) traceContext(m *nats.Msg) context.Context {
 // Subscription is a Handle or Subscribe registration.
 type Subscription struct {
 	sub      *nats.Subscription
+	unlocal  func() // ends the handler's registration in a Local (local.go)
 	closed   chan struct{}
 	inflight sync.WaitGroup
 }
@@ -312,16 +314,29 @@ type Subscription struct {
 func (s *Subscription) init(sub *nats.Subscription) {
 	s.sub = sub
 	s.closed = make(chan struct{})
-	onClosed(sub, func() { close(s.closed) })
+	onClosed(sub, func() {
+		s.stopLocal()
+		close(s.closed)
+	})
 }
 
 // Unsubscribe stops delivery at once; handlers already running finish on
 // their own.
-func (s *Subscription) Unsubscribe() error { return s.sub.Unsubscribe() }
+func (s *Subscription) Unsubscribe() error {
+	s.stopLocal()
+	return s.sub.Unsubscribe()
+}
+
+func (s *Subscription) stopLocal() {
+	if s.unlocal != nil {
+		s.unlocal()
+	}
+}
 
 // Drain stops taking new messages, lets those already received be handled,
 // and returns once every handler has returned (graceful shutdown).
 func (s *Subscription) Drain() error {
+	s.stopLocal() // requests from this process go elsewhere at once
 	if err := s.sub.Drain(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && !errors.Is(err, nats.ErrConnectionClosed) {
 		return err
 	}

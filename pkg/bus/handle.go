@@ -24,6 +24,16 @@ type HandlerFunc func(ctx context.Context, req []byte) (proto.Message, error)
 // goroutine; a request whose deadline has passed is refused without running
 // h, and a panic in h becomes an INTERNAL error reply.
 func (c *Conn) Handle(subject, queue string, h HandlerFunc) (*Subscription, error) {
+	return c.handle(subject, queue, func(ctx context.Context, b Body) (proto.Message, error) { return h(ctx, b.Data) }, true)
+}
+
+// HandleBody is Handle for a handler that takes the request message of a
+// requester in this process as it is (Local), without its encoding.
+func (c *Conn) HandleBody(subject, queue string, h BodyFunc) (*Subscription, error) {
+	return c.handle(subject, queue, h, false)
+}
+
+func (c *Conn) handle(subject, queue string, h BodyFunc, bytes bool) (*Subscription, error) {
 	if err := c.listenCancels(); err != nil {
 		return nil, tritonerr.Unavailablef("bus: cannot subscribe to %s: %v", CancelSubject, err)
 	}
@@ -32,13 +42,15 @@ func (c *Conn) Handle(subject, queue string, h HandlerFunc) (*Subscription, erro
 		s.inflight.Add(1)
 		c.workers.run(func() { c.serve(s, m, h) })
 	}
+	c.registerLocal(s, subject, queue, h, bytes)
 	if err := c.subscribe(s, subject, queue, cb); err != nil {
+		s.stopLocal()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (c *Conn) serve(s *Subscription, m *nats.Msg, h HandlerFunc) {
+func (c *Conn) serve(s *Subscription, m *nats.Msg, h BodyFunc) {
 	defer s.inflight.Done()
 	if d, has := deadline(m.Header); has && !time.Now().Before(d) {
 		c.respondError(m.Reply, tritonerr.Unavailablef("request to %s timed out before it was handled", target(m.Subject)))
@@ -71,11 +83,11 @@ func (c *Conn) serve(s *Subscription, m *nats.Msg, h HandlerFunc) {
 	if m.Header[HeaderStream] != nil && m.Reply != "" {
 		w, release := c.openStream(m, ackTo, in)
 		defer release()
-		resp, err := c.invoke(context.WithValue(ctx, streamKey{}, w), m.Subject, h, data)
+		resp, err := c.invokeBody(context.WithValue(ctx, streamKey{}, w), m.Subject, h, Body{Data: data})
 		c.endStream(ctx, w, resp, err)
 		return
 	}
-	resp, err := c.invoke(ctx, m.Subject, h, data)
+	resp, err := c.invokeBody(ctx, m.Subject, h, Body{Data: data})
 	if m.Reply == "" {
 		return
 	}
@@ -123,16 +135,16 @@ func (c *Conn) endStream(ctx context.Context, w *StreamWriter, resp proto.Messag
 	}
 }
 
-// invoke runs h, turning a panic into an INTERNAL error so that one bad
+// invokeBody runs h, turning a panic into an INTERNAL error so that one bad
 // request cannot take the process down.
-func (c *Conn) invoke(ctx context.Context, subject string, h HandlerFunc, data []byte) (resp proto.Message, err error) {
+func (c *Conn) invokeBody(ctx context.Context, subject string, h BodyFunc, body Body) (resp proto.Message, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.opts.log.Error("bus: handler panicked", "subject", subject, "panic", r, "stack", string(debug.Stack()))
 			resp, err = nil, tritonerr.Internalf("internal error: the handler for %s panicked: %v", target(subject), r)
 		}
 	}()
-	return h(ctx, data)
+	return h(ctx, body)
 }
 
 // respond sends body to reply, in flow-controlled chunks when it does not fit

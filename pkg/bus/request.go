@@ -19,6 +19,12 @@ import (
 // subject, when the deadline passes or the responder goes away; CANCELLED
 // when ctx is cancelled.
 func (c *Conn) Request(ctx context.Context, subject string, req, resp proto.Message) error {
+	if c.opts.local != nil && !c.closed() {
+		if e := c.opts.local.take(subject); e != nil {
+			_, err := c.requestLocal(ctx, e, subject, req, nil, resp)
+			return err
+		}
+	}
 	parts, err := c.opts.codec.Marshal(req)
 	if err != nil {
 		return tritonerr.Internalf("bus: cannot encode request to %s: %v", target(subject), err)
@@ -37,6 +43,11 @@ func (c *Conn) Request(ctx context.Context, subject string, req, resp proto.Mess
 
 // RequestBytes is Request for callers that encode and decode themselves.
 func (c *Conn) RequestBytes(ctx context.Context, subject string, body []byte) ([]byte, error) {
+	if c.opts.local != nil && !c.closed() {
+		if e := c.opts.local.take(subject); e != nil {
+			return c.requestLocal(ctx, e, subject, nil, body, nil)
+		}
+	}
 	return c.request(ctx, subject, newPayload(body))
 }
 

@@ -122,14 +122,14 @@ func (e *Executor) serve(mv *modelVersion) error {
 		return nil
 	}
 	bc := e.bus
-	s, err := bc.Handle(bus.InferSubject(mv.name, mv.vstr), bus.QueueExecutors, mv.handleInfer)
+	s, err := bc.HandleBody(bus.InferSubject(mv.name, mv.vstr), bus.QueueExecutors, mv.handleInfer)
 	if err != nil {
 		return fmt.Errorf("executor: serve %s version %s: %w", mv.name, mv.vstr, err)
 	}
 	mv.sub = s
 	// Requests whose tensors live on this node (shared memory, hand-off)
 	// are addressed to the node's executors only.
-	if mv.nodeSub, err = bc.Handle(bus.InferNodeSubject(mv.name, mv.vstr, e.cfg.Node), bus.QueueExecutors, mv.handleInfer); err != nil {
+	if mv.nodeSub, err = bc.HandleBody(bus.InferNodeSubject(mv.name, mv.vstr, e.cfg.Node), bus.QueueExecutors, mv.handleInfer); err != nil {
 		return fmt.Errorf("executor: serve %s version %s on node %s: %w", mv.name, mv.vstr, e.cfg.Node, err)
 	}
 	return e.shm.subscribeDevices(bc, mv) // CUDA shared memory on this executor's GPUs

@@ -87,6 +87,9 @@ const DrainTimeout = 10 * time.Second
 type Config struct {
 	// Conn is the NATS connection (required). The executor does not close it.
 	Conn *nats.Conn
+	// Local, when set, serves requests from services of this process
+	// in-process (bus.Local: the standalone server).
+	Local *bus.Local
 	// Trace is --trace-config: the startup trace settings, changed at run
 	// time by the trace extension through any gateway.
 	Trace tracesetting.Config
@@ -245,7 +248,7 @@ func (e *Executor) Ready() <-chan struct{} { return e.ready }
 // and finalizes instances, models and backends. It returns nil after a
 // clean shutdown, an error when it cannot start.
 func (e *Executor) Run(ctx context.Context) error {
-	bc, err := bus.New(e.cfg.Conn, bus.WithLogger(e.log), bus.WithCodec(infercodec.Codec{})) // replies' tensors sent without copies
+	bc, err := bus.New(e.cfg.Conn, bus.WithLogger(e.log), bus.WithCodec(infercodec.Codec{}), bus.WithLocal(e.cfg.Local)) // replies' tensors sent without copies
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}

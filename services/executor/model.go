@@ -186,25 +186,29 @@ func (mv *modelVersion) unload() {
 // handleInfer serves one inference request from the bus: validate, queue,
 // wait for the execution, answer. A request traced by its gateway gets a
 // span of its own here (pkg/tracing).
-func (mv *modelVersion) handleInfer(ctx context.Context, data []byte) (proto.Message, error) {
+func (mv *modelVersion) handleInfer(ctx context.Context, body bus.Body) (proto.Message, error) {
 	mv.inflight.Add(1)
 	defer mv.inflight.Add(-1)
 	ctx, span := mv.e.tracer.StartChild(ctx, mv.name, mv.name)
 	if span == nil {
-		return mv.serveInfer(ctx, data, nil)
+		return mv.serveInfer(ctx, body, nil)
 	}
 	span.SetAttributes(tracing.AttrModelVersion.String(strconv.FormatInt(mv.version, 10)), attribute.String("nereid.executor", mv.e.cfg.ID))
-	resp, err := mv.serveInfer(ctx, data, span)
+	resp, err := mv.serveInfer(ctx, body, span)
 	tracing.End(span, err)
 	return resp, err
 }
 
-func (mv *modelVersion) serveInfer(ctx context.Context, data []byte, span trace.Span) (proto.Message, error) {
+func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trace.Span) (proto.Message, error) {
 	received := time.Now()
-	req := &inference.ModelInferRequest{}
-	if err := infercodec.UnmarshalRequest(data, req); err != nil { // raw inputs alias data: no copy
-		mv.stats.failed(received, reasonOther)
-		return nil, tritonerr.InvalidArgf("malformed inference request for model '%s': %v", mv.name, err)
+	// A gateway in this process hands its request over as it is (bus.Local).
+	req, ok := body.Message.(*inference.ModelInferRequest)
+	if !ok {
+		req = &inference.ModelInferRequest{}
+		if err := infercodec.UnmarshalRequest(body.Data, req); err != nil { // raw inputs alias the body: no copy
+			mv.stats.failed(received, reasonOther)
+			return nil, tritonerr.InvalidArgf("malformed inference request for model '%s': %v", mv.name, err)
+		}
 	}
 	if mv.seq != nil {
 		mv.stats.failed(received, reasonOther)

@@ -177,7 +177,7 @@ func (s *shmState) subscribeDevices(bc *bus.Conn, mv *modelVersion) error {
 		return nil
 	}
 	for _, id := range s.order {
-		sub, err := bc.Handle(bus.InferDeviceSubject(mv.name, mv.vstr, s.e.cfg.Node, id), bus.QueueExecutors, mv.handleInfer)
+		sub, err := bc.HandleBody(bus.InferDeviceSubject(mv.name, mv.vstr, s.e.cfg.Node, id), bus.QueueExecutors, mv.handleInfer)
 		if err != nil {
 			return fmt.Errorf("executor: serve %s version %s on GPU %d: %w", mv.name, mv.vstr, id, err)
 		}

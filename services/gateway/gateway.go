@@ -47,6 +47,9 @@ type Config struct {
 	// Conn is the NATS connection to the constellation; required. The
 	// gateway does not close it.
 	Conn *nats.Conn
+	// Local, when set, sends requests to the services of this process
+	// that serve them in-process (bus.Local: the standalone server).
+	Local *bus.Local
 	// HTTPAddr, GRPCAddr and MetricsAddr are the listen addresses (Triton's
 	// ports are ":8000", ":8001", ":8002"); "" disables that endpoint.
 	HTTPAddr, GRPCAddr, MetricsAddr string
@@ -180,7 +183,7 @@ func New(cfg Config) (*Gateway, error) {
 		log = slog.Default()
 	}
 	log = log.With("service", "gateway")
-	bc, err := bus.New(cfg.Conn, bus.WithLogger(log), bus.WithCodec(infercodec.Codec{})) // tensors chunked without copies
+	bc, err := bus.New(cfg.Conn, bus.WithLogger(log), bus.WithCodec(infercodec.Codec{}), bus.WithLocal(cfg.Local)) // tensors chunked without copies
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

@@ -33,6 +33,9 @@ const DefaultSweepInterval = time.Second
 type Config struct {
 	// Conn is the NATS connection; the caller owns it.
 	Conn *nats.Conn
+	// Local, when set, serves requests from services of this process
+	// in-process (bus.Local: the standalone server).
+	Local *bus.Local
 	// RedisURL selects the Redis store (redis://host:port/db); empty means
 	// the in-memory store of the standalone mode.
 	RedisURL string
@@ -88,7 +91,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer s.store.Close()
 
-	bc, err := bus.New(s.cfg.Conn, bus.WithLogger(s.log))
+	bc, err := bus.New(s.cfg.Conn, bus.WithLogger(s.log), bus.WithLocal(s.cfg.Local))
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}

@@ -74,6 +74,13 @@ type Config struct {
 	// NATSMaxPayload is the embedded server's max message size; larger
 	// tensors travel in chunks.
 	NATSMaxPayload int32
+	// InProcessBus sends the gateway's requests to the executor and the
+	// shared-memory registry of this process without NATS and without
+	// encoding (bus.Local): the request and reply messages are handed over
+	// as they are. Streams, sequence requests and models this process does
+	// not serve still go over NATS. Default on; off measures the
+	// constellation's path in one process.
+	InProcessBus bool
 	// RedisURL moves the router's and registry's state, and the durable
 	// sequence states of models with state_durability "redis", to Redis.
 	RedisURL string
@@ -107,6 +114,7 @@ func DefaultConfig() Config {
 		ServerID:         "triton",
 		HTTPMaxInputSize: 64 << 20,
 		NATSMaxPayload:   8 << 20,
+		InProcessBus:     true,
 	}
 }
 
@@ -114,6 +122,7 @@ func DefaultConfig() Config {
 type Server struct {
 	cfg   Config
 	log   *slog.Logger
+	local *bus.Local // nil: every request goes over NATS
 	ns    *server.Server
 	gw    *gateway.Gateway
 	ready chan struct{}
@@ -130,7 +139,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.NATSMaxPayload <= 0 {
 		cfg.NATSMaxPayload = DefaultConfig().NATSMaxPayload
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, ready: make(chan struct{})}, nil
+	s := &Server{cfg: cfg, log: cfg.Logger, ready: make(chan struct{})}
+	if cfg.InProcessBus {
+		s.local = bus.NewLocal()
+	}
+	return s, nil
+}
+
+// InProcess counts the requests the in-process bus has carried (0 when
+// InProcessBus is off): what took the fast path instead of NATS.
+func (s *Server) InProcess() uint64 {
+	if s.local == nil {
+		return 0
+	}
+	return s.local.Delivered()
 }
 
 // Ready is closed when every service reports ready.
@@ -221,7 +243,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	ex, err := executor.New(executor.Config{
-		Conn: exConn, RepositoryPath: s.cfg.ModelRepository, MoreRepositories: s.cfg.MoreRepositories, Models: s.cfg.Models, ControlMode: s.cfg.ControlMode, PollInterval: s.cfg.PollInterval,
+		Conn: exConn, Local: s.local, RepositoryPath: s.cfg.ModelRepository, MoreRepositories: s.cfg.MoreRepositories, Models: s.cfg.Models, ControlMode: s.cfg.ControlMode, PollInterval: s.cfg.PollInterval,
 		DisableAutoComplete: s.cfg.DisableAutoComplete, ExitOnError: s.cfg.ExitOnError, Logger: s.log,
 		BackendDirectory: s.cfg.BackendDirectory, BackendConfig: s.cfg.BackendConfig, ServerLibrary: s.cfg.ServerLibrary,
 		RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Trace: s.cfg.Trace, Logging: s.cfg.Logging,
@@ -231,6 +253,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	gw, err := gateway.New(gateway.Config{
 		Conn:             gwConn,
+		Local:            s.local,
 		HTTPAddr:         addr(s.cfg.Host, s.cfg.HTTPPort, s.cfg.AllowHTTP),
 		GRPCAddr:         addr(s.cfg.Host, s.cfg.GRPCPort, s.cfg.AllowGRPC),
 		MetricsAddr:      addr(s.cfg.Host, s.cfg.MetricsPort, s.cfg.AllowMetrics),
@@ -254,7 +277,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	s.gw = gw
-	shm, err := shmregistry.New(shmregistry.Config{Conn: shmConn, RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Logger: s.log, Logging: s.cfg.Logging})
+	shm, err := shmregistry.New(shmregistry.Config{Conn: shmConn, Local: s.local, RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Logger: s.log, Logging: s.cfg.Logging})
 	if err != nil {
 		return err
 	}

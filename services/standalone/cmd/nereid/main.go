@@ -47,6 +47,7 @@ func main() {
 	fs.Int64Var(&cfg.HTTPMaxInputSize, "http-max-input-size", cfg.HTTPMaxInputSize, "largest HTTP request body in bytes")
 	tritonflag.BoolVar(fs, &cfg.AllowClientShm, "allow-client-shm", false, "let clients register system and CUDA shared-memory regions")
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "also open the embedded NATS server on this address (host:port) so separate services can join; beyond loopback it needs the role passwords (NEREID_NATS_<ROLE>_PASSWORD)")
+	tritonflag.BoolVar(fs, &cfg.InProcessBus, "in-process-bus", cfg.InProcessBus, "send requests to the executor of this process without NATS or encoding (false: over the embedded NATS server, as between separate services)")
 	fs.StringVar(&cfg.RedisURL, "redis-url", "", "Redis URL for router and registry state and durable sequence state (default: in memory)")
 	cfg.Limits.RegisterFlags(fs)
 	fs.StringVar(&cfg.BackendDirectory, "backend-directory", "/opt/tritonserver/backends", "where Triton backend libraries are looked for (<dir>/<backend>/libtriton_<backend>.so)")
