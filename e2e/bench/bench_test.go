@@ -173,6 +173,17 @@ var comparisons = []comparison{
 	{"nereid-grpc-stream/c16", "chain-grpc-stream/c16", throughput, 0.85, 0},
 	{"nereid-http-binary/c16", "chain-http-binary/c16", throughput, 0.85, 0},
 	{"nereid-http-json/c16", "chain-http-json/c16", throughput, 0.85, 0},
+	// The standalone server's in-process path against the bare transports
+	// (goals: p50 <= 1.6x, req/s >= 0.6x), each echo measured in
+	// alternation with its path.
+	{"nereid-fast-grpc-unary/c1", "echo-for-fast-grpc-unary/c1", latency, 1.60, 0},
+	{"nereid-fast-http-binary/c1", "echo-for-fast-http-binary/c1", latency, 1.60, 0},
+	{"nereid-fast-grpc-unary/c16", "echo-for-fast-grpc-unary/c16", throughput, 0.60, 0},
+	{"nereid-fast-http-binary/c16", "echo-for-fast-http-binary/c16", throughput, 0.60, 0},
+	{"nereid-fast-grpc-stream/c1", "echo-for-fast-grpc-stream/c1", latency, 0, 0},
+	{"nereid-fast-grpc-stream/c16", "echo-for-fast-grpc-stream/c16", throughput, 0, 0},
+	{"nereid-fast-http-json/c1", "echo-for-fast-http-json/c1", latency, 0, 0},
+	{"nereid-fast-http-json/c16", "echo-for-fast-http-json/c16", throughput, 0, 0},
 	// Large tensors.
 	{"nereid-http-binary-1MiB", "nereid-http-json-1MiB", duration, 0, 0},
 	{"nats-inproc-16MiB", "http-echo-16MiB", duration, 0, 0},

@@ -17,6 +17,7 @@ import (
 // registry, router) running in this process on loopback ports.
 type Nereid struct {
 	HTTPAddr, GRPCAddr string
+	srv                *standalone.Server
 
 	cancel context.CancelFunc
 	done   chan error
@@ -34,8 +35,11 @@ func RepoDir() (string, error) {
 }
 
 // StartNereid starts the standalone server on free loopback ports with only
-// the benchmark model loaded, and waits until the model is ready.
-func StartNereid() (*Nereid, error) {
+// the benchmark model loaded, and waits until the model is ready. inProcess
+// is its --in-process-bus: the gateway's requests reach the executor
+// without NATS (the fast path), or over the embedded NATS server as
+// between the constellation's services.
+func StartNereid(inProcess bool) (*Nereid, error) {
 	repo, err := RepoDir()
 	if err != nil {
 		return nil, err
@@ -47,12 +51,13 @@ func StartNereid() (*Nereid, error) {
 	cfg.HTTPPort, cfg.GRPCPort = 0, 0
 	cfg.AllowMetrics = false
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.InProcessBus = inProcess
 	srv, err := standalone.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &Nereid{cancel: cancel, done: make(chan error, 1)}
+	n := &Nereid{srv: srv, cancel: cancel, done: make(chan error, 1)}
 	go func() { n.done <- srv.Run(ctx) }()
 	select {
 	case <-srv.Ready():
@@ -99,6 +104,14 @@ func statusOr(resp *http.Response, err error) any {
 		return err
 	}
 	return resp.Status
+}
+
+// InProcess counts the requests the server's in-process bus carried.
+func (n *Nereid) InProcess() uint64 {
+	if n.srv == nil {
+		return 0
+	}
+	return n.srv.InProcess()
 }
 
 // Close stops the server and waits for it.

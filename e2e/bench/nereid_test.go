@@ -10,32 +10,44 @@ import (
 
 var nereidOnce struct {
 	sync.Mutex
-	n   *Nereid
-	err error
+	n   map[bool]*Nereid
+	err map[bool]error
 }
 
-// nereid starts the standalone server once per run; a server that cannot
-// start fails every Nereid benchmark.
-func nereid(b *testing.B) *Nereid {
+// nereid starts the standalone server with its in-process bus off once
+// per run: the constellation's path (gateway -> NATS -> executor) in one
+// process. A server that cannot start fails every benchmark using it.
+func nereid(b *testing.B) *Nereid { return startOnce(b, false) }
+
+// fastNereid starts the standalone server as `make run` does, its
+// in-process bus on, once per run.
+func fastNereid(b *testing.B) *Nereid { return startOnce(b, true) }
+
+func startOnce(b *testing.B, inProcess bool) *Nereid {
 	nereidOnce.Lock()
 	defer nereidOnce.Unlock()
-	if nereidOnce.n == nil && nereidOnce.err == nil {
-		nereidOnce.n, nereidOnce.err = StartNereid()
-		if nereidOnce.n != nil {
+	if nereidOnce.n == nil {
+		nereidOnce.n, nereidOnce.err = map[bool]*Nereid{}, map[bool]error{}
+	}
+	if nereidOnce.n[inProcess] == nil && nereidOnce.err[inProcess] == nil {
+		n, err := StartNereid(inProcess)
+		nereidOnce.n[inProcess], nereidOnce.err[inProcess] = n, err
+		if n != nil {
 			fx.mu.Lock()
-			fx.onClose = append(fx.onClose, nereidOnce.n.Close)
+			fx.onClose = append(fx.onClose, n.Close)
 			fx.mu.Unlock()
 		}
 	}
-	if nereidOnce.err != nil {
-		b.Fatalf("starting the standalone server: %v", nereidOnce.err)
+	if err := nereidOnce.err[inProcess]; err != nil {
+		b.Fatalf("starting the standalone server (in-process bus %v): %v", inProcess, err)
 	}
-	return nereidOnce.n
+	return nereidOnce.n[inProcess]
 }
 
-// BenchmarkInfer measures the standalone server's infer paths for a
-// 64-byte tensor — client -> gateway -> NATS (in-process) -> executor ->
-// identity backend and back — each right after its chain, the same client
+// BenchmarkInfer measures the constellation's infer paths (the standalone
+// server with its in-process bus off) for a 64-byte tensor — client ->
+// gateway -> NATS (in-process) -> executor -> identity backend and back —
+// each in alternation with its chain, the same client
 // and request against the architecture's floor, so that the two sides of
 // each ratio are seconds apart rather than minutes.
 //
@@ -130,6 +142,60 @@ func BenchmarkLarge(b *testing.B) {
 			b.Run(name+"/nats-echo", func(b *testing.B) {
 				b.SetBytes(int64(size))
 				measure(b, "nats-inproc-"+name, 1, warmLarge, NATSRequest(fx.baselines(b).NATSInproc, SubjectEchoInproc, data))
+			})
+		}
+	}
+}
+
+// BenchmarkInferInProcess measures the standalone server as `make run`
+// starts it, its in-process bus on (client -> gateway -> executor ->
+// identity backend and back, no NATS, no encoding between gateway and
+// executor), for a 64-byte tensor, each path in alternation with the bare
+// echo of its transport: what the server adds to the transport alone. It
+// fails when a request took NATS instead.
+func BenchmarkInferInProcess(b *testing.B) {
+	payload := FP32Payload(small)
+	binBody, binHeader := HTTPBinaryRequest(payload)
+	jsonBody, jsonHeader := HTTPJSONRequest(payload)
+	req := InferRequest(payload)
+	paths := []struct {
+		key        string
+		echo, fast func(b *testing.B) Worker
+	}{
+		{"grpc-unary",
+			func(b *testing.B) Worker { return GRPCEchoUnary(fx.conn(b, fx.baselines(b).GRPCEchoAddr), payload) },
+			func(b *testing.B) Worker {
+				return InferUnary(inference.NewGRPCInferenceServiceClient(fx.conn(b, fastNereid(b).GRPCAddr)), req)
+			}},
+		{"grpc-stream",
+			func(b *testing.B) Worker { return GRPCEchoStream(fx.conn(b, fx.baselines(b).GRPCEchoAddr), payload) },
+			func(b *testing.B) Worker {
+				return InferStream(inference.NewGRPCInferenceServiceClient(fx.conn(b, fastNereid(b).GRPCAddr)), req)
+			}},
+		{"http-binary",
+			func(b *testing.B) Worker {
+				return HTTPPost(fx.httpClient(), "http://"+fx.baselines(b).HTTPEchoAddr+"/", nil, payload, EchoCheck(payload))
+			},
+			func(b *testing.B) Worker {
+				return HTTPPost(fx.httpClient(), "http://"+fastNereid(b).HTTPAddr+InferPath, binHeader, binBody, BinaryInferCheck(payload))
+			}},
+		{"http-json",
+			func(b *testing.B) Worker {
+				return HTTPPost(fx.httpClient(), "http://"+fx.baselines(b).HTTPEchoAddr+"/", nil, payload, EchoCheck(payload))
+			},
+			func(b *testing.B) Worker {
+				return HTTPPost(fx.httpClient(), "http://"+fastNereid(b).HTTPAddr+InferPath, jsonHeader, jsonBody, JSONInferCheck(payload))
+			}},
+	}
+	for _, p := range paths {
+		for _, c := range concurrencies {
+			b.Run(fmt.Sprintf("%s/c=%d", p.key, c), func(b *testing.B) {
+				n := fastNereid(b)
+				before := n.InProcess()
+				measurePair(b, fmt.Sprintf("echo-for-fast-%s/c%d", p.key, c), fmt.Sprintf("nereid-fast-%s/c%d", p.key, c), c, warmSmall, p.echo(b), p.fast(b))
+				if got := n.InProcess() - before; got < uint64(b.N) {
+					b.Fatalf("%d of %d requests took the in-process bus", got, b.N)
+				}
 			})
 		}
 	}

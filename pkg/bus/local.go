@@ -201,6 +201,11 @@ func (c *Conn) requestLocal(ctx context.Context, e *localHandler, subject string
 		// have over NATS.
 		return nil, transferError(cerr, subject)
 	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		// The same, its ctx's timer not yet fired: the handler's own
+		// (same deadline) may have woken it first.
+		return nil, transferError(context.DeadlineExceeded, subject)
+	}
 	if err != nil {
 		var te *tritonerr.Error
 		if !errors.As(err, &te) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
