@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -32,7 +34,7 @@ import (
 // The semantics are the wire's: the handler runs under the requester's
 // deadline and trace context (carried by the global propagator, as in
 // headers), never under its other ctx values; the requester's
-// cancellation cancels the handler's ctx with the same cause; a panic is
+// cancellation cancels the handler's ctx; a panic is
 // an INTERNAL error; errors come back as *tritonerr.Error with their kind
 // and message alone; a requester whose ctx ends gets the same error as
 // over NATS. The handler runs on the requester's goroutine (Nereid's
@@ -134,6 +136,23 @@ func (l *Local) take(subject string) *localHandler {
 	return nil
 }
 
+// InProcess reports whether a Request to subject would be served in this
+// process (see Local): a handler of the Conn's Local serves it.
+func (c *Conn) InProcess(subject string) bool {
+	l := c.opts.local
+	if l == nil {
+		return false
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for _, e := range l.handlers[subject] {
+		if !e.closed && !e.c.closed() {
+			return true
+		}
+	}
+	return false
+}
+
 // localSubject reports whether subject is one a Local can serve: a
 // queue-group handler on a literal subject.
 func localSubject(subject, queue string) bool {
@@ -190,11 +209,10 @@ func (c *Conn) requestLocal(ctx context.Context, e *localHandler, subject string
 	if err := ctx.Err(); err != nil {
 		return nil, transferError(err, subject)
 	}
-	hctx, cancel, err := localContext(ctx, subject)
+	hctx, err := localContext(ctx, subject)
 	if err != nil {
 		return nil, err
 	}
-	defer cancel(nil)
 	out, err := e.c.invokeBody(hctx, subject, e.h, body)
 	if cerr := ctx.Err(); cerr != nil {
 		// The requester stopped waiting before the answer, as it would
@@ -238,37 +256,39 @@ func (c *Conn) requestLocal(ctx context.Context, e *localHandler, subject string
 }
 
 // localContext is the ctx a handler in this process runs in: what a
-// handler of a NATS message would get (the trace context the global
-// propagator carries, the deadline), cancelled with errRequesterCancelled
-// when the requester's ctx is cancelled.
-func localContext(ctx context.Context, subject string) (context.Context, context.CancelCauseFunc, error) {
-	hctx := context.Background()
-	carrier := make(nats.Header, 2)
-	otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(carrier))
-	if len(carrier) > 0 {
-		hctx = otel.GetTextMapPropagator().Extract(hctx, HeaderCarrier(carrier))
+// handler of a NATS message would get, the trace context the global
+// propagator carries and nothing else of ctx's values, ending when ctx
+// ends (its deadline, or the requester's cancellation).
+func localContext(ctx context.Context, subject string) (context.Context, error) {
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return nil, transferError(context.DeadlineExceeded, subject)
 	}
-	var stopDeadline context.CancelFunc
-	if d, ok := ctx.Deadline(); ok {
-		if !time.Now().Before(d) {
-			return nil, nil, transferError(context.DeadlineExceeded, subject)
+	base := context.Background()
+	// Nothing to carry without a span or baggage (the propagators of
+	// OpenTelemetry write nothing then): spare the headers' allocations.
+	if trace.SpanContextFromContext(ctx).IsValid() || baggage.FromContext(ctx).Len() > 0 {
+		carrier := make(nats.Header, 2)
+		otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(carrier))
+		if len(carrier) > 0 {
+			base = otel.GetTextMapPropagator().Extract(base, HeaderCarrier(carrier))
 		}
-		hctx, stopDeadline = context.WithDeadline(hctx, d)
 	}
-	hctx, cancel := context.WithCancelCause(hctx)
-	stop := context.AfterFunc(ctx, func() {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			cancel(errRequesterCancelled)
-		}
-	})
-	return hctx, func(error) {
-		stop()
-		cancel(nil)
-		if stopDeadline != nil {
-			stopDeadline()
-		}
-	}, nil
+	return &handlerContext{Context: base, req: ctx}, nil
 }
+
+// handlerContext takes its values from the handler's own base and its
+// deadline and end from the requester's ctx. AfterFunc lets contexts
+// derived from it follow it without a goroutine each (context's
+// afterFuncer).
+type handlerContext struct {
+	context.Context
+	req context.Context
+}
+
+func (h *handlerContext) Deadline() (time.Time, bool)           { return h.req.Deadline() }
+func (h *handlerContext) Done() <-chan struct{}                 { return h.req.Done() }
+func (h *handlerContext) Err() error                            { return h.req.Err() }
+func (h *handlerContext) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(h.req, f) }
 
 // wireError is err as a requester over NATS receives it: its Triton kind
 // and message (bounded as in a header), nothing else of it.

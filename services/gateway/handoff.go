@@ -103,6 +103,16 @@ type handoffState struct {
 func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferRequest) (string, *handoffState, error) {
 	hs := &handoffState{body: handoff.TakeRegion(req)}
 	route := g.handoffRoute(vv)
+	subject := bus.InferSubject(req.GetModelName(), req.GetModelVersion())
+	if !usesSharedMemory(req) && g.bus.InProcess(subject) {
+		// An executor of this process takes the request message itself
+		// (bus.Local): its tensors need no hand-off, unless they lie in a
+		// region whose reference must pass to the executor with them.
+		if hs.body == nil {
+			return subject, hs, nil
+		}
+		route = handoff.RouteProcess
+	}
 	if usesSharedMemory(req) {
 		// The request goes to its regions' node (shmRoute), which need not
 		// be this one: its other tensors ride the bus.
@@ -127,7 +137,7 @@ func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferReque
 	if out != nil {
 		return bus.InferNodeSubject(req.GetModelName(), req.GetModelVersion(), g.cfg.Node), hs, nil
 	}
-	return bus.InferSubject(req.GetModelName(), req.GetModelVersion()), hs, nil
+	return subject, hs, nil
 }
 
 // request sends req on subject; when the hand-off cannot happen (this
