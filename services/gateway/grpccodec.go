@@ -50,7 +50,7 @@ func (g *Gateway) grpcCodec() *codec {
 		if err != nil {
 			return handoff.RouteBus
 		}
-		return g.handoffRoute(vv)
+		return g.handoffRoute(model, vv)
 	}
 	return c
 }

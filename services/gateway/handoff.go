@@ -30,16 +30,21 @@ func (g *Gateway) handoffThreshold() int {
 	return handoff.DefaultThreshold
 }
 
-// handoffRoute says how a request for vv reaches its executor: through
-// this process when every executor of vv on this node runs in it, through
+// handoffRoute says how a request for version vv of model reaches its
+// executor: through this process when the bus serves it in this process
+// (bus.Local) or every executor of vv on this node runs in it, through
 // the node's shared memory when some executor of vv is on this node, else
 // over the bus. Large tensors then prefer the node's executors.
-func (g *Gateway) handoffRoute(vv *versionView) handoff.Route {
+func (g *Gateway) handoffRoute(model string, vv *versionView) handoff.Route {
 	if g.cfg.HandoffThreshold < 0 {
 		return handoff.RouteBus
 	}
 	if routeForTest != nil {
 		return *routeForTest
+	}
+	if g.bus.InProcess(bus.InferSubject(model, vv.versionString())) {
+		// Tensors stay on the heap: the executor takes them as they are.
+		return handoff.RouteProcess
 	}
 	same, local := 0, 0
 	for id, node := range vv.execNodes {
@@ -102,16 +107,16 @@ type handoffState struct {
 // this node, and says which subject to send it to.
 func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferRequest) (string, *handoffState, error) {
 	hs := &handoffState{body: handoff.TakeRegion(req)}
-	route := g.handoffRoute(vv)
+	route := g.handoffRoute(req.GetModelName(), vv)
 	subject := bus.InferSubject(req.GetModelName(), req.GetModelVersion())
 	if !usesSharedMemory(req) && g.bus.InProcess(subject) {
 		// An executor of this process takes the request message itself
 		// (bus.Local): its tensors need no hand-off, unless they lie in a
-		// region whose reference must pass to the executor with them.
+		// region whose reference must pass to the executor with them
+		// (route is RouteProcess then).
 		if hs.body == nil {
 			return subject, hs, nil
 		}
-		route = handoff.RouteProcess
 	}
 	if usesSharedMemory(req) {
 		// The request goes to its regions' node (shmRoute), which need not
@@ -174,14 +179,14 @@ func (hs *handoffState) finish(resp *inference.ModelInferResponse, err error) er
 // another process on this node (no copy until the executor reads them),
 // else the heap. Other bodies go through readBody. The Region, when not
 // nil, holds the body; the caller releases it.
-func (g *Gateway) readInferBody(r *http.Request, enc string, limit int64, vv *versionView) ([]byte, *handoff.Region, error) {
+func (g *Gateway) readInferBody(r *http.Request, enc string, limit int64, model string, vv *versionView) ([]byte, *handoff.Region, error) {
 	n := r.ContentLength
 	if enc != encIdentity || n < 0 || n > limit {
 		b, err := readBody(r.Body, enc, limit, n)
 		return b, nil, err
 	}
 	var region *handoff.Region
-	if n >= int64(g.handoffThreshold()) && g.handoffRoute(vv) == handoff.RouteNode {
+	if n >= int64(g.handoffThreshold()) && g.handoffRoute(model, vv) == handoff.RouteNode {
 		// Pages are allocated as the body arrives: a length announced and
 		// never sent costs nothing, and read(2) reports a full /dev/shm as
 		// an error rather than a fault.

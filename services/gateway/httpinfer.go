@@ -40,7 +40,7 @@ func (g *Gateway) handleInfer(w http.ResponseWriter, r *http.Request) {
 	if enc != encIdentity {
 		limit = g.cfg.HTTPMaxInputSize
 	}
-	body, region, err := g.readInferBody(r, enc, limit, vv)
+	body, region, err := g.readInferBody(r, enc, limit, name, vv)
 	if err != nil {
 		writeError(w, err)
 		return
