@@ -121,6 +121,10 @@ func (c *Conn) endStream(ctx context.Context, w *StreamWriter, resp proto.Messag
 	switch {
 	case err != nil && w.refuse():
 		// Nothing streamed yet: a refusal, the error reply of any request.
+		if w.local != nil {
+			w.local.refuse(wireError(err))
+			return
+		}
 		c.respondError(w.reply, err)
 		return
 	case err != nil:

@@ -466,3 +466,179 @@ func TestLocalConcurrent(t *testing.T) {
 		t.Fatalf("Delivered = %d, want %d", l.Delivered(), 16*50)
 	}
 }
+
+// TestLocalStream: a streamed reply brings the same items on both paths;
+// in-process, no NATS message is sent and at most the window waits
+// unread.
+func TestLocalStream(t *testing.T) {
+	tests := []struct {
+		name   string
+		n      int
+		failAt int
+		last   proto.Message
+		window int
+	}{
+		{"many, end alone", 300, -1, nil, 4},
+		{"many, last is a message", 50, -1, wrapperspb.String("last"), 1},
+		{"none", 0, -1, nil, 0},
+		{"error mid-stream", 5, 2, nil, 2},
+	}
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			client, srv, l := pair(t, tr.local)
+			for i, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					subject := fmt.Sprintf("test.stream.%d", i)
+					mustHandle(t, srv, subject, "q", streamHandler(tt.n, tt.failAt, tt.last))
+					if err := srv.NATS().Flush(); err != nil {
+						t.Fatal(err)
+					}
+					before, delivered := client.NATS().Stats().OutMsgs, uint64(0)
+					if l != nil {
+						delivered = l.Delivered()
+					}
+					st, err := client.Stream(context.Background(), subject, bytesValue([]byte("go")), tt.window)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var items []StreamItem
+					for {
+						it, err := st.Recv()
+						if err != nil {
+							t.Fatalf("after %d items: %v", len(items), err)
+						}
+						items = append(items, it)
+						if st.local != nil {
+							st.local.mu.Lock()
+							queued := len(st.local.q)
+							st.local.mu.Unlock()
+							if w := max(tt.window, 1); tt.window > 0 && queued > w {
+								t.Fatalf("%d items queued with a window of %d", queued, w)
+							}
+						}
+						if it.Final {
+							break
+						}
+					}
+					if len(items) != tt.n+1 {
+						t.Fatalf("%d items, want %d", len(items), tt.n+1)
+					}
+					for i, it := range items[:tt.n] {
+						if i == tt.failAt {
+							wantErr(t, it.Err, tritonerr.InvalidArg, fmt.Sprintf("element %d is bad", i))
+							continue
+						}
+						var v wrapperspb.StringValue
+						if err := proto.Unmarshal(it.Data, &v); err != nil || v.Value != fmt.Sprint(i) || it.Err != nil {
+							t.Fatalf("item %d: %q %v %v", i, v.Value, err, it.Err)
+						}
+					}
+					end := items[tt.n]
+					var v wrapperspb.StringValue
+					if tt.last == nil && (len(end.Data) != 0 || end.Err != nil) ||
+						tt.last != nil && (proto.Unmarshal(end.Data, &v) != nil || v.Value != "last") {
+						t.Errorf("last item %q %v", end.Data, end.Err)
+					}
+					if _, err := st.Recv(); err == nil {
+						t.Error("Recv after the end succeeded")
+					}
+					if tr.local {
+						if sent := client.NATS().Stats().OutMsgs - before; sent != 0 {
+							t.Errorf("the requester published %d NATS messages", sent)
+						}
+						if l.Delivered() != delivered+1 {
+							t.Errorf("Delivered went from %d to %d", delivered, l.Delivered())
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestLocalStreamEnds: a refusal before streaming is Recv's error; a
+// requester's Close, cancellation or deadline before the end cancels the
+// handler, whose sends then fail; the requester's error is the wire's.
+func TestLocalStreamEnds(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			client, srv, _ := pair(t, tr.local)
+			mustHandle(t, srv, "test.refuse", "q", func(ctx context.Context, req []byte) (proto.Message, error) {
+				return nil, tritonerr.Unsupportedf("no streams here")
+			})
+			sendErr := make(chan error, 1)
+			mustHandle(t, srv, "test.endless", "q", func(ctx context.Context, req []byte) (proto.Message, error) {
+				w := StreamOf(ctx)
+				for {
+					if err := w.Send(ctx, wrapperspb.String("x"), false); err != nil {
+						<-ctx.Done() // the handler's ctx ends with the stream
+						sendErr <- err
+						return nil, err
+					}
+				}
+			})
+			if err := srv.NATS().Flush(); err != nil {
+				t.Fatal(err)
+			}
+			st, err := client.Stream(context.Background(), "test.refuse", bytesValue(nil), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = st.Recv()
+			wantErr(t, err, tritonerr.Unsupported, "no streams here")
+
+			open := func(ctx context.Context) *Stream {
+				st, err := client.Stream(ctx, "test.endless", bytesValue(nil), 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := st.Recv(); err != nil {
+					t.Fatal(err)
+				}
+				return st
+			}
+			waitSendErr := func() {
+				t.Helper()
+				select {
+				case err := <-sendErr:
+					if err == nil {
+						t.Fatal("send after the requester left succeeded")
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("the handler kept sending")
+				}
+			}
+
+			open(context.Background()).Close()
+			waitSendErr()
+
+			ctx, cancel := context.WithCancel(context.Background())
+			st = open(ctx)
+			cancel()
+			for {
+				if _, err = st.Recv(); err != nil {
+					break
+				}
+			}
+			wantErr(t, err, tritonerr.Cancelled, "request to subject 'test.endless' was cancelled")
+			waitSendErr()
+
+			ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			st = open(ctx)
+			<-ctx.Done()
+			for {
+				if _, err = st.Recv(); err != nil {
+					break
+				}
+			}
+			// Over NATS the handler's own deadline may end the stream first
+			// ("the responder gave it up"): UNAVAILABLE either way.
+			wantErr(t, err, tritonerr.Unavailable, "")
+			if tr.local {
+				wantErr(t, err, tritonerr.Unavailable, "request to subject 'test.endless' timed out")
+			}
+			waitSendErr()
+		})
+	}
+}

@@ -100,6 +100,10 @@ type Stream struct {
 
 	stop   chan struct{} // closed by Close; never reassigned, as ping reads it unlocked
 	pinger sync.WaitGroup
+
+	// An in-process stream (localstream.go) has only these.
+	local       *localStream
+	cancelLocal context.CancelFunc
 }
 
 // Stream sends req on subject asking for a streamed reply and returns the
@@ -122,6 +126,11 @@ func (c *Conn) StreamQueued(ctx context.Context, subject string, req proto.Messa
 func (c *Conn) stream(ctx context.Context, subject string, req proto.Message, window int, queued bool) (*Stream, error) {
 	if window <= 0 {
 		window = DefaultStreamWindow
+	}
+	if c.opts.local != nil && !c.closed() {
+		if e := c.opts.local.take(subject); e != nil {
+			return c.streamLocal(ctx, e, subject, req, window)
+		}
 	}
 	parts, err := c.opts.codec.Marshal(req)
 	if err != nil {
@@ -161,6 +170,9 @@ func (c *Conn) stream(ctx context.Context, subject string, req proto.Message, wi
 // responder went away or the deadline passed, CANCELLED when ctx was; an
 // error the responder sent as an item is the item's Err, not Recv's error.
 func (s *Stream) Recv() (StreamItem, error) {
+	if s.local != nil {
+		return s.recvLocal()
+	}
 	for {
 		s.mu.Lock()
 		ended, peer := s.ended, s.peer
@@ -350,6 +362,10 @@ func (s *Stream) fail(err error) error {
 // Close releases the stream. Before its end, it cancels the responder's
 // handler: nobody reads what it would send.
 func (s *Stream) Close() {
+	if s.local != nil {
+		s.closeLocal()
+		return
+	}
 	s.mu.Lock()
 	ended, closed := s.ended, s.closed
 	s.ended, s.closed = true, true
@@ -378,7 +394,8 @@ type StreamWriter struct {
 	// batch: streamAskLow when the requester answers HeaderAsk, else the
 	// window.
 	low     int
-	release func() // unregisters an inbox the writer opened (ReplyStream)
+	release func()       // unregisters an inbox the writer opened (ReplyStream)
+	local   *localStream // the requester is in this process (localstream.go)
 
 	mu           sync.Mutex
 	seq          int // messages sent
@@ -481,7 +498,8 @@ func (w *StreamWriter) Send(ctx context.Context, m proto.Message, final bool) er
 
 // SendEncoded is Send for a message the caller encoded itself (as the
 // Conn's codec would, so that the requester decodes it alike). The
-// writer keeps body until it is sent.
+// writer keeps body until it is sent; a requester in this process (Local)
+// reads body itself, so the caller must not reuse it.
 func (w *StreamWriter) SendEncoded(ctx context.Context, body []byte, final bool) error {
 	return w.send(ctx, body, nil, final)
 }
@@ -533,6 +551,9 @@ func (w *StreamWriter) send(ctx context.Context, body []byte, hdr nats.Header, f
 	}
 	if err := ctx.Err(); err != nil {
 		return transferError(err, w.subject)
+	}
+	if w.local != nil {
+		return w.sendLocal(ctx, body, hdr, final)
 	}
 	if !w.c.fits(len(body), hdr) {
 		w.err = tritonerr.Internalf("bus: a response of %d bytes from %s does not fit in one message of the bus (max payload %d bytes)", len(body), target(w.subject), w.c.nc.MaxPayload())

@@ -7,16 +7,18 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
 
 // startServing starts a standalone server over the deploy repository's
-// simple and simple_sequence models and waits until both are ready.
+// simple, simple_sequence and text_words (decoupled) models and waits
+// until they are ready.
 func startServing(t *testing.T, inProcess bool) (*Server, string) {
 	t.Helper()
 	cfg := testConfig(t)
-	cfg.Models = []string{"simple", "simple_sequence"}
+	cfg.Models = []string{"simple", "simple_sequence", "text_words"}
 	cfg.AllowMetrics = false
 	cfg.InProcessBus = inProcess
 	srv, err := New(cfg)
@@ -164,8 +166,16 @@ func TestInProcessBusServesAsNATSDoes(t *testing.T) {
 		{"sequence unknown", "simple_sequence", `{"parameters":{"sequence_id":8},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[1]}]}`},
 		{"sequence without id", "simple_sequence", `{"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[1]}]}`},
 	}
+	// A decoupled model's responses stream back (generate_stream: one
+	// event per response), or fail before the first.
+	streams := []string{
+		`{"text_input": "Nereid streams every word", "max_tokens": 3, "delay_ms": 0}`,
+		`{"text_input": "one", "delay_ms": 0}`,
+		`{"text_input": 7}`,
+	}
 	type run struct {
 		answers []exchange
+		events  []string
 		stats   map[string]counts
 		direct  uint64
 	}
@@ -174,6 +184,18 @@ func TestInProcessBusServesAsNATSDoes(t *testing.T) {
 		var r run
 		for _, s := range steps {
 			r.answers = append(r.answers, post(t, base+"/v2/models/"+s.model+"/infer", s.body))
+		}
+		for _, body := range streams {
+			resp, err := http.Post(base+"/v2/models/text_words/generate_stream", "application/json", bytes.NewBufferString(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.events = append(r.events, fmt.Sprintf("%d %s", resp.StatusCode, data))
 		}
 		r.direct = srv.InProcess()
 		r.stats = map[string]counts{"simple": stats(t, base, "simple"), "simple_sequence": stats(t, base, "simple_sequence")}
@@ -188,16 +210,25 @@ func TestInProcessBusServesAsNATSDoes(t *testing.T) {
 	if fast.answers[0].Status != http.StatusOK || fast.answers[2].Status != http.StatusBadRequest || fast.answers[7].Status != http.StatusOK {
 		t.Fatalf("unexpected answers: %+v", fast.answers)
 	}
+	for i := range streams {
+		if fast.events[i] != slow.events[i] {
+			t.Errorf("generate_stream %s: in-process bus sent %q, NATS %q", streams[i], fast.events[i], slow.events[i])
+		}
+	}
+	if want := "200 data: {\"model_name\":\"text_words\",\"model_version\":\"1\",\"text_output\":\"Nereid\"}"; !strings.HasPrefix(fast.events[0], want) ||
+		strings.Count(fast.events[0], "data: ") != 3 {
+		t.Errorf("generate_stream answered %q", fast.events[0])
+	}
 	if !reflect.DeepEqual(fast.stats, slow.stats) {
 		t.Errorf("statistics differ: in-process bus %+v, NATS %+v", fast.stats, slow.stats)
 	}
 	if fast.stats["simple"].Success != 3 || fast.stats["simple"].Fail == 0 {
 		t.Errorf("simple's statistics %+v: want 3 successes and the failures counted", fast.stats["simple"])
 	}
-	// Every request to simple reached the executor in-process (stats and
-	// sequence requests go over NATS); the other server's never did.
-	t.Logf("in-process deliveries: %d", fast.direct)
-	if fast.direct < 7 || slow.direct != 0 {
-		t.Fatalf("requests carried in-process: %d with the bus on (want at least 7), %d with it off", fast.direct, slow.direct)
+	// Every request to simple and text_words reached the executor
+	// in-process (sequence requests go over NATS, through the router);
+	// the other server's never did.
+	if fast.direct < 9 || slow.direct != 0 {
+		t.Fatalf("requests carried in-process: %d with the bus on (want at least 9), %d with it off", fast.direct, slow.direct)
 	}
 }
