@@ -190,8 +190,12 @@ var comparisons = []comparison{
 	{"grpc-echo-16MiB", "http-echo-16MiB", duration, 0, 0},
 	{"nereid-http-binary-16MiB", "http-echo-16MiB", duration, 1.25, 0},
 	{"nereid-grpc-unary-16MiB", "grpc-echo-16MiB", duration, 1.15, 0},
+	{"nereid-fast-http-binary-16MiB", "echo-for-fast-http-binary-16MiB", duration, 1.25, 0},
+	{"nereid-fast-grpc-unary-16MiB", "echo-for-fast-grpc-unary-16MiB", duration, 1.15, 0},
 	{"nereid-http-binary-256MiB", "http-echo-256MiB", duration, 1.25, 0},
 	{"nereid-grpc-unary-256MiB", "grpc-echo-256MiB", duration, 1.15, 0},
+	{"nereid-fast-http-binary-256MiB", "echo-for-fast-http-binary-256MiB", duration, 1.25, 0},
+	{"nereid-fast-grpc-unary-256MiB", "echo-for-fast-grpc-unary-256MiB", duration, 1.15, 0},
 }
 
 // measure drives b.N requests at conc, fails the benchmark on any error,

@@ -109,7 +109,9 @@ func BenchmarkInfer(b *testing.B) {
 // BenchmarkLarge measures large tensors at c=1, each against its baseline
 // in alternation: 1 MiB over HTTP binary against HTTP JSON, then 16 MiB
 // (and 256 MiB with NEREID_BENCH_256MIB=1) over HTTP binary and gRPC
-// against the bare echo of the same payload, and NATS alone for scale.
+// against the bare echo of the same payload, through the constellation's
+// path (in-process bus off: the tensors handed off beside NATS) and the
+// in-process bus, and NATS alone for scale.
 func BenchmarkLarge(b *testing.B) {
 	mid := FP32Payload(medium)
 	midJSON, midJSONHeader := HTTPJSONRequest(mid)
@@ -131,6 +133,18 @@ func BenchmarkLarge(b *testing.B) {
 			measurePair(b, "http-echo-"+name, "nereid-http-binary-"+name, 1, warmLarge,
 				HTTPPost(fx.httpClient(), "http://"+fx.baselines(b).HTTPEchoAddr+"/", nil, data, EchoCheck(data)),
 				HTTPPost(fx.httpClient(), "http://"+nereid(b).HTTPAddr+InferPath, header, body, BinaryInferCheck(data)))
+		})
+		b.Run(name+"/http-binary-in-process", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			measurePair(b, "echo-for-fast-http-binary-"+name, "nereid-fast-http-binary-"+name, 1, warmLarge,
+				HTTPPost(fx.httpClient(), "http://"+fx.baselines(b).HTTPEchoAddr+"/", nil, data, EchoCheck(data)),
+				HTTPPost(fx.httpClient(), "http://"+fastNereid(b).HTTPAddr+InferPath, header, body, BinaryInferCheck(data)))
+		})
+		b.Run(name+"/grpc-unary-in-process", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			measurePair(b, "echo-for-fast-grpc-unary-"+name, "nereid-fast-grpc-unary-"+name, 1, warmLarge,
+				GRPCEchoUnary(fx.conn(b, fx.baselines(b).GRPCEchoAddr), data),
+				InferUnary(inference.NewGRPCInferenceServiceClient(fx.conn(b, fastNereid(b).GRPCAddr)), InferRequest(data)))
 		})
 		b.Run(name+"/grpc-unary", func(b *testing.B) {
 			b.SetBytes(int64(size))
