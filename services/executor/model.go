@@ -261,7 +261,9 @@ func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trac
 	if p.resp.Err != nil {
 		return nil, p.resp.Err
 	}
-	if sh == nil && hand.Passive() {
+	// A requester in this process takes the message itself: nothing to
+	// encode for it.
+	if sh == nil && hand.Passive() && body.Message == nil {
 		if enc, ok := mv.encodeSmall(req, r, p.resp); ok {
 			return enc, nil
 		}
