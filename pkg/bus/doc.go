@@ -152,6 +152,15 @@
 // queue before anyone opens its stream (Conn.StreamQueued) sets no idle
 // timeout until "open" arrives.
 //
+// # In-process
+//
+// Services of one process (the standalone server) may share a Local
+// (WithLocal): a Request or Stream to a subject that a queue-group handler
+// of that Local serves is then handed to it in-process, the request and
+// reply messages passed as Go values (Body.Message), with the semantics
+// above minus the wire; everything else still goes over NATS. See
+// local.go for the ownership of the messages handed over.
+//
 // # Subjects
 //
 // Names that come from users (models, versions, executor ids) are escaped
