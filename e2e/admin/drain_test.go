@@ -78,9 +78,18 @@ func TestDrainLosesNoSequence(t *testing.T) {
 	if now[drained] != before[drained] || now[other] != before[other]+4 {
 		t.Fatalf("while %s drains, sequences per executor went from %v to %v: new sequences must all go to %s", drained, before, now, other)
 	}
-	// Stateless requests are answered throughout.
+	// Stateless requests are answered throughout, none by the draining
+	// executor once its subscriptions are drained.
+	waitFor(t, "the drain to hold only sequences", func() bool {
+		st, err := e.admin.GetDrainStatus(ctx(t), &adminv1.GetDrainStatusRequest{ExecutorId: drained})
+		return err == nil && !strings.Contains(st.GetWaitingFor(), "requests in flight")
+	})
+	ran := e.inferenceCount(t, drained, "simple")
 	for i := range 10 {
 		e.simple(t, int32(i))
+	}
+	if now := e.inferenceCount(t, drained, "simple"); now != ran {
+		t.Fatalf("the draining executor ran %d stateless requests", now-ran)
 	}
 
 	// Every sequence goes on, with the right sums.

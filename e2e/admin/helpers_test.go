@@ -15,7 +15,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/nereid-io/nereid/api/adminv1"
+	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/e2e/constellation"
+	"github.com/nereid-io/nereid/pkg/bus"
 )
 
 // models are what the executors of these tests serve: a stateless model
@@ -172,6 +174,25 @@ func doJSON(t *testing.T, method, url string, header http.Header, body []byte, o
 		}
 	}
 	return resp.StatusCode
+}
+
+// inferenceCount is how many inferences of model executor ran, as the
+// executor itself reports its statistics on the bus.
+func (e *env) inferenceCount(t *testing.T, executor, model string) uint64 {
+	t.Helper()
+	bc, err := bus.New(e.c.ConnectAs(bus.RoleGateway))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bc.Close()
+	var st busv1.StatisticsReply
+	if err := bc.Request(ctx(t), bus.ExecutorStatsSubject(executor), &busv1.StatisticsRequest{Name: model}, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.GetModelStats()) != 1 {
+		t.Fatalf("statistics of %s on %s: %v", model, executor, st.GetModelStats())
+	}
+	return st.GetModelStats()[0].GetInferenceCount()
 }
 
 // seqInfer sends one request of sequence id to the accumulator over HTTP
