@@ -37,6 +37,7 @@ var backends = map[string]string{
 	"nstate":        "state.c",
 	"ndecoupled":    "decoupled.c",
 	"ncontrol":      "control.c",
+	"ngpu":          "gpu.c",
 }
 
 const identityConfig = `
@@ -59,6 +60,15 @@ output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [1] }]
 const blsConfig = `
 name: "cbls"
 backend: "nbls"
+max_batch_size: 8
+input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [-1] }]
+output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [-1] }]
+`
+
+// gpuConfig serves the backend that asks for GPU memory everywhere.
+const gpuConfig = `
+name: "cgpu"
+backend: "ngpu"
 max_batch_size: 8
 input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [-1] }]
 output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [-1] }]
@@ -87,7 +97,7 @@ func setup(t *testing.T) (backendDir, repo string) {
 		}
 	}
 	repo = filepath.Join(root, "models")
-	for name, cfg := range map[string]string{"cid": identityConfig, "cfail": failConfig, "cauto": "backend: \"nautocomplete\"\n", "cbls": blsConfig} {
+	for name, cfg := range map[string]string{"cid": identityConfig, "cfail": failConfig, "cauto": "backend: \"nautocomplete\"\n", "cbls": blsConfig, "cgpu": gpuConfig} {
 		if err := os.MkdirAll(filepath.Join(repo, name, "1"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +134,7 @@ func TestCBackendsThroughTheConstellation(t *testing.T) {
 	backendDir, repo := setup(t)
 	c := constellation.NewCluster(t)
 	// cfail refuses to load on purpose: the executors list it and serve the others.
-	served := []string{"--load-model", "cid", "--load-model", "cauto", "--load-model", "cfail", "--exit-on-error", "false"}
+	served := []string{"--load-model", "cid", "--load-model", "cauto", "--load-model", "cfail", "--load-model", "cgpu", "--exit-on-error", "false"}
 	probeA, probeB := constellation.Addr(constellation.FreePort(t)), constellation.Addr(constellation.FreePort(t))
 	a := c.Executor(repo, "exec-a", append([]string{"--backend-directory", backendDir, "--backend-config", "nidentity,greeting=hello", "--probe-addr", probeA}, served...)...)
 	b := c.Executor(repo, "exec-b", append([]string{"--backend-directory", backendDir, "--probe-addr", probeB}, served...)...)
@@ -133,7 +143,7 @@ func TestCBackendsThroughTheConstellation(t *testing.T) {
 	blsExec := c.Executor(repo, "exec-bls", "--backend-directory", backendDir, "--load-model", "cbls")
 	constellation.Start(t, "shm-registry", c.Bin.Path("nereid-shm-registry"), "--nats-url", c.NATSURL)
 	gw := c.Gateway("--allow-client-shm", "true")
-	for _, m := range []string{"cid", "cauto", "cbls"} {
+	for _, m := range []string{"cid", "cauto", "cbls", "cgpu"} {
 		if err := constellation.WaitHTTP(gw.HTTP()+"/v2/models/"+m+"/ready", 200, 30*time.Second); err != nil {
 			t.Fatalf("model %s: %v\n%s\n%s", m, err, a.Output(), b.Output())
 		}
@@ -363,6 +373,33 @@ func TestCBackendsThroughTheConstellation(t *testing.T) {
 		out := strings.ReplaceAll(a.Output(), `\"`, `"`) // the log quotes the message
 		if !strings.Contains(out, `"greeting":"hello"`) || !strings.Contains(out, "backend nidentity initialized") || !strings.Contains(out, "source=backend") {
 			t.Fatalf("the backend's log line with its --backend-config is not in the executor's log:\n%s", a.Output())
+		}
+	})
+
+	t.Run("MemoryNegotiation", func(t *testing.T) {
+		// Without CUDA shared memory a backend asking for GPU memory is
+		// given host memory and told so, as Triton's frontends do.
+		code, body := post(t, gw.HTTP()+"/v2/models/cgpu/infer", `{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,2],"data":[1.5,2]}]}`)
+		var r struct {
+			Parameters map[string]any `json:"parameters"`
+			Outputs    []struct {
+				Data []float32 `json:"data"`
+			} `json:"outputs"`
+		}
+		if code != 200 || json.Unmarshal(body, &r) != nil || len(r.Outputs) != 1 || len(r.Outputs[0].Data) != 2 || r.Outputs[0].Data[0] != 1.5 {
+			t.Fatalf("HTTP: %d %s", code, body)
+		}
+		resp, err := grpcInfer(t, client(t), "cgpu", []float32{1.5, 2}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetRawOutputContents()) != 1 || len(resp.GetRawOutputContents()[0]) != 8 {
+			t.Fatalf("gRPC: %v", resp)
+		}
+		for _, k := range []string{"properties", "input", "output"} {
+			if r.Parameters[k] != "CPU:0" || resp.GetParameters()[k].GetStringParam() != "CPU:0" {
+				t.Fatalf("%s memory: HTTP %v, gRPC %v; want CPU:0", k, r.Parameters[k], resp.GetParameters()[k])
+			}
 		}
 	})
 

@@ -78,6 +78,18 @@ type Input struct {
 	DataType tensor.DataType
 	Shape    []int64
 	Data     []byte
+	// Device, for an input that came in CUDA shared memory, is that memory
+	// on its GPU (Data is a host copy of it), for a backend that reads it
+	// on the device.
+	Device *Device
+}
+
+// Device is tensor memory on a GPU: an address in the executor's CUDA
+// context of device ordinal ID (Triton's TRITONSERVER_MEMORY_GPU with
+// memory type id ID). Only code running on that GPU may touch it.
+type Device struct {
+	Ptr uintptr
+	ID  int64
 }
 
 // Output is one output tensor of a response, in the same layout as Input.
@@ -149,6 +161,13 @@ type Request struct {
 	// its own; nil when the output is not bound to such memory or does not
 	// fit. Data in it is the response's output as any other.
 	OutputPlace func(name string, size int) []byte
+	// OutputDevice, when set, returns the GPU memory an output of size
+	// bytes is bound for (the client's CUDA shared-memory region), for a
+	// backend that produces the output there on the device; false when
+	// the output is not bound to such memory or does not fit. Such an
+	// output goes in the response with its shape and empty Data: the
+	// region holds it.
+	OutputDevice func(name string, size int) (Device, bool)
 
 	ctx      context.Context
 	complete func(*Request, *Response)

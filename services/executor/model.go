@@ -241,6 +241,7 @@ func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trac
 		mv.stats.failed(received, reasonOther)
 		return nil, err
 	}
+	sh.bindInputDevices(r)
 	p.req = r
 	p.size = max(1, r.BatchSize)
 	if r.Decoupled = mv.decoupled(); r.Decoupled {

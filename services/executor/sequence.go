@@ -753,6 +753,7 @@ func (s *seqRunner) normalize(it *seqItem) (seqbatch.Entry, error) {
 	if err := it.sh.guard(func() error { return infer.Normalize(s.mv.cfg, it.req, r) }); err != nil {
 		return seqbatch.Entry{}, err
 	}
+	it.sh.bindInputDevices(r)
 	entry := seqbatch.Entry{Slot: int(w.GetSlot()), ID: seqbatch.FromProto(w.GetId()),
 		Start: w.GetStart(), End: w.GetEnd(), Ready: !w.GetPadding()}
 	r.Decoupled = s.mv.decoupled()

@@ -325,8 +325,9 @@ type shmRequest struct {
 	cuda     []*refEntry[*gpu.IPCMem]
 	cudaIDs  []string
 	outputs  map[string]shmTarget
-	mapped   [][]byte // the mapped spans, to tell which output data alias them
-	inputs   []int    // the request's inputs that are slices of system regions
+	devices  map[string]backend.Device // inputs in CUDA regions, on their GPU
+	mapped   [][]byte                  // the mapped spans, to tell which output data alias them
+	inputs   []int                     // the request's inputs that are slices of system regions
 }
 
 type shmTarget struct {
@@ -453,6 +454,10 @@ func (s *shmState) attach(req *inference.ModelInferRequest) (*shmRequest, error)
 			return nil, tritonerr.Internalf("copying input '%s' from CUDA shared memory region '%s': %v", u.name, u.ref.Region, err)
 		}
 		req.RawInputContents[u.input] = buf
+		if sr.devices == nil {
+			sr.devices = map[string]backend.Device{}
+		}
+		sr.devices[u.name] = deviceAt(t)
 	}
 	ok = true
 	return sr, nil
@@ -513,7 +518,7 @@ func (sr *shmRequest) finish(out *inference.ModelInferResponse) error {
 			if err := sr.guard(func() error { copy(t.sys.val.Data[t.offset:t.offset+uint64(len(data))], data); return nil }); err != nil {
 				return err
 			}
-		} else if err := t.cuda.val.CopyFromHost(t.offset, data); err != nil {
+		} else if err := t.cuda.val.CopyFromHost(t.offset, data); err != nil { // empty when produced on the device (OutputDevice): nothing to copy
 			return tritonerr.Internalf("copying output '%s' to CUDA shared memory region '%s': %v", o.GetName(), t.region, err)
 		}
 		raw[i] = []byte{}
@@ -542,10 +547,48 @@ func (sr *shmRequest) outputPlace(name string, size int) []byte {
 	return t.sys.val.Data[t.offset:end:end]
 }
 
-// bindOutputs lets the backend produce r's shared-memory outputs in place.
+// bindOutputs lets the backend produce r's shared-memory outputs in place:
+// in system regions through the mapping, in CUDA regions on the device.
 func (sr *shmRequest) bindOutputs(r *backend.Request) {
-	if sr != nil && len(sr.outputs) > 0 {
-		r.OutputPlace = sr.outputPlace
+	if sr == nil || len(sr.outputs) == 0 {
+		return
+	}
+	r.OutputPlace = sr.outputPlace
+	for _, t := range sr.outputs {
+		if t.cuda != nil {
+			r.OutputDevice = sr.outputDevice
+			break
+		}
+	}
+}
+
+// outputDevice is backend.Request.OutputDevice: the place in its CUDA
+// region an output is bound for, when it fits. What the backend writes
+// there is the output: finish copies nothing over it (the response's data
+// for it is empty).
+func (sr *shmRequest) outputDevice(name string, size int) (backend.Device, bool) {
+	t, ok := sr.outputs[name]
+	if !ok || t.cuda == nil || size <= 0 || uint64(size) > t.size {
+		return backend.Device{}, false
+	}
+	return deviceAt(t), true
+}
+
+// deviceAt is where target t lies on its GPU.
+func deviceAt(t shmTarget) backend.Device {
+	return backend.Device{Ptr: t.cuda.val.Ptr() + uintptr(t.offset), ID: int64(t.cuda.val.Ordinal())}
+}
+
+// bindInputDevices gives r's inputs that came in CUDA regions their place
+// on the GPU (their Data is a host copy), once r's inputs are set.
+func (sr *shmRequest) bindInputDevices(r *backend.Request) {
+	if sr == nil || len(sr.devices) == 0 {
+		return
+	}
+	for i := range r.Inputs {
+		if d, ok := sr.devices[r.Inputs[i].Name]; ok {
+			r.Inputs[i].Device = &d
+		}
 	}
 }
 

@@ -523,17 +523,6 @@ TRITONSERVER_Error* TRITONBACKEND_RequestOutputName(TRITONBACKEND_Request* r, co
   *name = r->outputs[index];
   return NULL;
 }
-TRITONSERVER_Error* TRITONBACKEND_RequestOutputBufferProperties(TRITONBACKEND_Request* r, const char* name, size_t* byte_size, TRITONSERVER_MemoryType* mt, int64_t* mid) {
-  (void)name;
-  (void)byte_size;
-  REQ(r);
-  /* Outputs are allocated in host memory (the reply or a shared-memory
-   * region); GPU buffers come back to the client through CPU. */
-  if (mt) *mt = TRITONSERVER_MEMORY_CPU;
-  if (mid) *mid = 0;
-  return NULL;
-}
-
 /* A request is one allocation (request.go lays it out). */
 void nereid_free_request(TRITONBACKEND_Request* r) { free(r); }
 

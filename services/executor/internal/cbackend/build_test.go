@@ -20,6 +20,7 @@ var testBackends = map[string]string{
 	"nstate":        "state.c",
 	"nthreads":      "threads.c",
 	"nbls":          "bls.c",
+	"ngpu":          "gpu.c",
 }
 
 // buildBackends compiles the stub libtritonserver.so and the test backends

@@ -384,18 +384,7 @@ func TestImplicitStatePerSequence(t *testing.T) {
 // sequence scheduler gets Triton's error and stays the backend's, which
 // answers and releases it as usual.
 func TestRescheduleIsRefused(t *testing.T) {
-	l := loader(t)
-	f, _ := l.Find("nidentity", t.TempDir(), 1)
-	b, err := l.Factory(f)(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Finalize()
-	m, err := b.NewModel(context.Background(), backend.ModelInfo{Name: "id", Version: 1, Dir: t.TempDir(), Config: identityConfig("id", "nidentity")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Finalize()
+	m := testModel(t, "nidentity", identityConfig("id", "nidentity"), nil)
 	stats := &statsRecorder{}
 	in, err := m.NewInstance(context.Background(), backend.InstanceInfo{Name: "id_0", Kind: inference.ModelInstanceGroup_KIND_CPU, Stats: stats})
 	if err != nil {
@@ -421,4 +410,29 @@ func TestRescheduleIsRefused(t *testing.T) {
 	if len(stats.requests) != 1 || !stats.requests[0] {
 		t.Fatalf("statistics %v", stats.requests)
 	}
+}
+
+// testModel loads model name of the test backend backendName with cfg,
+// through a loader over the compiled test backends (cfg.Server serves
+// their BLS calls); the model and its backend are finalized at the end
+// of the test.
+func testModel(t *testing.T, backendName string, cfg *inference.ModelConfig, srv Server) backend.Model {
+	t.Helper()
+	dir, stub := buildBackends(t)
+	l := NewLoader(Config{Directory: dir, ServerLibrary: stub, Server: srv})
+	f, ok := l.Find(backendName, t.TempDir(), 1)
+	if !ok {
+		t.Fatalf("%s not found in the backend directory", backendName)
+	}
+	b, err := l.Factory(f)(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Finalize() })
+	m, err := b.NewModel(context.Background(), backend.ModelInfo{Name: cfg.GetName(), Version: 1, Dir: t.TempDir(), Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Finalize() })
+	return m
 }

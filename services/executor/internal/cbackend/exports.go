@@ -174,6 +174,22 @@ func TRITONBACKEND_OutputBuffer(o *C.TRITONBACKEND_Output, buf *unsafe.Pointer, 
 	if o.buffer != nil {
 		return newError(tritonerr.New(tritonerr.AlreadyExists, "output '%s' already has a buffer", C.GoString(o.name)))
 	}
+	// Triton's negotiation: *mt and *mid say what the backend prefers, and
+	// the server's allocator decides, as Triton's HTTP and gRPC frontends
+	// do: an output bound for a client's CUDA shared-memory region is
+	// written there, on its GPU, whatever the preference; any other goes
+	// to host memory (the client's system region, or the response's own
+	// buffer), and the backend hears which.
+	if dev, ok := cr.deviceOutput(o.name, int(size)); ok {
+		o.buffer = C.nereid_ptr(C.uintptr_t(dev.Ptr)) // a device address, never dereferenced here
+		o.byte_size = size
+		o.attributes.memory_type = C.TRITONSERVER_MEMORY_GPU
+		o.attributes.memory_type_id = C.int64_t(dev.ID)
+		o.attributes.byte_size = C.size_t(size)
+		setOutPointer(buf, o.buffer)
+		setMemory(mt, mid, C.TRITONSERVER_MEMORY_GPU, dev.ID)
+		return nil
+	}
 	p, err := cr.placeOutput(o.name, int(size))
 	if err == nil && p == nil {
 		p, err = cr.allocOutput(int(size))
@@ -183,18 +199,42 @@ func TRITONBACKEND_OutputBuffer(o *C.TRITONBACKEND_Output, buf *unsafe.Pointer, 
 	}
 	o.buffer = p
 	o.byte_size = size
-	// Responses go out through host memory: a backend preferring GPU
-	// memory gets CPU memory and says so, as Triton's negotiation allows.
 	o.attributes.memory_type = C.TRITONSERVER_MEMORY_CPU
 	o.attributes.memory_type_id = 0
 	o.attributes.byte_size = C.size_t(size)
 	setOutPointer(buf, p)
+	setMemory(mt, mid, C.TRITONSERVER_MEMORY_CPU, 0)
+	return nil
+}
+
+func setMemory(mt *C.TRITONSERVER_MemoryType, mid *C.int64_t, t C.TRITONSERVER_MemoryType, id int64) {
 	if mt != nil {
-		*mt = C.TRITONSERVER_MEMORY_CPU
+		*mt = t
 	}
 	if mid != nil {
-		*mid = 0
+		*mid = C.int64_t(id)
 	}
+}
+
+//export TRITONBACKEND_RequestOutputBufferProperties
+func TRITONBACKEND_RequestOutputBufferProperties(r *C.TRITONBACKEND_Request, name *C.char, size *C.size_t, mt *C.TRITONSERVER_MemoryType, mid *C.int64_t) *C.TRITONSERVER_Error {
+	cr, e := request(r)
+	if e != nil {
+		return e
+	}
+	if r.released {
+		return newError(tritonerr.InvalidArgf("request has been released"))
+	}
+	if name == nil {
+		return newError(tritonerr.InvalidArgf("output name must not be null"))
+	}
+	// What TRITONBACKEND_OutputBuffer will give the output: its CUDA
+	// region on the GPU, else host memory.
+	if dev, ok := cr.deviceOutput(name, 1); ok {
+		setMemory(mt, mid, C.TRITONSERVER_MEMORY_GPU, dev.ID)
+		return nil
+	}
+	setMemory(mt, mid, C.TRITONSERVER_MEMORY_CPU, 0)
 	return nil
 }
 

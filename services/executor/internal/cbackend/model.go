@@ -556,6 +556,17 @@ func (cr *cRequest) placeOutput(name *C.char, size int) (unsafe.Pointer, error) 
 	return p, nil
 }
 
+// deviceOutput returns the GPU memory an output of size bytes is bound
+// for (a client's CUDA shared-memory region), where the backend writes it
+// in place; false for any other output, and for every output of a
+// decoupled model, whose responses each need memory of their own.
+func (cr *cRequest) deviceOutput(name *C.char, size int) (backend.Device, bool) {
+	if cr.r.OutputDevice == nil || size <= 0 || cr.in.m.decoupled() {
+		return backend.Device{}, false
+	}
+	return cr.r.OutputDevice(C.GoString(name), size)
+}
+
 // send is TRITONBACKEND_ResponseSend (resp nil: ResponseFactorySendFlags).
 func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.TRITONSERVER_Error) error {
 	final := flags&C.TRITONSERVER_RESPONSE_COMPLETE_FINAL != 0
@@ -575,6 +586,10 @@ func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.T
 			data, ok := cr.bufs.find(o.buffer)
 			switch {
 			case o.buffer == nil:
+				data = []byte{}
+			case o.attributes.memory_type == C.TRITONSERVER_MEMORY_GPU:
+				// Written in its CUDA region (deviceOutput): the region
+				// holds it, the response carries its shape alone.
 				data = []byte{}
 			case !ok:
 				missing = name

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
 )
 
@@ -168,8 +169,18 @@ func newCRequest(in *cInstance, r *backend.Request) *cRequest {
 	c := l.place(&a, cr.h, in.c)
 	// Inputs point at the request's bytes, pinned while the backend holds
 	// them.
+	gpu := in.info.Kind == inference.ModelInstanceGroup_KIND_GPU
 	for i, x := range r.Inputs {
 		ci := &unsafe.Slice(c.inputs, len(r.Inputs))[i]
+		if x.Device != nil && gpu {
+			// An input that came in CUDA shared memory, for an instance on
+			// a GPU: its device memory, as Triton gives it (the host copy
+			// in Data serves CPU instances).
+			ci.buffer = C.nereid_ptr(C.uintptr_t(x.Device.Ptr))
+			ci.attributes.memory_type = C.TRITONSERVER_MEMORY_GPU
+			ci.attributes.memory_type_id = C.int64_t(x.Device.ID)
+			continue
+		}
 		if len(x.Data) > 0 {
 			p := unsafe.Pointer(unsafe.SliceData(x.Data))
 			cr.pin.Pin(p)

@@ -18,23 +18,12 @@ import (
 // CPU instance runs on its callers' threads; no instance ever runs two
 // executions at once, however many goroutines call Execute together.
 func TestWhereInstancesRun(t *testing.T) {
-	l := loader(t)
-	f, _ := l.Find("nthreads", t.TempDir(), 1)
-	b, err := l.Factory(f)(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Finalize()
 	cfg := &inference.ModelConfig{
 		Name: "threads", Backend: "nthreads", MaxBatchSize: 8,
 		Input:  []*inference.ModelInput{{Name: "INPUT0", DataType: inference.DataType_TYPE_INT64, Dims: []int64{-1}}},
 		Output: []*inference.ModelOutput{{Name: "OUTPUT0", DataType: inference.DataType_TYPE_INT64, Dims: []int64{3}}},
 	}
-	m, err := b.NewModel(context.Background(), backend.ModelInfo{Name: "threads", Version: 1, Dir: t.TempDir(), Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Finalize()
+	m := testModel(t, "nthreads", cfg, nil)
 	for _, tc := range []struct {
 		kind      inference.ModelInstanceGroup_Kind
 		dedicated bool

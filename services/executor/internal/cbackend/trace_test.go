@@ -59,20 +59,8 @@ func (s *echoServer) UnloadModel(context.Context, string, bool) error {
 // span, under which the BLS request travels; the untraced one has no
 // trace (null, as in Triton) and its BLS request no trace context.
 func TestRequestTraceFollowsTheSpan(t *testing.T) {
-	dir, stub := buildBackends(t)
 	srv := &echoServer{}
-	l := NewLoader(Config{Directory: dir, ServerLibrary: stub, Server: srv})
-	f, _ := l.Find("nbls", t.TempDir(), 1)
-	b, err := l.Factory(f)(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Finalize()
-	m, err := b.NewModel(context.Background(), backend.ModelInfo{Name: "bls", Version: 1, Dir: t.TempDir(), Config: identityConfig("bls", "nbls")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Finalize()
+	m := testModel(t, "nbls", identityConfig("bls", "nbls"), srv)
 	in, err := m.NewInstance(context.Background(), backend.InstanceInfo{Name: "bls_0", Kind: inference.ModelInstanceGroup_KIND_CPU, Stats: &statsRecorder{}})
 	if err != nil {
 		t.Fatal(err)

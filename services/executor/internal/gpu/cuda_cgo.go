@@ -269,8 +269,9 @@ func (d *Driver) Close() error {
 
 // IPCMem is device memory of another process, opened from its IPC handle.
 type IPCMem struct {
-	ctx C.CUcontext
-	ptr C.CUdeviceptr
+	ctx     C.CUcontext
+	ptr     C.CUdeviceptr
+	ordinal int
 	// Size is the size of the allocation the handle points into, from the
 	// handle's pointer on (cuMemGetAddressRange).
 	Size uint64
@@ -285,7 +286,7 @@ func (d *Driver) OpenIPC(ordinal int, handle []byte) (*IPCMem, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &IPCMem{ctx: c}
+	m := &IPCMem{ctx: c, ordinal: ordinal}
 	var size C.size_t
 	if err := check("cuIpcOpenMemHandle_v2", C.nereid_ipc_open(c, unsafe.Pointer(&handle[0]), &m.ptr, &size)); err != nil {
 		return nil, err
@@ -293,6 +294,14 @@ func (d *Driver) OpenIPC(ordinal int, handle []byte) (*IPCMem, error) {
 	m.Size = uint64(size)
 	return m, nil
 }
+
+// Ptr is the memory's device address in this process (in the primary
+// context of its device), where a kernel or a backend reads and writes it.
+func (m *IPCMem) Ptr() uintptr { return uintptr(m.ptr) }
+
+// Ordinal is the CUDA device the memory is on, as this process numbers
+// devices.
+func (m *IPCMem) Ordinal() int { return m.ordinal }
 
 func (m *IPCMem) span(offset uint64, n int) error {
 	if offset > m.Size || uint64(n) > m.Size-offset {

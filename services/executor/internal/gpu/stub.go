@@ -15,6 +15,9 @@ type Driver struct{}
 // IPCMem is opened device memory; never obtained in this build.
 type IPCMem struct{ Size uint64 }
 
+// Ordinal is never a device in this build.
+func (m *IPCMem) Ordinal() int { return -1 }
+
 // DeviceMem is allocated device memory; never obtained in this build.
 type DeviceMem struct {
 	Handle []byte
@@ -39,3 +42,4 @@ func (m *DeviceMem) Write(uint64, []byte) error         { return errNoCgo }
 func (m *DeviceMem) Read([]byte, uint64) error          { return errNoCgo }
 func (m *DeviceMem) Free() error                        { return nil }
 func (m *DeviceMem) Ptr() uintptr                       { return 0 }
+func (m *IPCMem) Ptr() uintptr                          { return 0 }
