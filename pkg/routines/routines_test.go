@@ -2,8 +2,11 @@ package routines_test
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nereid-io/nereid/pkg/leakcheck"
 	"github.com/nereid-io/nereid/pkg/routines"
@@ -58,4 +61,34 @@ func TestCloseWaitsWithoutCancelling(t *testing.T) {
 		t.Fatal("Go accepted after Close")
 	}
 	g.Stop()
+}
+
+// TestPool: calls run concurrently (one blocked call does not hold up the
+// next), each exactly once, and Close lets the idle goroutines go.
+func TestPool(t *testing.T) {
+	before := runtime.NumGoroutine()
+	var p routines.Pool
+	release := make(chan struct{})
+	blocked := make(chan struct{})
+	p.Go(func() { close(blocked); <-release })
+	<-blocked
+	var ran sync.WaitGroup
+	var count atomic.Int64
+	for range 100 {
+		ran.Add(1)
+		p.Go(func() { count.Add(1); ran.Done() })
+	}
+	ran.Wait() // with the first call still blocked
+	if n := count.Load(); n != 100 {
+		t.Fatalf("%d calls ran, want 100", n)
+	}
+	close(release)
+	p.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines left after Close, %d before", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

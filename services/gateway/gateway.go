@@ -132,6 +132,9 @@ type Gateway struct {
 
 	inflight inflightBudget // HTTP body bytes in flight (intake.go)
 	hijacked sync.WaitGroup // connections taken over for chunked bodies (chunked.go)
+	// streamWork runs the requests of gRPC streams, each on a goroutine
+	// kept from earlier requests (grown stack and all).
+	streamWork routines.Pool
 
 	ready   chan struct{}
 	runOnce sync.Once
@@ -354,6 +357,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 func (g *Gateway) run(ctx context.Context) error {
 	defer g.bus.Close()
+	defer g.streamWork.Close()
 	defer g.group.Stop()
 	sub, err := g.bus.Subscribe(bus.HeartbeatSubject, func(_ context.Context, data []byte) {
 		var hb busv1.ExecutorHeartbeat

@@ -150,7 +150,7 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 			}
 			p := st.push(req)
 			wait, done := order.enter(req)
-			go func() {
+			s.g.streamWork.Go(func() {
 				if wait != nil {
 					select {
 					case <-wait:
@@ -160,7 +160,7 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 				p.resp, p.err = s.g.inferGRPC(order.context(ctx, req), req, "ModelStreamInfer RPC")
 				done()
 				st.complete(p)
-			}()
+			})
 		}
 	}()
 	select {
