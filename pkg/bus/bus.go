@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -33,8 +34,8 @@ type Conn struct {
 	inboxes map[string]*inbox
 	seq     atomic.Uint64
 
-	cancels cancels // handlers in flight, for requesters' cancellations
-	workers workers // goroutines serving handled requests
+	cancels cancels       // handlers in flight, for requesters' cancellations
+	workers routines.Pool // goroutines serving handled requests
 
 	link *link // the connection's state (link.go)
 
@@ -119,7 +120,6 @@ func New(nc *nats.Conn, opts ...Option) (*Conn, error) {
 		done:    make(chan struct{}),
 		inboxes: make(map[string]*inbox),
 	}
-	c.workers.done = c.done
 	sub, err := nc.Subscribe(c.prefix+"*", c.dispatch)
 	if err != nil {
 		return nil, err
@@ -151,7 +151,12 @@ func onClosed(sub *nats.Subscription, f func()) {
 	}
 }
 
-func (c *Conn) shutdown() { c.close.Do(func() { close(c.done) }) }
+func (c *Conn) shutdown() {
+	c.close.Do(func() {
+		close(c.done)
+		c.workers.Close() // a closed Conn leaves no idle goroutine behind
+	})
+}
 
 func (c *Conn) setLimits(sub *nats.Subscription) error {
 	return sub.SetPendingLimits(c.opts.pendingMsgs, c.opts.pendingBytes)

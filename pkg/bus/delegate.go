@@ -62,7 +62,7 @@ func (c *Conn) handleDelegated(subject, queue string, fn DelegateFunc, ordered b
 			c.serveDelegated(s, m, fn)
 			return
 		}
-		c.workers.run(func() { c.serveDelegated(s, m, fn) })
+		c.workers.Go(func() { c.serveDelegated(s, m, fn) })
 	}
 	if err := c.subscribe(s, subject, queue, cb); err != nil {
 		return nil, err

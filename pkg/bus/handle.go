@@ -40,7 +40,7 @@ func (c *Conn) handle(subject, queue string, h BodyFunc, bytes bool) (*Subscript
 	s := &Subscription{}
 	cb := func(m *nats.Msg) {
 		s.inflight.Add(1)
-		c.workers.run(func() { c.serve(s, m, h) })
+		c.workers.Go(func() { c.serve(s, m, h) })
 	}
 	c.registerLocal(s, subject, queue, h, bytes)
 	if err := c.subscribe(s, subject, queue, cb); err != nil {

@@ -129,7 +129,7 @@ func (c *Conn) streamLocal(ctx context.Context, e *localHandler, subject string,
 	hctx, cancel := context.WithCancel(hctx)
 	ls := &localStream{window: window, ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 	w := &StreamWriter{c: e.c, subject: subject, local: ls, window: window, low: window}
-	e.c.workers.run(func() {
+	e.c.workers.Go(func() {
 		defer e.s.inflight.Done()
 		defer cancel()
 		resp, err := e.c.invokeBody(context.WithValue(hctx, streamKey{}, w), subject, e.h, body)

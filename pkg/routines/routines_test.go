@@ -83,6 +83,16 @@ func TestPool(t *testing.T) {
 		t.Fatalf("%d calls ran, want 100", n)
 	}
 	close(release)
+	// Calls one after another after the burst run on the idle goroutines.
+	done := make(chan struct{})
+	for range 100 {
+		p.Go(func() { done <- struct{}{} })
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("call did not run")
+		}
+	}
 	p.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for runtime.NumGoroutine() > before {
