@@ -82,7 +82,7 @@ func TestDrainLosesNoSequence(t *testing.T) {
 	// executor once its subscriptions are drained.
 	waitFor(t, "the drain to hold only sequences", func() bool {
 		st, err := e.admin.GetDrainStatus(ctx(t), &adminv1.GetDrainStatusRequest{ExecutorId: drained})
-		return err == nil && !strings.Contains(st.GetWaitingFor(), "requests in flight")
+		return err == nil && !strings.Contains(st.GetWaitingFor(), "request")
 	})
 	ran := e.inferenceCount(t, drained, "simple")
 	for i := range 10 {

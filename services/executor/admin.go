@@ -106,11 +106,14 @@ func (e *Executor) drainStatus() *adminv1.DrainStatus {
 	}
 	st.BusySequenceInstances = busy
 	var waits []string
-	if !e.subsDrained.Load() || st.InflightRequests > 0 {
-		waits = append(waits, fmt.Sprintf("%d requests in flight", st.InflightRequests))
+	switch {
+	case st.InflightRequests > 0:
+		waits = append(waits, plural(st.InflightRequests, "request")+" in flight")
+	case !e.subsDrained.Load():
+		waits = append(waits, "the requests already delivered to it")
 	}
 	if busy > 0 {
-		waits = append(waits, fmt.Sprintf("%d sequence model instances that may hold sequences", busy))
+		waits = append(waits, plural(busy, "sequence model instance")+" that may hold sequences")
 	}
 	st.State = adminv1.DrainState_DRAIN_STATE_DRAINED
 	if len(waits) > 0 {
@@ -118,6 +121,14 @@ func (e *Executor) drainStatus() *adminv1.DrainStatus {
 		st.WaitingFor = strings.Join(waits, ", ")
 	}
 	return st
+}
+
+// plural says "1 request", "2 requests".
+func plural(n int64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // status is the executor as the admin API lists it.

@@ -59,7 +59,7 @@ func TestDrainFinishesInFlightAndTakesNoMore(t *testing.T) {
 	waitUntil(t, "the request in flight", func() bool { return h.status().GetInflightRequests() == 1 })
 
 	st := h.drain(true)
-	if st.GetState() != adminv1.DrainState_DRAIN_STATE_DRAINING || st.GetInflightRequests() != 1 || !strings.Contains(st.GetWaitingFor(), "1 requests in flight") {
+	if st.GetState() != adminv1.DrainState_DRAIN_STATE_DRAINING || st.GetInflightRequests() != 1 || !strings.Contains(st.GetWaitingFor(), "1 request in flight") {
 		t.Fatalf("draining with a request in flight: %v", st)
 	}
 	if err := <-done; err != nil {
