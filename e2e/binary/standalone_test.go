@@ -8,20 +8,25 @@ import (
 )
 
 // TestStandaloneLargeTensors: in the standalone server the gateway and the
-// executor share one process, and a large tensor is handed over as slices:
-// the process holds about one copy of a 256 MiB tensor over HTTP (the body
-// it read) and two over gRPC (the received frames and the decoded tensor).
+// executor share one process, and a large tensor is handed over as it is,
+// with the request message (the in-process bus) or as slices beside NATS
+// (--in-process-bus false): the process holds about one copy of a 256 MiB
+// tensor over HTTP (the body it read) and two over gRPC (the received
+// frames and the decoded tensor).
 func TestStandaloneLargeTensors(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		grpc   bool
 		copies float64
+		flags  []string
 	}{
-		{"HTTP binary", false, 1.5},
-		{"gRPC", true, 2.5},
+		{"HTTP binary", false, 1.5, nil},
+		{"gRPC", true, 2.5, nil},
+		{"HTTP binary over NATS", false, 1.5, []string{"--in-process-bus", "false"}},
+		{"gRPC over NATS", true, 2.5, []string{"--in-process-bus", "false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := constellation.Standalone(t, constellation.RepoPath(t, "e2e/binary/testdata/models"))
+			g := constellation.Standalone(t, constellation.RepoPath(t, "e2e/binary/testdata/models"), tc.flags...)
 			pid := g.Proc.Pid()
 			resetPeak(t, pid)
 			before := readMemory(t, pid)
