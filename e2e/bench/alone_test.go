@@ -30,10 +30,18 @@ func BenchmarkAlone(b *testing.B) {
 	}{
 		{"nereid-grpc-unary", func(b *testing.B) Worker { return InferUnary(grpcAt(nereid(b).GRPCAddr), req) }},
 		{"chain-grpc-unary", func(b *testing.B) Worker { return InferUnary(grpcAt(fx.baselines(b).ChainGRPCAddr), req) }},
+		{"nereid-fast-grpc-unary", func(b *testing.B) Worker { return InferUnary(grpcAt(fastNereid(b).GRPCAddr), req) }},
+		{"grpc-echo-unary", func(b *testing.B) Worker { return GRPCEchoUnary(fx.conn(b, fx.baselines(b).GRPCEchoAddr), payload) }},
 		{"nereid-grpc-stream", func(b *testing.B) Worker { return InferStream(grpcAt(nereid(b).GRPCAddr), req) }},
 		{"chain-grpc-stream", func(b *testing.B) Worker { return InferStream(grpcAt(fx.baselines(b).ChainGRPCAddr), req) }},
 		{"nereid-http-binary", func(b *testing.B) Worker {
 			return HTTPPost(fx.httpClient(), "http://"+nereid(b).HTTPAddr+InferPath, binHeader, binBody, BinaryInferCheck(payload))
+		}},
+		{"nereid-fast-http-binary", func(b *testing.B) Worker {
+			return HTTPPost(fx.httpClient(), "http://"+fastNereid(b).HTTPAddr+InferPath, binHeader, binBody, BinaryInferCheck(payload))
+		}},
+		{"http-echo", func(b *testing.B) Worker {
+			return HTTPPost(fx.httpClient(), "http://"+fx.baselines(b).HTTPEchoAddr+"/", nil, payload, EchoCheck(payload))
 		}},
 		{"chain-http-binary", func(b *testing.B) Worker {
 			return HTTPPost(fx.httpClient(), "http://"+fx.baselines(b).ChainHTTPAddr+InferPath, binHeader, binBody, EchoCheck(binBody))
