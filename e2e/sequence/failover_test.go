@@ -137,8 +137,11 @@ func TestRedisRestart(t *testing.T) {
 	if got := accumulate(t, h, "5", 1, false, true); got != 3+5 {
 		t.Fatalf("after the restart: %d", got)
 	}
-	if out := e.redisCLI(t, "hgetall", "nereid:seq:{simple_string_dyna_sequence.1}:bind"); out != "" {
-		t.Fatalf("binding left in Redis after END: %s", out)
+	// The binding goes once the executor reports the END request's batch
+	// done (its next pull), just after the answer.
+	bound := func() string { return e.redisCLI(t, "hgetall", "nereid:seq:{simple_string_dyna_sequence.1}:bind") }
+	if !constellation.WaitFor(10*time.Second, func() bool { return bound() == "" }) {
+		t.Fatalf("binding left in Redis after END: %s", bound())
 	}
 	if got := accumulate(t, h, "6", 4, true, true); got != 4+6 {
 		t.Fatalf("new sequence after the restart: %d", got)
