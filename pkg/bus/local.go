@@ -23,10 +23,11 @@ import (
 // the queue-group handlers it serves, and a Request from any Conn of l to
 // a subject with such a handler calls it in this process, handing the
 // request message over as a Go value (Body.Message) and taking the
-// handler's reply message back the same way: no NATS, no encoding. Anything
-// else (streams, delegated requests, broadcasts, a subject nobody in the
-// process serves, a handler draining) goes over NATS as before, so the
-// services still meet only through the bus.
+// handler's reply message back the same way: no NATS, no encoding. A
+// Stream (or StreamQueued) to such a subject is served in-process too
+// (localstream.go). Anything else (delegated requests, broadcasts, a
+// subject nobody in the process serves, a handler draining) goes over NATS
+// as before, so the services still meet only through the bus.
 //
 // Only queue-group handlers are called in-process: a request to a queue
 // group reaches exactly one member, and one in this process is as good as
