@@ -77,9 +77,10 @@ type Config struct {
 	// InProcessBus sends the gateway's requests to the executor and the
 	// shared-memory registry of this process without NATS and without
 	// encoding (bus.Local): the request and reply messages are handed over
-	// as they are. Streams, sequence requests and models this process does
-	// not serve still go over NATS. Default on; off measures the
-	// constellation's path in one process.
+	// as they are (a decoupled model's responses stream in-process too).
+	// Sequence requests (through the sequence router) and requests for
+	// models this process does not serve still go over NATS. Default on;
+	// off measures the constellation's path in one process.
 	InProcessBus bool
 	// RedisURL moves the router's and registry's state, and the durable
 	// sequence states of models with state_durability "redis", to Redis.
