@@ -373,7 +373,10 @@ type StatisticsReply struct {
 	// The rest of Triton's per-version metrics, one entry per version. A
 	// sequence router answers with this field alone, for the requests it
 	// holds and those it failed.
-	Metrics       []*VersionMetrics `protobuf:"bytes,3,rep,name=metrics,proto3" json:"metrics,omitempty"`
+	Metrics []*VersionMetrics `protobuf:"bytes,3,rep,name=metrics,proto3" json:"metrics,omitempty"`
+	// Triton's GPU metrics of the GPUs the executor sees (NVML), for a
+	// request without a model name; none without a GPU.
+	Gpus          []*GpuMetrics `protobuf:"bytes,4,rep,name=gpus,proto3" json:"gpus,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -429,6 +432,108 @@ func (x *StatisticsReply) GetMetrics() []*VersionMetrics {
 	return nil
 }
 
+func (x *StatisticsReply) GetGpus() []*GpuMetrics {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
+}
+
+// One GPU's figures (nv_gpu_utilization, nv_gpu_memory_total_bytes,
+// nv_gpu_memory_used_bytes, nv_gpu_power_usage, nv_gpu_power_limit,
+// nv_energy_consumption); NaN for what the GPU does not report.
+type GpuMetrics struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Uuid             string                 `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Utilization      float64                `protobuf:"fixed64,2,opt,name=utilization,proto3" json:"utilization,omitempty"`
+	MemoryTotalBytes float64                `protobuf:"fixed64,3,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	MemoryUsedBytes  float64                `protobuf:"fixed64,4,opt,name=memory_used_bytes,json=memoryUsedBytes,proto3" json:"memory_used_bytes,omitempty"`
+	PowerUsage       float64                `protobuf:"fixed64,5,opt,name=power_usage,json=powerUsage,proto3" json:"power_usage,omitempty"` // watts
+	PowerLimit       float64                `protobuf:"fixed64,6,opt,name=power_limit,json=powerLimit,proto3" json:"power_limit,omitempty"` // watts
+	Energy           float64                `protobuf:"fixed64,7,opt,name=energy,proto3" json:"energy,omitempty"`                           // joules since the executor started
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *GpuMetrics) Reset() {
+	*x = GpuMetrics{}
+	mi := &file_busv1_bus_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GpuMetrics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GpuMetrics) ProtoMessage() {}
+
+func (x *GpuMetrics) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GpuMetrics.ProtoReflect.Descriptor instead.
+func (*GpuMetrics) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GpuMetrics) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *GpuMetrics) GetUtilization() float64 {
+	if x != nil {
+		return x.Utilization
+	}
+	return 0
+}
+
+func (x *GpuMetrics) GetMemoryTotalBytes() float64 {
+	if x != nil {
+		return x.MemoryTotalBytes
+	}
+	return 0
+}
+
+func (x *GpuMetrics) GetMemoryUsedBytes() float64 {
+	if x != nil {
+		return x.MemoryUsedBytes
+	}
+	return 0
+}
+
+func (x *GpuMetrics) GetPowerUsage() float64 {
+	if x != nil {
+		return x.PowerUsage
+	}
+	return 0
+}
+
+func (x *GpuMetrics) GetPowerLimit() float64 {
+	if x != nil {
+		return x.PowerLimit
+	}
+	return 0
+}
+
+func (x *GpuMetrics) GetEnergy() float64 {
+	if x != nil {
+		return x.Energy
+	}
+	return 0
+}
+
 // What Triton reports of one model version only as metrics. Counters and
 // the pending gauge add up over the constellation's executors and routers.
 type VersionMetrics struct {
@@ -452,7 +557,7 @@ type VersionMetrics struct {
 
 func (x *VersionMetrics) Reset() {
 	*x = VersionMetrics{}
-	mi := &file_busv1_bus_proto_msgTypes[6]
+	mi := &file_busv1_bus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -464,7 +569,7 @@ func (x *VersionMetrics) String() string {
 func (*VersionMetrics) ProtoMessage() {}
 
 func (x *VersionMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[6]
+	mi := &file_busv1_bus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -477,7 +582,7 @@ func (x *VersionMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionMetrics.ProtoReflect.Descriptor instead.
 func (*VersionMetrics) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{6}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *VersionMetrics) GetName() string {
@@ -552,7 +657,7 @@ type LatencySummary struct {
 
 func (x *LatencySummary) Reset() {
 	*x = LatencySummary{}
-	mi := &file_busv1_bus_proto_msgTypes[7]
+	mi := &file_busv1_bus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +669,7 @@ func (x *LatencySummary) String() string {
 func (*LatencySummary) ProtoMessage() {}
 
 func (x *LatencySummary) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[7]
+	mi := &file_busv1_bus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +682,7 @@ func (x *LatencySummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencySummary.ProtoReflect.Descriptor instead.
 func (*LatencySummary) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{7}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LatencySummary) GetFamily() string {
@@ -626,7 +731,7 @@ type FirstResponseHistogram struct {
 
 func (x *FirstResponseHistogram) Reset() {
 	*x = FirstResponseHistogram{}
-	mi := &file_busv1_bus_proto_msgTypes[8]
+	mi := &file_busv1_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +743,7 @@ func (x *FirstResponseHistogram) String() string {
 func (*FirstResponseHistogram) ProtoMessage() {}
 
 func (x *FirstResponseHistogram) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[8]
+	mi := &file_busv1_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +756,7 @@ func (x *FirstResponseHistogram) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstResponseHistogram.ProtoReflect.Descriptor instead.
 func (*FirstResponseHistogram) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{8}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FirstResponseHistogram) GetName() string {
@@ -718,7 +823,7 @@ type ModelControlRequest struct {
 
 func (x *ModelControlRequest) Reset() {
 	*x = ModelControlRequest{}
-	mi := &file_busv1_bus_proto_msgTypes[9]
+	mi := &file_busv1_bus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +835,7 @@ func (x *ModelControlRequest) String() string {
 func (*ModelControlRequest) ProtoMessage() {}
 
 func (x *ModelControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[9]
+	mi := &file_busv1_bus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +848,7 @@ func (x *ModelControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelControlRequest.ProtoReflect.Descriptor instead.
 func (*ModelControlRequest) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{9}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ModelControlRequest) GetName() string {
@@ -802,7 +907,7 @@ type ModelControlReply struct {
 
 func (x *ModelControlReply) Reset() {
 	*x = ModelControlReply{}
-	mi := &file_busv1_bus_proto_msgTypes[10]
+	mi := &file_busv1_bus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +919,7 @@ func (x *ModelControlReply) String() string {
 func (*ModelControlReply) ProtoMessage() {}
 
 func (x *ModelControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[10]
+	mi := &file_busv1_bus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +932,7 @@ func (x *ModelControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelControlReply.ProtoReflect.Descriptor instead.
 func (*ModelControlReply) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{10}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ModelControlReply) GetExecutorId() string {
@@ -871,7 +976,7 @@ type ExecutorDrainRequest struct {
 
 func (x *ExecutorDrainRequest) Reset() {
 	*x = ExecutorDrainRequest{}
-	mi := &file_busv1_bus_proto_msgTypes[11]
+	mi := &file_busv1_bus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +988,7 @@ func (x *ExecutorDrainRequest) String() string {
 func (*ExecutorDrainRequest) ProtoMessage() {}
 
 func (x *ExecutorDrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[11]
+	mi := &file_busv1_bus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +1001,7 @@ func (x *ExecutorDrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorDrainRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorDrainRequest) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{11}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecutorDrainRequest) GetStart() bool {
@@ -939,12 +1044,24 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x0eCatalogRequest\"A\n" +
 	"\x11StatisticsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\xd5\x01\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\x84\x02\n" +
 	"\x0fStatisticsReply\x12;\n" +
 	"\vmodel_stats\x18\x01 \x03(\v2\x1a.inference.ModelStatisticsR\n" +
 	"modelStats\x12L\n" +
 	"\x0efirst_response\x18\x02 \x03(\v2%.nereid.bus.v1.FirstResponseHistogramR\rfirstResponse\x127\n" +
-	"\ametrics\x18\x03 \x03(\v2\x1d.nereid.bus.v1.VersionMetricsR\ametrics\"\xb9\x02\n" +
+	"\ametrics\x18\x03 \x03(\v2\x1d.nereid.bus.v1.VersionMetricsR\ametrics\x12-\n" +
+	"\x04gpus\x18\x04 \x03(\v2\x19.nereid.bus.v1.GpuMetricsR\x04gpus\"\xf6\x01\n" +
+	"\n" +
+	"GpuMetrics\x12\x12\n" +
+	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12 \n" +
+	"\vutilization\x18\x02 \x01(\x01R\vutilization\x12,\n" +
+	"\x12memory_total_bytes\x18\x03 \x01(\x01R\x10memoryTotalBytes\x12*\n" +
+	"\x11memory_used_bytes\x18\x04 \x01(\x01R\x0fmemoryUsedBytes\x12\x1f\n" +
+	"\vpower_usage\x18\x05 \x01(\x01R\n" +
+	"powerUsage\x12\x1f\n" +
+	"\vpower_limit\x18\x06 \x01(\x01R\n" +
+	"powerLimit\x12\x16\n" +
+	"\x06energy\x18\a \x01(\x01R\x06energy\"\xb9\x02\n" +
 	"\x0eVersionMetrics\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12)\n" +
@@ -1002,7 +1119,7 @@ func file_busv1_bus_proto_rawDescGZIP() []byte {
 	return file_busv1_bus_proto_rawDescData
 }
 
-var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_busv1_bus_proto_goTypes = []any{
 	(*ExecutorHeartbeat)(nil),         // 0: nereid.bus.v1.ExecutorHeartbeat
 	(*ExecutorCatalog)(nil),           // 1: nereid.bus.v1.ExecutorCatalog
@@ -1010,32 +1127,34 @@ var file_busv1_bus_proto_goTypes = []any{
 	(*CatalogRequest)(nil),            // 3: nereid.bus.v1.CatalogRequest
 	(*StatisticsRequest)(nil),         // 4: nereid.bus.v1.StatisticsRequest
 	(*StatisticsReply)(nil),           // 5: nereid.bus.v1.StatisticsReply
-	(*VersionMetrics)(nil),            // 6: nereid.bus.v1.VersionMetrics
-	(*LatencySummary)(nil),            // 7: nereid.bus.v1.LatencySummary
-	(*FirstResponseHistogram)(nil),    // 8: nereid.bus.v1.FirstResponseHistogram
-	(*ModelControlRequest)(nil),       // 9: nereid.bus.v1.ModelControlRequest
-	(*ModelControlReply)(nil),         // 10: nereid.bus.v1.ModelControlReply
-	(*ExecutorDrainRequest)(nil),      // 11: nereid.bus.v1.ExecutorDrainRequest
-	nil,                               // 12: nereid.bus.v1.LatencySummary.WindowEntry
-	nil,                               // 13: nereid.bus.v1.ModelControlRequest.FilesEntry
-	(*inference.ModelConfig)(nil),     // 14: inference.ModelConfig
-	(*inference.ModelStatistics)(nil), // 15: inference.ModelStatistics
+	(*GpuMetrics)(nil),                // 6: nereid.bus.v1.GpuMetrics
+	(*VersionMetrics)(nil),            // 7: nereid.bus.v1.VersionMetrics
+	(*LatencySummary)(nil),            // 8: nereid.bus.v1.LatencySummary
+	(*FirstResponseHistogram)(nil),    // 9: nereid.bus.v1.FirstResponseHistogram
+	(*ModelControlRequest)(nil),       // 10: nereid.bus.v1.ModelControlRequest
+	(*ModelControlReply)(nil),         // 11: nereid.bus.v1.ModelControlReply
+	(*ExecutorDrainRequest)(nil),      // 12: nereid.bus.v1.ExecutorDrainRequest
+	nil,                               // 13: nereid.bus.v1.LatencySummary.WindowEntry
+	nil,                               // 14: nereid.bus.v1.ModelControlRequest.FilesEntry
+	(*inference.ModelConfig)(nil),     // 15: inference.ModelConfig
+	(*inference.ModelStatistics)(nil), // 16: inference.ModelStatistics
 }
 var file_busv1_bus_proto_depIdxs = []int32{
 	2,  // 0: nereid.bus.v1.ExecutorCatalog.models:type_name -> nereid.bus.v1.ModelVersionState
-	14, // 1: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
-	15, // 2: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
-	8,  // 3: nereid.bus.v1.StatisticsReply.first_response:type_name -> nereid.bus.v1.FirstResponseHistogram
-	6,  // 4: nereid.bus.v1.StatisticsReply.metrics:type_name -> nereid.bus.v1.VersionMetrics
-	7,  // 5: nereid.bus.v1.VersionMetrics.summaries:type_name -> nereid.bus.v1.LatencySummary
-	12, // 6: nereid.bus.v1.LatencySummary.window:type_name -> nereid.bus.v1.LatencySummary.WindowEntry
-	13, // 7: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
-	1,  // 8: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	15, // 1: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
+	16, // 2: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
+	9,  // 3: nereid.bus.v1.StatisticsReply.first_response:type_name -> nereid.bus.v1.FirstResponseHistogram
+	7,  // 4: nereid.bus.v1.StatisticsReply.metrics:type_name -> nereid.bus.v1.VersionMetrics
+	6,  // 5: nereid.bus.v1.StatisticsReply.gpus:type_name -> nereid.bus.v1.GpuMetrics
+	8,  // 6: nereid.bus.v1.VersionMetrics.summaries:type_name -> nereid.bus.v1.LatencySummary
+	13, // 7: nereid.bus.v1.LatencySummary.window:type_name -> nereid.bus.v1.LatencySummary.WindowEntry
+	14, // 8: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
+	1,  // 9: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_busv1_bus_proto_init() }
@@ -1049,7 +1168,7 @@ func file_busv1_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_busv1_bus_proto_rawDesc), len(file_busv1_bus_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

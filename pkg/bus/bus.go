@@ -56,6 +56,7 @@ type options struct {
 	log            *slog.Logger
 	codec          Codec
 	local          *Local
+	roundTrip      func(subject string, d time.Duration)
 }
 
 // Option adjusts a Conn.
@@ -86,6 +87,13 @@ func WithChunkSize(n int) Option { return func(o *options) { o.chunkSize = n } }
 // the next chunk or acknowledgement before giving up (default 15 s), which
 // bounds abandoned transfers that carry no deadline.
 func WithIdleTimeout(d time.Duration) Option { return func(o *options) { o.idleTimeout = d } }
+
+// WithRoundTrip has observe called with the subject and duration of every
+// request's round trip (Request and RequestBytes, failures included), for
+// the services' metrics (SubjectKind names its family).
+func WithRoundTrip(observe func(subject string, d time.Duration)) Option {
+	return func(o *options) { o.roundTrip = observe }
+}
 
 // WithLogger sets where handler panics and dropped transfers are logged
 // (default slog.Default()).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
@@ -52,6 +53,10 @@ func (c *Conn) RequestBytes(ctx context.Context, subject string, body []byte) ([
 }
 
 func (c *Conn) request(ctx context.Context, subject string, body *payload) ([]byte, error) {
+	if c.opts.roundTrip != nil {
+		start := time.Now()
+		defer func() { c.opts.roundTrip(subject, time.Since(start)) }()
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, transferError(err, subject)
 	}

@@ -386,3 +386,42 @@ func ParseSequenceSubject(subject string) (model, version, kind string, ok bool)
 	}
 	return m, v, toks[2], true
 }
+
+// SubjectKind names the family of a subject, for metrics labelled by it: a
+// few fixed names ("infer", "sequence_infer", "sequence_pull",
+// "executor_stats", "shm_register", "settings", "model_control", ...), never
+// a model or executor name. Unknown subjects are "other".
+func SubjectKind(subject string) string {
+	rest, ok := strings.CutPrefix(subject, Prefix+".")
+	if !ok {
+		return "other"
+	}
+	toks := strings.Split(rest, ".")
+	switch toks[0] {
+	case "infer":
+		return "infer"
+	case "seq":
+		if len(toks) == 4 {
+			return "sequence_" + toks[3]
+		}
+	case "exec":
+		if len(toks) == 3 {
+			return "executor_" + toks[2]
+		}
+	case "shm":
+		if len(toks) >= 2 {
+			return "shm_" + toks[1]
+		}
+	case "settings":
+		return "settings"
+	case "models":
+		if len(toks) == 2 && (toks[1] == "control" || toks[1] == "loaded") {
+			return "model_" + toks[1]
+		}
+	case "catalog":
+		return "catalog"
+	case "svc":
+		return "ping"
+	}
+	return "other"
+}

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -136,5 +137,27 @@ func TestPingSubject(t *testing.T) {
 func TestInferNodeSubject(t *testing.T) {
 	if got := InferNodeSubject("a.b", "1", "node-1"); got != "nereid.v1.infer.a~2Eb.1.node.node-1" {
 		t.Fatalf("InferNodeSubject = %q", got)
+	}
+}
+
+func TestSubjectKind(t *testing.T) {
+	for subject, want := range map[string]string{
+		InferSubject("simple", "1"):       "infer",
+		InferNodeSubject("a.b", "", "n1"): "infer",
+		SequenceInferSubject("seq", "1"):  "sequence_infer",
+		SequencePullSubject("seq", "1"):   "sequence_pull",
+		SequenceStatsSubject("seq", "1"):  "sequence_stats",
+		ExecutorStatsSubject("ex-1"):      "executor_stats",
+		ExecutorCatalogSubject("ex-1"):    "executor_catalog",
+		ModelControlSubject:               "model_control",
+		LoadedModelsSubject:               "model_loaded",
+		ShmRegisterSubject:                "shm_" + strings.Split(ShmRegisterSubject, ".")[3],
+		PingSubject("sequence-router"):    "ping",
+		"elsewhere.x":                     "other",
+		Prefix + ".unknown":               "other",
+	} {
+		if got := SubjectKind(subject); got != want {
+			t.Errorf("SubjectKind(%q) = %q, want %q", subject, got, want)
+		}
 	}
 }

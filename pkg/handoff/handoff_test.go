@@ -332,6 +332,15 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkOutputs(t, back, want, 4000)
+			var outBytes int64
+			for _, b := range back.RawOutputContents {
+				if len(b) >= threshold {
+					outBytes += int64(len(b))
+				}
+			}
+			if in, out := o.Bytes(); in != 8000 || out != outBytes || out == 0 {
+				t.Errorf("Bytes() = %d, %d; want 8000 inputs and %d outputs handed off", in, out, outBytes)
+			}
 			if len(files(t)) != 0 {
 				t.Fatalf("the response file survived its mapping by both sides: %v", files(t))
 			}

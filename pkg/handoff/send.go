@@ -53,7 +53,28 @@ type Outgoing struct {
 	ex    *exchange
 	spans []Span // ModeFile: where the inputs went, for Undo
 
+	// sent and received are the tensor bytes handed off: inputs by
+	// Prepare, outputs taken by Finish.
+	sent, received int64
+
 	once sync.Once
+}
+
+// Bytes are the tensor bytes o handed off: the request's inputs and, once
+// Finish took them, the response's outputs (0, 0 for a nil Outgoing).
+func (o *Outgoing) Bytes() (inputs, outputs int64) {
+	if o == nil {
+		return 0, 0
+	}
+	return o.sent, o.received
+}
+
+// Mode is how o hands tensors off.
+func (o *Outgoing) Mode() Mode {
+	if o == nil {
+		return 0
+	}
+	return o.mode
 }
 
 // Prepare hands off every raw input of req of at least threshold bytes
@@ -90,6 +111,7 @@ func Prepare(req *inference.ModelInferRequest, route Route, body *Region, thresh
 					ex.inputs = make([][]byte, len(raw))
 				}
 				ex.inputs[i] = b
+				o.sent += int64(len(b))
 				raw[i] = []byte{}
 			}
 		}
@@ -147,6 +169,7 @@ func Prepare(req *inference.ModelInferRequest, route Route, body *Region, thresh
 		}
 		for _, s := range d.Spans {
 			raw[s.Index] = []byte{}
+			o.sent += s.Len
 		}
 		o.spans = d.Spans
 	}
@@ -201,6 +224,7 @@ func (o *Outgoing) Undo(req *inference.ModelInferRequest) bool {
 		}
 	}
 	delete(req.Parameters, Param)
+	o.sent = 0 // the bus carries them after all
 	return true
 }
 
@@ -230,6 +254,7 @@ func (o *Outgoing) Finish(resp *inference.ModelInferResponse) error {
 					return tritonerr.Internalf("handoff: output %d handed off for a response of %d outputs", i, n)
 				}
 				resp.RawOutputContents[i] = b
+				o.received += int64(len(b))
 			}
 		}
 	case ModeFile:
@@ -261,6 +286,7 @@ func (o *Outgoing) Finish(resp *inference.ModelInferResponse) error {
 				src = o.resp
 			}
 			resp.RawOutputContents[s.Index] = src.data[s.Offset : s.Offset+s.Len : s.Offset+s.Len]
+			o.received += s.Len
 		}
 	}
 	return nil

@@ -3,7 +3,6 @@ package executor
 import (
 	"context"
 	"maps"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
-	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
 )
 
 // peerHeartbeat keeps the set of executors in the constellation, for the
@@ -219,13 +217,4 @@ func controlAction(req *busv1.ModelControlRequest) string {
 		return "load"
 	}
 	return "unload"
-}
-
-// BackendMetrics serves the custom metrics Triton backends register
-// (TRITONSERVER_MetricFamily), in Prometheus' text format.
-func BackendMetrics() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		_ = cbackend.WriteMetrics(w)
-	})
 }

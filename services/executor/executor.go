@@ -57,6 +57,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/logsetting"
+	"github.com/nereid-io/nereid/pkg/opsmetrics"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/repository"
 	"github.com/nereid-io/nereid/pkg/routines"
@@ -65,6 +66,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
+	"github.com/nereid-io/nereid/services/executor/internal/gpu"
 )
 
 // Model version states, as Triton's ModelReadyState names them.
@@ -143,6 +145,11 @@ type Config struct {
 
 // Executor serves a model repository over NATS.
 type Executor struct {
+	// metrics is the executor's registry (metrics.go), gpus the NVML
+	// sampler of its GPU metrics (nil without a GPU).
+	metrics *opsmetrics.Registry
+	gpus    *gpu.Sampler
+
 	cfg        Config
 	trace      *tracesetting.Manager // trace extension settings, kept in step by any gateway
 	tracer     *tracing.Tracer       // spans of traced requests; nil when nothing is exported
@@ -234,6 +241,10 @@ func New(cfg Config) (*Executor, error) {
 		Directory: cfg.BackendDirectory, Settings: cfg.BackendConfig, ServerLibrary: cfg.ServerLibrary,
 		Logger: e.log, Server: (*backendServer)(e),
 	})
+	var err error
+	if e.metrics, e.gpus, err = newMetrics(); err != nil {
+		return nil, fmt.Errorf("executor: GPU metrics: %w", err)
+	}
 	return e, nil
 }
 
@@ -248,7 +259,8 @@ func (e *Executor) Ready() <-chan struct{} { return e.ready }
 // and finalizes instances, models and backends. It returns nil after a
 // clean shutdown, an error when it cannot start.
 func (e *Executor) Run(ctx context.Context) error {
-	bc, err := bus.New(e.cfg.Conn, bus.WithLogger(e.log), bus.WithCodec(infercodec.Codec{}), bus.WithLocal(e.cfg.Local)) // replies' tensors sent without copies
+	defer e.gpus.Close()
+	bc, err := bus.New(e.cfg.Conn, bus.WithLogger(e.log), bus.WithCodec(infercodec.Codec{}), bus.WithLocal(e.cfg.Local), e.metrics.BusOption()) // replies' tensors sent without copies
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
@@ -645,6 +657,9 @@ func (e *Executor) handleStats(_ context.Context, data []byte) (proto.Message, e
 		if h := mv.stats.firstResponseProto(mv.name, mv.vstr); h != nil {
 			resp.FirstResponse = append(resp.FirstResponse, h)
 		}
+	}
+	if req.GetName() == "" {
+		resp.Gpus = gpuProtos(e.gpus.Read())
 	}
 	return resp, nil
 }

@@ -56,7 +56,9 @@ func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.M
 	}
 	defer release()
 	var resp inference.ModelInferResponse
-	if err := hs.finish(&resp, hs.request(ctx, g.bus, subject, req, &resp)); err != nil {
+	err = hs.finish(&resp, hs.request(ctx, g.bus, subject, req, &resp))
+	g.countHandoff(hs.out)
+	if err != nil {
 		return nil, err
 	}
 	return &resp, nil

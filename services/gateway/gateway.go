@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	_ "google.golang.org/grpc/encoding/gzip" // gzip for gRPC message compression
@@ -28,6 +29,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/hostmetrics"
 	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/logsetting"
+	"github.com/nereid-io/nereid/pkg/opsmetrics"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
@@ -113,6 +115,11 @@ type Config struct {
 // the executors over NATS. It is stateless apart from its view of the
 // catalog, so any number can run side by side.
 type Gateway struct {
+	// metrics is this gateway's registry: Triton's metrics summed over the
+	// constellation and the gateway's own (metrics.go).
+	metrics *opsmetrics.Registry
+	handoff *prometheus.CounterVec // nereid_handoff_bytes
+
 	cfg  Config
 	log  *slog.Logger
 	bus  *bus.Conn // the gateway's one connection to the constellation
@@ -186,11 +193,13 @@ func New(cfg Config) (*Gateway, error) {
 		log = slog.Default()
 	}
 	log = log.With("service", "gateway")
-	bc, err := bus.New(cfg.Conn, bus.WithLogger(log), bus.WithCodec(infercodec.Codec{}), bus.WithLocal(cfg.Local)) // tensors chunked without copies
+	reg := opsmetrics.New()
+	bc, err := bus.New(cfg.Conn, bus.WithLogger(log), bus.WithCodec(infercodec.Codec{}), bus.WithLocal(cfg.Local), reg.BusOption()) // tensors chunked without copies
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g := &Gateway{
+		metrics: reg,
 		cfg:     cfg,
 		log:     log,
 		bus:     bc,
@@ -210,6 +219,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.logging = logsetting.New(logsetting.Defaults, g.id)
 	}
 	g.inflight.limit = cfg.Limits.HTTPMaxInflightBodySize
+	g.registerMetrics()
 	ok := false
 	defer func() {
 		if !ok {

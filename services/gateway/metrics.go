@@ -2,12 +2,13 @@ package gateway
 
 import (
 	"context"
+	"math"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/quantile"
 )
 
@@ -64,6 +65,47 @@ var summaryDescs = map[string]*prometheus.Desc{
 // label; every version reports all four, zeros included, as Triton does.
 var failureReasons = []string{"REJECTED", "CANCELED", "BACKEND", "OTHER"}
 
+// Triton's GPU metrics of every GPU the executors see, by gpu_uuid.
+var (
+	gpuLabels   = []string{"gpu_uuid"}
+	descGPUUtil = prometheus.NewDesc("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", gpuLabels, nil)
+	descGPUTot  = prometheus.NewDesc("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", gpuLabels, nil)
+	descGPUUsed = prometheus.NewDesc("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", gpuLabels, nil)
+	descGPUPow  = prometheus.NewDesc("nv_gpu_power_usage", "GPU power usage in watts", gpuLabels, nil)
+	descGPULim  = prometheus.NewDesc("nv_gpu_power_limit", "GPU power management limit in watts", gpuLabels, nil)
+	descGPUEng  = prometheus.NewDesc("nv_energy_consumption", "GPU energy consumption in joules since the executor started", gpuLabels, nil)
+)
+
+// collectGPUs reports each GPU once: executors sharing a machine see the
+// same GPUs.
+func collectGPUs(ch chan<- prometheus.Metric, parts []*busv1.StatisticsReply) {
+	seen := map[string]bool{}
+	for _, p := range parts {
+		for _, g := range p.GetGpus() {
+			if seen[g.GetUuid()] {
+				continue
+			}
+			seen[g.GetUuid()] = true
+			for _, m := range []struct {
+				d *prometheus.Desc
+				t prometheus.ValueType
+				v float64
+			}{
+				{descGPUUtil, prometheus.GaugeValue, g.GetUtilization()},
+				{descGPUTot, prometheus.GaugeValue, g.GetMemoryTotalBytes()},
+				{descGPUUsed, prometheus.GaugeValue, g.GetMemoryUsedBytes()},
+				{descGPUPow, prometheus.GaugeValue, g.GetPowerUsage()},
+				{descGPULim, prometheus.GaugeValue, g.GetPowerLimit()},
+				{descGPUEng, prometheus.CounterValue, g.GetEnergy()},
+			} {
+				if !math.IsNaN(m.v) { // a figure this GPU does not give
+					ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v, g.GetUuid())
+				}
+			}
+		}
+	}
+}
+
 // descInflight is the gateway's own: the HTTP body bytes that requests in
 // flight hold, against --http-max-inflight-body-size.
 var descInflight = prometheus.NewDesc("nereid_http_inflight_body_bytes",
@@ -83,7 +125,7 @@ type statsCollector struct{ g *Gateway }
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSuccess, descFailure, descPending, descCount, descExecCount,
 		descRequestDuration, descQueueDuration, descComputeInput, descComputeInfer, descComputeOutput, descInflight, descFirstResponse,
-		descCPUUtil, descCPUMemTotal, descCPUMemUsed} {
+		descCPUUtil, descCPUMemTotal, descCPUMemUsed, descGPUUtil, descGPUTot, descGPUUsed, descGPUPow, descGPULim, descGPUEng} {
 		ch <- d
 	}
 	for _, d := range summaryDescs {
@@ -106,6 +148,7 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 		c.g.log.Warn("metrics: statistics failed", "err", err)
 		return
 	}
+	collectGPUs(ch, parts)
 	parts = append(parts, c.g.routerStats(context.Background(), want)...)
 	resp := sumStats(parts, want)
 	extra := sumMetrics(parts)
@@ -237,13 +280,55 @@ func sumFirstResponse(parts []*busv1.StatisticsReply, want []statsKey) []firstRe
 	return out
 }
 
+// descExecutors is nereid_executors: how many executors serve each READY
+// version, as this gateway's catalog has them.
+var descExecutors = prometheus.NewDesc("nereid_executors",
+	"Number of executors serving the model version READY", labels, nil)
+
+// catalogCollector reports what the gateway's catalog knows.
+type catalogCollector struct{ g *Gateway }
+
+func (c catalogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descExecutors }
+
+func (c catalogCollector) Collect(ch chan<- prometheus.Metric) {
+	v := c.g.cat.current()
+	for name, mv := range v.models {
+		for _, vv := range mv.versions {
+			if vv.ready() {
+				ch <- prometheus.MustNewConstMetric(descExecutors, prometheus.GaugeValue, float64(len(vv.executors)), name, vv.versionString())
+			}
+		}
+	}
+}
+
+// registerMetrics adds the gateway's collectors to its registry.
+func (g *Gateway) registerMetrics() {
+	g.handoff = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nereid_handoff_bytes",
+		Help: "Tensor bytes handed to or from executors of this node outside the bus (pkg/handoff), by direction (request, response) and mode (file, process)",
+	}, []string{"direction", "mode"})
+	g.metrics.MustRegister(statsCollector{g}, catalogCollector{g}, g.handoff)
+}
+
+// countHandoff adds the bytes one request handed off.
+func (g *Gateway) countHandoff(o *handoff.Outgoing) {
+	in, out := o.Bytes()
+	if in == 0 && out == 0 {
+		return
+	}
+	mode := "file"
+	if o.Mode() == handoff.ModeProcess {
+		mode = "process"
+	}
+	g.handoff.WithLabelValues("request", mode).Add(float64(in))
+	g.handoff.WithLabelValues("response", mode).Add(float64(out))
+}
+
 // metricsHandler serves GET /metrics in the Prometheus text format (not
 // OpenMetrics, which would append _total to counter names).
 func (g *Gateway) metricsHandler() http.Handler {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(statsCollector{g})
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.Handle("/metrics", g.metrics.Handler(nil))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, httpError(http.StatusNotFound, "Not Found"))
 	})

@@ -1,9 +1,14 @@
 package gateway
 
 import (
+	"maps"
+	"math"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/nereid-io/nereid/api/busv1"
 )
@@ -88,5 +93,39 @@ func TestSumFirstResponse(t *testing.T) {
 	f := got[0]
 	if f.count != 11 || f.sum != 14 || f.buckets[100] != 5 || f.buckets[500] != 7 || len(f.buckets) != 2 {
 		t.Errorf("sum %+v", f)
+	}
+}
+
+// Each GPU shows once, whichever executors report it; figures a GPU does
+// not give are left out.
+func TestCollectGPUs(t *testing.T) {
+	nan := math.NaN()
+	a := &busv1.GpuMetrics{Uuid: "GPU-a", Utilization: 0.5, MemoryTotalBytes: 100, MemoryUsedBytes: 40, PowerUsage: 250, PowerLimit: 700, Energy: 12}
+	b := &busv1.GpuMetrics{Uuid: "GPU-b", Utilization: 0, MemoryTotalBytes: 50, MemoryUsedBytes: 0, PowerUsage: nan, PowerLimit: nan, Energy: nan}
+	ch := make(chan prometheus.Metric, 100)
+	collectGPUs(ch, []*busv1.StatisticsReply{{Gpus: []*busv1.GpuMetrics{a, b}}, {Gpus: []*busv1.GpuMetrics{a}}})
+	close(ch)
+	got := map[string]float64{}
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		name := m.Desc().String()
+		name = name[strings.Index(name, `fqName: "`)+9:]
+		name = name[:strings.Index(name, `"`)]
+		key := name + "/" + pb.GetLabel()[0].GetValue()
+		if _, dup := got[key]; dup {
+			t.Errorf("%s reported twice", key)
+		}
+		got[key] = pb.GetGauge().GetValue() + pb.GetCounter().GetValue()
+	}
+	want := map[string]float64{
+		"nv_gpu_utilization/GPU-a": 0.5, "nv_gpu_memory_total_bytes/GPU-a": 100, "nv_gpu_memory_used_bytes/GPU-a": 40,
+		"nv_gpu_power_usage/GPU-a": 250, "nv_gpu_power_limit/GPU-a": 700, "nv_energy_consumption/GPU-a": 12,
+		"nv_gpu_utilization/GPU-b": 0, "nv_gpu_memory_total_bytes/GPU-b": 50, "nv_gpu_memory_used_bytes/GPU-b": 0,
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("GPU metrics %v, want %v", got, want)
 	}
 }

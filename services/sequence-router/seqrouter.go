@@ -17,6 +17,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/failover"
 	"github.com/nereid-io/nereid/pkg/logsetting"
+	"github.com/nereid-io/nereid/pkg/opsmetrics"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
@@ -73,6 +74,8 @@ type Config struct {
 
 // Service is one running sequence router.
 type Service struct {
+	metrics *opsmetrics.Registry // metrics.go
+
 	cfg   Config
 	log   *slog.Logger
 	ready chan struct{}
@@ -124,12 +127,14 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Trace.Mode == "" {
 		cfg.Trace = tracesetting.DefaultConfig()
 	}
-	return &Service{
+	s := &Service{
 		trace: tracesetting.New(cfg.Trace, cfg.ID),
 		cfg:   cfg, log: cfg.Logger.With("service", Name, "router", cfg.ID), ready: make(chan struct{}),
 		models: map[string]*model{}, started: time.Now(), executors: map[string]*executor{}, claims: map[string]time.Time{},
 		floors: map[string]*failover.Floor{},
-	}, nil
+	}
+	s.metrics = newRouterMetrics(s)
+	return s, nil
 }
 
 // Ready is closed once the service is connected and serving (active or
@@ -168,7 +173,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.st = newMemStore()
 	}
 	defer s.st.close()
-	bc, err := bus.New(s.cfg.Conn, bus.WithLogger(s.log))
+	bc, err := bus.New(s.cfg.Conn, bus.WithLogger(s.log), s.metrics.BusOption())
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}

@@ -9,14 +9,17 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/logsetting"
+	"github.com/nereid-io/nereid/pkg/opsmetrics"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -59,6 +62,10 @@ type Service struct {
 	ready chan struct{}
 	store store
 	bus   *bus.Conn
+
+	metrics  *opsmetrics.Registry   // metrics.go
+	requests *prometheus.CounterVec // nereid_shm_registry_requests
+	storeMu  sync.Mutex             // store, for the metrics' reads
 }
 
 // New checks the configuration.
@@ -72,7 +79,16 @@ func New(cfg Config) (*Service, error) {
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = DefaultSweepInterval
 	}
-	return &Service{cfg: cfg, log: cfg.Logger.With("service", Name), ready: make(chan struct{})}, nil
+	s := &Service{cfg: cfg, log: cfg.Logger.With("service", Name), ready: make(chan struct{})}
+	s.metrics, s.requests = newRegistryMetrics(s)
+	return s, nil
+}
+
+// currentStore is the store once Run opened it, else nil.
+func (s *Service) currentStore() store {
+	s.storeMu.Lock()
+	defer s.storeMu.Unlock()
+	return s.store
 }
 
 // Ready is closed once the service is connected and serving.
@@ -80,18 +96,22 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 
 // Run serves until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
+	var st store
 	if s.cfg.RedisURL != "" {
 		rdb, err := redisconn.Open(ctx, s.cfg.RedisURL, s.cfg.RedisAuth)
 		if err != nil {
 			return fmt.Errorf("%s: %w", Name, err)
 		}
-		s.store = newRedisStore(rdb, s.cfg.RedisPrefix)
+		st = newRedisStore(rdb, s.cfg.RedisPrefix)
 	} else {
-		s.store = newMemStore()
+		st = newMemStore()
 	}
-	defer s.store.Close()
+	s.storeMu.Lock()
+	s.store = st
+	s.storeMu.Unlock()
+	defer st.Close()
 
-	bc, err := bus.New(s.cfg.Conn, bus.WithLogger(s.log), bus.WithLocal(s.cfg.Local))
+	bc, err := bus.New(s.cfg.Conn, bus.WithLogger(s.log), bus.WithLocal(s.cfg.Local), s.metrics.BusOption())
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
@@ -105,11 +125,11 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}()
 	for subject, h := range map[string]bus.HandlerFunc{
-		bus.ShmRegisterSubject:   s.handleRegister,
-		bus.ShmUnregisterSubject: s.handleUnregister,
-		bus.ShmStatusSubject:     s.handleStatus,
-		bus.ShmAcquireSubject:    s.handleAcquire,
-		bus.ShmReleaseSubject:    s.handleRelease,
+		bus.ShmRegisterSubject:   s.counted("register", s.handleRegister),
+		bus.ShmUnregisterSubject: s.counted("unregister", s.handleUnregister),
+		bus.ShmStatusSubject:     s.counted("status", s.handleStatus),
+		bus.ShmAcquireSubject:    s.counted("acquire", s.handleAcquire),
+		bus.ShmReleaseSubject:    s.counted("release", s.handleRelease),
 	} {
 		sub, err := bc.Handle(subject, bus.QueueShmRegistry, h)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/natsconn"
+	"github.com/nereid-io/nereid/pkg/opsmetrics"
 	"github.com/nereid-io/nereid/pkg/probe"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
@@ -42,7 +43,8 @@ func main() {
 	})
 	id := fs.String("id", "", "executor id on the bus (default: random)")
 	node := fs.String("node", "", "node name for node-local resources (default: host name)")
-	probeAddr := fs.String("probe-addr", "", "address for /livez, /readyz and /metrics (the backends' custom metrics; empty disables)")
+	probeAddr := fs.String("probe-addr", "", "address for /livez, /readyz and /metrics (empty disables)")
+	metricsPort := fs.Int("metrics-port", 0, "port serving /metrics: GPU metrics, NATS round trips and the Triton backends' custom metrics (0 disables)")
 	backendDir := fs.String("backend-directory", "/opt/tritonserver/backends", "where Triton backend libraries are looked for (<dir>/<backend>/libtriton_<backend>.so)")
 	backendConfig := tritonflag.BackendConfig{}
 	fs.Var(backendConfig, "backend-config", "a setting for backends: <backend>,<setting>=<value> (repeatable)")
@@ -64,7 +66,7 @@ func main() {
 	logs, log := logFlags.MustBuild("nereid-executor")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, log, auth, *natsURL, *probeAddr, executor.Config{
+	if err := run(ctx, log, auth, *natsURL, *probeAddr, *metricsPort, executor.Config{
 		RepositoryPath: first(repos), MoreRepositories: rest(repos), Models: models, ControlMode: mode, PollInterval: pollInterval,
 		Trace:               trace.Config(),
 		DisableAutoComplete: strictCfg || noAutoComplete, ExitOnError: exitOnError, ID: *id, Node: *node, Logger: log, Logging: logs,
@@ -76,7 +78,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, auth natsconn.Auth, natsURL, probeAddr string, cfg executor.Config) error {
+func run(ctx context.Context, log *slog.Logger, auth natsconn.Auth, natsURL, probeAddr string, metricsPort int, cfg executor.Config) error {
 	if cfg.RepositoryPath == "" {
 		return fmt.Errorf("--model-repository is required")
 	}
@@ -94,12 +96,17 @@ func run(ctx context.Context, log *slog.Logger, auth natsconn.Auth, natsURL, pro
 	if err != nil {
 		return err
 	}
-	// The probe port also serves the metrics Triton backends register.
-	p, err := probe.ListenWith(probeAddr, ex.Ready(), map[string]http.Handler{"GET /metrics": executor.BackendMetrics()})
+	// The probe port serves the metrics too.
+	p, err := probe.ListenWith(probeAddr, ex.Ready(), map[string]http.Handler{"GET /metrics": ex.MetricsHandler()})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
+	m, err := opsmetrics.ListenPort(metricsPort, ex.MetricsHandler())
+	if err != nil {
+		return fmt.Errorf("--metrics-port: %w", err)
+	}
+	defer m.Close()
 	return ex.Run(ctx)
 }
 

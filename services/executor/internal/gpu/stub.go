@@ -43,3 +43,15 @@ func (m *DeviceMem) Read([]byte, uint64) error          { return errNoCgo }
 func (m *DeviceMem) Free() error                        { return nil }
 func (m *DeviceMem) Ptr() uintptr                       { return 0 }
 func (m *IPCMem) Ptr() uintptr                          { return 0 }
+
+// Sampler reads GPU metrics; never obtained in this build.
+type Sampler struct{}
+
+// OpenSampler reports ErrNoGPU in this build.
+func OpenSampler() (*Sampler, error) { return nil, errNoCgo }
+
+// Read has nothing to read in this build.
+func (s *Sampler) Read() []Reading { return nil }
+
+// Close does nothing in this build.
+func (s *Sampler) Close() {}

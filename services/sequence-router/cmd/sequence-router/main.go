@@ -14,6 +14,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/natsconn"
+	"github.com/nereid-io/nereid/pkg/opsmetrics"
 	"github.com/nereid-io/nereid/pkg/probe"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
@@ -25,6 +26,7 @@ func main() {
 	natsURL := fs.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
 	redisURL := fs.String("redis-url", "", "Redis URL (redis://host:port/db, or rediss:// for TLS); empty keeps state in memory")
 	probeAddr := fs.String("probe-addr", "", "address for /livez and /readyz (empty disables)")
+	metricsPort := fs.Int("metrics-port", 0, "port serving /metrics: queued requests, backlog and active sequences per model, NATS round trips (0 disables)")
 	maxBacklog := fs.Int("max-sequence-backlog", 0, "sequences that may wait for a slot per model (0: unbounded, as Triton)")
 	leaseTTL := fs.Duration("lease-ttl", seqrouter.DefaultLeaseTTL, "how long the active router's lease outlives it (takeover time)")
 	id := fs.String("id", "", "router id in the lease (default random)")
@@ -48,13 +50,13 @@ func main() {
 	cfg.Logging = logs
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, log, auth, *natsURL, *probeAddr, cfg); err != nil {
+	if err := run(ctx, log, auth, *natsURL, *probeAddr, *metricsPort, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "nereid-sequence-router:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, auth natsconn.Auth, natsURL, probeAddr string, cfg seqrouter.Config) error {
+func run(ctx context.Context, log *slog.Logger, auth natsconn.Auth, natsURL, probeAddr string, metricsPort int, cfg seqrouter.Config) error {
 	opts, err := auth.Options(bus.RoleSequenceRouter)
 	if err != nil {
 		return err
@@ -74,5 +76,10 @@ func run(ctx context.Context, log *slog.Logger, auth natsconn.Auth, natsURL, pro
 		return err
 	}
 	defer p.Close()
+	m, err := opsmetrics.ListenPort(metricsPort, svc.MetricsHandler())
+	if err != nil {
+		return fmt.Errorf("--metrics-port: %w", err)
+	}
+	defer m.Close()
 	return svc.Run(ctx)
 }

@@ -1,0 +1,89 @@
+package executor
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/pkg/opsmetrics"
+	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
+	"github.com/nereid-io/nereid/services/executor/internal/gpu"
+)
+
+// The executor's /metrics: Triton's GPU metrics of the GPUs this executor
+// sees, Nereid's NATS round trips, and the custom metric families of the
+// Triton backends it runs. Triton's per-model metrics are the gateways':
+// they sum every executor's statistics (busv1.StatisticsReply).
+
+var (
+	gpuLabels      = []string{"gpu_uuid"}
+	descGPUUtil    = prometheus.NewDesc("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", gpuLabels, nil)
+	descGPUMemTot  = prometheus.NewDesc("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", gpuLabels, nil)
+	descGPUMemUsed = prometheus.NewDesc("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", gpuLabels, nil)
+	descGPUPower   = prometheus.NewDesc("nv_gpu_power_usage", "GPU power usage in watts", gpuLabels, nil)
+	descGPULimit   = prometheus.NewDesc("nv_gpu_power_limit", "GPU power management limit in watts", gpuLabels, nil)
+	descGPUEnergy  = prometheus.NewDesc("nv_energy_consumption", "GPU energy consumption in joules since the executor started", gpuLabels, nil)
+)
+
+// gpuCollector reads NVML at scrape time. Without a GPU there is no
+// sampler and no GPU metric, as Triton has none.
+type gpuCollector struct{ s *gpu.Sampler }
+
+func (c gpuCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descGPUUtil, descGPUMemTot, descGPUMemUsed, descGPUPower, descGPULimit, descGPUEnergy} {
+		ch <- d
+	}
+}
+
+func (c gpuCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range c.s.Read() {
+		for _, m := range []struct {
+			d *prometheus.Desc
+			t prometheus.ValueType
+			v float64
+		}{
+			{descGPUUtil, prometheus.GaugeValue, r.Utilization},
+			{descGPUMemTot, prometheus.GaugeValue, r.MemoryTotal},
+			{descGPUMemUsed, prometheus.GaugeValue, r.MemoryUsed},
+			{descGPUPower, prometheus.GaugeValue, r.PowerUsage},
+			{descGPULimit, prometheus.GaugeValue, r.PowerLimit},
+			{descGPUEnergy, prometheus.CounterValue, r.Energy},
+		} {
+			if m.v == m.v { // NaN: the GPU does not give this figure
+				ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v, r.UUID)
+			}
+		}
+	}
+}
+
+// gpuProtos are readings as the gateways get them with the statistics.
+func gpuProtos(rs []gpu.Reading) []*busv1.GpuMetrics {
+	out := make([]*busv1.GpuMetrics, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, &busv1.GpuMetrics{Uuid: r.UUID, Utilization: r.Utilization, MemoryTotalBytes: r.MemoryTotal,
+			MemoryUsedBytes: r.MemoryUsed, PowerUsage: r.PowerUsage, PowerLimit: r.PowerLimit, Energy: r.Energy})
+	}
+	return out
+}
+
+// newMetrics makes the executor's registry and, when NVML finds GPUs, the
+// sampler of their metrics (closed by the caller).
+func newMetrics() (*opsmetrics.Registry, *gpu.Sampler, error) {
+	reg := opsmetrics.New()
+	s, err := gpu.OpenSampler()
+	switch {
+	case err == nil:
+		reg.MustRegister(gpuCollector{s})
+	case !errors.Is(err, gpu.ErrNoGPU):
+		return nil, nil, err
+	}
+	return reg, s, nil
+}
+
+// MetricsHandler serves the executor's metrics at /metrics, the Triton
+// backends' custom families after its own.
+func (e *Executor) MetricsHandler() http.Handler {
+	return e.metrics.Handler(func(w http.ResponseWriter) { _ = cbackend.WriteMetrics(w) })
+}
