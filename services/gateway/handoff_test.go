@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,6 +144,18 @@ func TestLargeTensorRoutes(t *testing.T) {
 				t.Fatalf("the bus carried %d bytes on route %s", moved, tc.route)
 			}
 			t.Logf("route %s: %d bytes over NATS", tc.route, moved)
+			// nereid_handoff_bytes counts what went around the bus.
+			m := do(t, "GET", "http://"+g.MetricsAddr()+"/metrics", nil, nil)
+			mode := map[handoff.Route]string{handoff.RouteProcess: "process", handoff.RouteNode: "file"}[tc.route]
+			for _, dir := range []string{"request", "response"} {
+				line := fmt.Sprintf(`nereid_handoff_bytes{direction=%q,mode=%q} %s`, dir, mode, strconv.FormatFloat(float64(4*len(data)), 'g', -1, 64))
+				if tc.route != handoff.RouteBus && !strings.Contains(string(m.body), line+"\n") {
+					t.Errorf("metrics lack %q:\n%s", line, m.body)
+				}
+			}
+			if tc.route == handoff.RouteBus && strings.Contains(string(m.body), "nereid_handoff_bytes{") {
+				t.Errorf("hand-off bytes counted on the bus route:\n%s", m.body)
+			}
 		})
 	}
 }
