@@ -15,6 +15,8 @@
 #   nereid-offline/nats:2.15-alpine     the same plus wget, and nats-server built from its Go
 #                                       module at the version pkg/go.mod pins
 #   nereid-offline/redis:7.4-alpine     the same plus Debian's redis-server
+#   nereid-offline/prometheus:v2.53.4   the same plus Debian's prometheus (the compose file's
+#                                       "monitoring" profile)
 #
 # Module downloads never need the network inside the build: go reads them from
 # the builder's file proxy (GOPROXY=file:///opt/gomodproxy), and the
@@ -147,6 +149,7 @@ GOLANG_BASE=nereid-offline/golang-base:$SUITE
 GOLANG_IMAGE=nereid-offline/golang:1.26-$SUITE
 NATS_IMAGE=nereid-offline/nats:2.15-alpine
 REDIS_IMAGE=nereid-offline/redis:7.4-alpine
+PROMETHEUS_IMAGE=nereid-offline/prometheus:v2.53.4
 
 if [ "$(label_of "$DEBIAN_IMAGE")" != "$base_key" ]; then
 	log "making $DEBIAN_IMAGE"
@@ -186,6 +189,19 @@ if [ "$(label_of "$REDIS_IMAGE")" != "$base_key" ]; then
 	import_rootfs "$WORK/redis" "$REDIS_IMAGE" "$base_key" \
 		'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
 		'WORKDIR /data' 'VOLUME /data' 'EXPOSE 6379' 'CMD ["redis-server"]'
+fi
+if [ "$(label_of "$PROMETHEUS_IMAGE")" != "$base_key" ]; then
+	log "making $PROMETHEUS_IMAGE (Debian's prometheus)"
+	base_rootfs
+	variant "$WORK/prometheus" prometheus
+	# The public image's layout: the TSDB in /prometheus, owned by nobody.
+	mkdir -p "$WORK/prometheus/prometheus"
+	chown 65534:65534 "$WORK/prometheus/prometheus"
+	import_rootfs "$WORK/prometheus" "$PROMETHEUS_IMAGE" "$base_key" \
+		'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+		'USER 65534' 'WORKDIR /prometheus' 'VOLUME /prometheus' 'EXPOSE 9090' \
+		'ENTRYPOINT ["/usr/bin/prometheus"]' \
+		'CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]'
 fi
 cleanup_rootfs
 

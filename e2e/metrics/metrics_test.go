@@ -39,14 +39,14 @@ func TestMetricsAgainstTraffic(t *testing.T) {
 	constellation.Start(t, "router", c.Bin.Path("nereid-sequence-router"), "--nats-url", c.NATSURL, "--id", "router0", "--metrics-port", routerPort)
 	regPort, regURL := port()
 	constellation.Start(t, "shm-registry", c.Bin.Path("nereid-shm-registry"), "--nats-url", c.NATSURL, "--metrics-port", regPort)
-	models := []string{"simple", "simple_string", "slow", "seq1"}
+	models := []string{"simple", "simple_string", "slow", "seq1", "identity_fp32", "square_int32"}
 	execArgs := []string{"--model-repository", testRepo}
 	for _, m := range models {
 		execArgs = append(execArgs, "--load-model", m)
 	}
 	ex1Port, ex1URL := port()
 	c.Executor(deployRepo, "ex-1", append(execArgs, "--metrics-port", ex1Port)...)
-	gw := c.Gateway("--metrics-config", "summary_latencies=true", "--allow-client-shm", "true")
+	gw := c.Gateway("--metrics-config", "summary_latencies=true", "--metrics-config", "histogram_latencies=true", "--allow-client-shm", "true")
 	waitReady(t, gw.HTTP(), models...)
 	url := gw.Metrics()
 	infer := func(m string) string { return gw.HTTP() + "/v2/models/" + m + "/infer" }
@@ -150,29 +150,36 @@ func TestMetricsAgainstTraffic(t *testing.T) {
 		gc := inference.NewGRPCInferenceServiceClient(conn)
 		req := &inference.ModelInferRequest{ModelName: "slow", Inputs: []*inference.ModelInferRequest_InferInputTensor{
 			{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1}, Contents: &inference.InferTensorContents{Fp32Contents: []float32{1}}}}}
-		first := make(chan error, 1)
-		go func() {
-			_, err := gc.ModelInfer(context.Background(), req)
-			first <- err
-		}()
+		// Two requests hold the instance (one runs, one waits); the third
+		// queues behind both and is cancelled while it waits.
+		held := make(chan error, 2)
+		for range 2 {
+			go func() {
+				_, err := gc.ModelInfer(context.Background(), req)
+				held <- err
+			}()
+		}
+		waitFor(t, url, model("nv_inference_pending_request_count", "slow"), "one request of slow pending", equals(1))
 		ctx, cancel := context.WithCancel(context.Background())
-		second := make(chan error, 1)
+		third := make(chan error, 1)
 		go func() {
 			_, err := gc.ModelInfer(ctx, req)
-			second <- err
+			third <- err
 		}()
-		waitFor(t, url, model("nv_inference_pending_request_count", "slow"), "the second request of slow pending", equals(1))
+		waitFor(t, url, model("nv_inference_pending_request_count", "slow"), "two requests of slow pending", equals(2))
 		cancel()
-		if err := <-second; err == nil {
+		if err := <-third; err == nil {
 			t.Fatal("the cancelled request succeeded")
 		}
-		if err := <-first; err != nil {
-			t.Fatalf("first request: %v", err)
+		for range 2 {
+			if err := <-held; err != nil {
+				t.Fatalf("holding request: %v", err)
+			}
 		}
 		// Dropped from the queue once the instance is free again.
 		got := waitFor(t, url, model("nv_inference_request_failure", "slow", "reason", "CANCELED"), "one cancellation of slow", equals(1))
 		want(t, got, map[string]float64{
-			model("nv_inference_request_success", "slow"):                       4,
+			model("nv_inference_request_success", "slow"):                       5,
 			model("nv_inference_request_failure", "slow", "reason", "REJECTED"): 0,
 			model("nv_inference_pending_request_count", "slow"):                 0,
 		})
@@ -251,6 +258,25 @@ func TestMetricsAgainstTraffic(t *testing.T) {
 		want(t, got, map[string]float64{series("nereid_shm_registry_regions", "kind", "system"): 0})
 	})
 
+	t.Run("hand-off", func(t *testing.T) {
+		// Gateway and executor share this machine's node name: a large
+		// tensor goes through /dev/shm, not NATS.
+		data := make([]float32, 1<<18) // 1 MiB: handoff.DefaultThreshold
+		body := map[string]any{"inputs": []any{map[string]any{"name": "INPUT0", "datatype": "FP32", "shape": []int{1, len(data)}, "data": data}}}
+		if code, msg := post(t, infer("identity_fp32"), body); code != 200 {
+			t.Fatalf("identity_fp32: %d %s", code, msg)
+		}
+		got, _ := scrape(t, url)
+		want(t, got, map[string]float64{
+			series("nereid_handoff_bytes", "direction", "request", "mode", "file"):  4 << 18,
+			series("nereid_handoff_bytes", "direction", "response", "mode", "file"): 4 << 18,
+		})
+	})
+
+	t.Run("exported families", func(t *testing.T) {
+		checkFamilies(t, map[string]string{"gateway": url, "executor": ex1URL, "sequence-router": routerURL, "shm-registry": regURL})
+	})
+
 	t.Run("a second executor joins: sums", func(t *testing.T) {
 		before, _ := scrape(t, url)
 		ex2Port, ex2URL := port()
@@ -273,7 +299,7 @@ func TestMetricsAgainstTraffic(t *testing.T) {
 			model("nv_inference_count", "simple"):                                       before[model("nv_inference_count", "simple")] + m,
 			model("nv_inference_request_summary_us_count", "simple"):                    before[model("nv_inference_request_summary_us_count", "simple")] + m,
 			model("nv_inference_request_failure", "simple_string", "reason", "BACKEND"): 3,
-			model("nv_inference_request_success", "slow"):                               4,
+			model("nv_inference_request_success", "slow"):                               5,
 			model("nv_inference_request_failure", "slow", "reason", "CANCELED"):         1,
 			model("nereid_executors", "slow"):                                           2,
 		})

@@ -80,11 +80,14 @@ securityContext:
 {{- end }}
 {{- end -}}
 
-{{/* Liveness and readiness for services serving --probe-addr. */}}
+{{/* Liveness and readiness for services serving --probe-addr, and their
+--metrics-port. */}}
 {{- define "nereid.probes" -}}
 ports:
   - name: probe
     containerPort: {{ .Values.probePort }}
+  - name: metrics
+    containerPort: {{ .Values.metricsPort }}
 livenessProbe:
   httpGet:
     path: /livez
