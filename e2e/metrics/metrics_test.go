@@ -103,7 +103,7 @@ func TestMetricsAgainstTraffic(t *testing.T) {
 	})
 
 	t.Run("pending and queue time", func(t *testing.T) {
-		// Three requests at once to one instance taking 2 s each: two wait.
+		// Three requests at once to one instance taking 3 s each: two wait.
 		var wg sync.WaitGroup
 		for range 3 {
 			wg.Go(func() {
@@ -121,23 +121,23 @@ func TestMetricsAgainstTraffic(t *testing.T) {
 			model("nv_inference_queue_summary_us_count", "slow"): 3,
 		})
 		// The last one waited for the whole execution of the second (all
-		// three had arrived while the first executed): at least 2 s.
+		// three had arrived while the first executed): at least 3 s.
 		queue := got[model("nv_inference_queue_duration_us", "slow")]
-		if queue < 2e6 {
-			t.Errorf("queue duration %v µs, want at least 2e6", queue)
+		if queue < 3e6 {
+			t.Errorf("queue duration %v µs, want at least 3e6", queue)
 		}
-		if infer := got[model("nv_inference_compute_infer_duration_us", "slow")]; infer < 3*2e6 {
-			t.Errorf("compute infer duration %v µs, want at least 6e6", infer)
+		if infer := got[model("nv_inference_compute_infer_duration_us", "slow")]; infer < 3*3e6 {
+			t.Errorf("compute infer duration %v µs, want at least 9e6", infer)
 		}
 		// The summary's sum is the counter's (each rounded to µs).
 		if sum := got[model("nv_inference_queue_summary_us_sum", "slow")]; math.Abs(sum-queue) > 10 {
 			t.Errorf("queue summary sum %v, counter %v", sum, queue)
 		}
-		if top := got[quantile("nv_inference_queue_summary_us", "slow", "0.999")]; top < 2e6*0.99 {
-			t.Errorf("queue summary quantile 0.999 = %v µs, want the longest wait (>= 2e6)", top)
+		if top := got[quantile("nv_inference_queue_summary_us", "slow", "0.999")]; top < 3e6*0.99 {
+			t.Errorf("queue summary quantile 0.999 = %v µs, want the longest wait (>= 3e6)", top)
 		}
-		if med := got[quantile("nv_inference_request_summary_us", "slow", "0.5")]; med < 2e6*0.99 {
-			t.Errorf("request summary median %v µs, want at least one execution (2e6)", med)
+		if med := got[quantile("nv_inference_request_summary_us", "slow", "0.5")]; med < 3e6*0.99 {
+			t.Errorf("request summary median %v µs, want at least one execution (3e6)", med)
 		}
 	})
 
