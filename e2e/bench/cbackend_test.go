@@ -16,7 +16,9 @@ import (
 // Triton C backends: the identity test backend written in C against the
 // TRITONBACKEND API (services/executor/internal/cbackend/testdata), compiled
 // here with the system compiler, served next to the built-in Go identity
-// with the same configuration. 64 B at c=1 compares the two backends; 64 MiB
+// with the same configuration, doing the same work (the parameter "plain":
+// the C backend sets no response parameter and counts no custom metric,
+// as the Go identity). 64 B at c=1 compares the two backends; 64 MiB
 // in shared memory compares the C path with a memcpy.
 
 func init() {
@@ -34,6 +36,7 @@ input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [-1] }]
 output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [-1] }]
 dynamic_batching { }
 instance_group [{ count: 2, kind: KIND_CPU }]
+parameters { key: "plain" value { string_value: "true" } }
 `
 
 var cOnce struct {

@@ -597,6 +597,28 @@ void nereid_free_response(TRITONBACKEND_Response* r) {
   free(r);
 }
 
+/* Go's halves of TRITONBACKEND_ResponseSend and TRITONBACKEND_RequestRelease
+ * (exports.go): the memory is freed here, once back from Go, rather than
+ * by Go calling into C again. */
+extern TRITONSERVER_Error* nereid_response_send(TRITONBACKEND_Response* r, uint32_t flags, TRITONSERVER_Error* err);
+extern TRITONSERVER_Error* nereid_request_release(TRITONBACKEND_Request* r, uint32_t flags, bool* free);
+
+TRITONSERVER_Error* TRITONBACKEND_ResponseSend(TRITONBACKEND_Response* r, const uint32_t flags, TRITONSERVER_Error* err) {
+  NONNULL(r, "response");
+  TRITONSERVER_Error* e = nereid_response_send(r, flags, err);
+  /* The response is the server's now; err stays the backend's. */
+  nereid_free_response(r);
+  return e;
+}
+
+TRITONSERVER_Error* TRITONBACKEND_RequestRelease(TRITONBACKEND_Request* r, uint32_t flags) {
+  NONNULL(r, "request");
+  bool free_it = false;
+  TRITONSERVER_Error* e = nereid_request_release(r, flags, &free_it);
+  if (free_it) nereid_free_request(r);
+  return e;
+}
+
 TRITONSERVER_Error* TRITONBACKEND_ResponseDelete(TRITONBACKEND_Response* r) {
   nereid_free_response(r);
   return NULL;

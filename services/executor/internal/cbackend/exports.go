@@ -85,8 +85,12 @@ func TRITONBACKEND_RequestIsCancelled(r *C.TRITONBACKEND_Request, out *C.bool) *
 	return nil
 }
 
-//export TRITONBACKEND_RequestRelease
-func TRITONBACKEND_RequestRelease(r *C.TRITONBACKEND_Request, flags C.uint32_t) *C.TRITONSERVER_Error {
+// nereid_request_release is TRITONBACKEND_RequestRelease (abi.c) but for
+// freeing the request's memory, which it leaves to C (*free set) once it
+// is done with: one call into C fewer per request.
+//
+//export nereid_request_release
+func nereid_request_release(r *C.TRITONBACKEND_Request, flags C.uint32_t, free *C.bool) *C.TRITONSERVER_Error {
 	cr, e := request(r)
 	if e != nil {
 		return e
@@ -100,7 +104,7 @@ func TRITONBACKEND_RequestRelease(r *C.TRITONBACKEND_Request, flags C.uint32_t) 
 		// TRITONSERVER_REQUEST_RELEASE_ALL).
 		return newError(tritonerr.InvalidArgf("Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag."))
 	}
-	cr.release()
+	*free = C.bool(cr.release())
 	return nil
 }
 
@@ -146,20 +150,16 @@ func TRITONBACKEND_ResponseFactoryIsCancelled(f *C.TRITONBACKEND_ResponseFactory
 	return nil
 }
 
-//export TRITONBACKEND_ResponseSend
-func TRITONBACKEND_ResponseSend(resp *C.TRITONBACKEND_Response, flags C.uint32_t, errp *C.TRITONSERVER_Error) *C.TRITONSERVER_Error {
-	if resp == nil {
-		return newError(tritonerr.InvalidArgf("response must not be null"))
-	}
+// nereid_response_send is TRITONBACKEND_ResponseSend (abi.c) but for
+// freeing the response, which C does once back from Go.
+//
+//export nereid_response_send
+func nereid_response_send(resp *C.TRITONBACKEND_Response, flags C.uint32_t, errp *C.TRITONSERVER_Error) *C.TRITONSERVER_Error {
 	cr := lookup[*cRequest](resp.h)
 	if cr == nil {
-		C.nereid_free_response(resp)
 		return newError(tritonerr.InvalidArgf("response's request is no longer valid"))
 	}
-	err := cr.send(resp, uint32(flags), errp)
-	// The response is the server's now; errp stays the backend's.
-	C.nereid_free_response(resp)
-	return newError(err)
+	return newError(cr.send(resp, uint32(flags), errp))
 }
 
 //export TRITONBACKEND_OutputBuffer

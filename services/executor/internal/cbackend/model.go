@@ -376,7 +376,12 @@ func (in *cInstance) Execute(ctx context.Context, reqs []*backend.Request) error
 func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error {
 	n := len(reqs)
 	arr := in.requestArray(n)
-	crs := make([]*cRequest, n)
+	var few [8]*cRequest // no allocation for the usual batch
+	crs := few[:0]
+	if n > len(few) {
+		crs = make([]*cRequest, 0, n)
+	}
+	crs = crs[:n]
 	for i, r := range reqs {
 		crs[i] = newCRequest(in, r)
 		arr[i] = crs[i].c
@@ -396,7 +401,7 @@ func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error
 	}
 	for _, cr := range crs {
 		select {
-		case <-cr.finished:
+		case <-cr.finishedChan():
 		case <-ctx.Done():
 			// Shutting down with a backend that holds a request: leave its
 			// memory to it rather than free what it may still touch.
@@ -420,7 +425,9 @@ type cRequest struct {
 	gone     bool       // disposed of: no more buffers
 	released bool
 	final    bool
-	finished chan struct{}
+	ended_   bool          // released and answered
+	finished chan struct{} // closed once ended_; made only for a waiter
+	bufStore [2]outBuffer  // bufs' first buffers, without an allocation
 	disposed sync.Once
 	states   []unsafe.Pointer // TRITONBACKEND_State objects made for the request
 	trace    *cTrace          // the request's trace, once the backend asked for it
@@ -440,34 +447,47 @@ func parameterValue(p *C.TRITONSERVER_Parameter) any {
 }
 
 // release is TRITONBACKEND_RequestRelease.
-func (cr *cRequest) release() {
+// It reports whether the request is done with, its C side left for the
+// caller to free (TRITONBACKEND_RequestRelease frees it in C, once back
+// from Go).
+func (cr *cRequest) release() (free bool) {
 	cr.mu.Lock()
 	if cr.released {
 		cr.mu.Unlock()
-		return
+		return false
 	}
 	cr.released = true
 	cr.c.released = true
 	done := cr.ended()
 	cr.mu.Unlock()
-	if done {
-		cr.dispose()
-	}
+	return done && cr.disposeGo()
 }
 
 // ended reports, once, that the request is released and its final
 // response sent; cr.mu held.
 func (cr *cRequest) ended() bool {
-	if !cr.released || !cr.final {
+	if !cr.released || !cr.final || cr.ended_ {
 		return false
 	}
-	select {
-	case <-cr.finished:
-		return false
-	default:
+	cr.ended_ = true
+	if cr.finished != nil {
 		close(cr.finished)
-		return true
 	}
+	return true
+}
+
+// finishedChan is closed once the request is released and answered (most
+// are by the time anyone asks: no channel is made for those).
+func (cr *cRequest) finishedChan() <-chan struct{} {
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	if cr.finished == nil {
+		cr.finished = make(chan struct{})
+		if cr.ended_ {
+			close(cr.finished)
+		}
+	}
+	return cr.finished
 }
 
 // abandon frees a request the backend gave back by failing Execute.
@@ -476,10 +496,20 @@ func (cr *cRequest) abandon() { cr.dispose() }
 // dispose frees the request's C side and unpins its memory: the backend
 // holds nothing of it anymore. The outputs live on in the responses.
 func (cr *cRequest) dispose() {
+	c := cr.c
+	if cr.disposeGo() {
+		C.nereid_free_request(c)
+	}
+}
+
+// disposeGo is dispose but for freeing the request's C side, which it
+// leaves to the caller when it reports true (the first time).
+func (cr *cRequest) disposeGo() bool {
+	first := false
 	cr.disposed.Do(func() {
+		first = true
 		unregister(cr.h)
 		cr.mu.Lock()
-		C.nereid_free_request(cr.c)
 		cr.c = nil
 		cr.bufs = nil
 		cr.gone = true
@@ -495,6 +525,7 @@ func (cr *cRequest) dispose() {
 			t.free()
 		}
 	})
+	return first
 }
 
 // outBuffers are the output buffers handed out for a request: a few, so

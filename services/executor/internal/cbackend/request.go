@@ -154,7 +154,8 @@ func isNumber(v any) bool {
 }
 
 func newCRequest(in *cInstance, r *backend.Request) *cRequest {
-	cr := &cRequest{in: in, r: r, finished: make(chan struct{})}
+	cr := &cRequest{in: in, r: r}
+	cr.bufs = cr.bufStore[:0]
 	cr.h = register(cr)
 	l := requestLayout{r: r, outputs: sortedCopy(r.RequestedOutputs), params: sortedKeys(r.Parameters)}
 	if r.CorrelationID.IsString() {

@@ -6,11 +6,14 @@
  * "copy_on_thread" = true is copied by a thread the backend starts (not one
  * of the server's); one carrying "reschedule" = true is first released with
  * TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, and the server's answer is the
- * response parameter "reschedule_error".
+ * response parameter "reschedule_error". A model whose configuration has
+ * the parameter "plain" is a bare identity: no response parameter, no
+ * custom metric (the work of the built-in Go identity, for benchmarks).
  */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -74,6 +77,11 @@ static TRITONSERVER_Error* memory_check(TRITONBACKEND_Model* model) {
   return TRITONSERVER_LogMessage(TRITONSERVER_LOG_INFO, __FILE__, __LINE__, msg);
 }
 
+typedef struct {
+  TRITONSERVER_Metric* metric;
+  bool plain;
+} model_state;
+
 TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   const char* name;
   RETURN_IF_ERROR(TRITONBACKEND_ModelName(model, &name));
@@ -87,20 +95,27 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
     TRITONSERVER_MessageDelete(cfg);
     return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG, "model configuration JSON lacks max_batch_size");
   }
+  model_state* state = calloc(1, sizeof *state);
+  state->plain = strstr(js, "\"plain\"") != NULL;
   TRITONSERVER_MessageDelete(cfg);
   TRITONSERVER_Parameter* label = TRITONSERVER_ParameterNew("model", TRITONSERVER_PARAMETER_STRING, name);
   const TRITONSERVER_Parameter* labels[] = {label};
-  TRITONSERVER_Metric* metric;
-  TRITONSERVER_Error* err = TRITONSERVER_MetricNew(&metric, family, labels, 1);
+  TRITONSERVER_Error* err = TRITONSERVER_MetricNew(&state->metric, family, labels, 1);
   TRITONSERVER_ParameterDelete(label);
-  RETURN_IF_ERROR(err);
-  return TRITONBACKEND_ModelSetState(model, metric);
+  if (err != NULL) {
+    free(state);
+    return err;
+  }
+  return TRITONBACKEND_ModelSetState(model, state);
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
-  void* metric;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &metric));
-  return TRITONSERVER_MetricDelete((TRITONSERVER_Metric*)metric);
+  void* p;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &p));
+  model_state* state = p;
+  TRITONSERVER_Error* err = TRITONSERVER_MetricDelete(state->metric);
+  free(state);
+  return err;
 }
 
 static bool flag(TRITONBACKEND_Request* request, const char* name) {
@@ -141,7 +156,7 @@ static void copy(void* dst, const void* src, uint64_t n, bool on_thread) {
   memcpy(dst, src, n);
 }
 
-static TRITONSERVER_Error* respond(TRITONBACKEND_Request* request, TRITONBACKEND_Response* response, uint64_t* batch) {
+static TRITONSERVER_Error* respond(TRITONBACKEND_Request* request, TRITONBACKEND_Response* response, uint64_t* batch, bool plain) {
   uint32_t count;
   bool on_thread = flag(request, "copy_on_thread");
   RETURN_IF_ERROR(TRITONBACKEND_RequestInputCount(request, &count));
@@ -174,6 +189,7 @@ static TRITONSERVER_Error* respond(TRITONBACKEND_Request* request, TRITONBACKEND
       off += n;
     }
   }
+  if (plain) return NULL;
   return TRITONBACKEND_ResponseSetStringParameter(response, "backend", "nereid-test-identity");
 }
 
@@ -194,8 +210,9 @@ static TRITONSERVER_Error* try_reschedule(TRITONBACKEND_Request* request, TRITON
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests, const uint32_t count) {
   TRITONBACKEND_Model* model;
   RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceModel(instance, &model));
-  void* metric;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &metric));
+  void* p;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &p));
+  model_state* state = p;
   uint64_t exec_start = now_ns(), batch = 0;
   for (uint32_t r = 0; r < count; r++) {
     if (crash_requested(requests[r])) {
@@ -210,7 +227,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     TRITONSERVER_Error* err = TRITONBACKEND_ResponseNew(&response, request);
     if (err == NULL) {
       uint64_t start = now_ns();
-      TRITONSERVER_Error* rerr = respond(request, response, &batch);
+      TRITONSERVER_Error* rerr = respond(request, response, &batch, state->plain);
       if (rerr == NULL && flag(request, "reschedule")) rerr = try_reschedule(request, response);
       uint64_t end = now_ns();
       TRITONBACKEND_ModelInstanceReportStatistics(instance, request, rerr == NULL, start, start, end, end);
@@ -219,7 +236,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     } else {
       TRITONSERVER_ErrorDelete(err);
     }
-    TRITONSERVER_MetricIncrement((TRITONSERVER_Metric*)metric, 1);
+    if (!state->plain) TRITONSERVER_MetricIncrement(state->metric, 1);
     TRITONBACKEND_RequestRelease(request, TRITONSERVER_REQUEST_RELEASE_ALL);
   }
   uint64_t end = now_ns();
