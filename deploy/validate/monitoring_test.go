@@ -2,7 +2,9 @@ package validate
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -246,5 +248,43 @@ func TestDashboardMetricsExist(t *testing.T) {
 		if !used[f] {
 			t.Errorf("%s does not show %s", dashboard, f)
 		}
+	}
+}
+
+// TestMonitoringWithPromtool checks the scrape configuration and parses
+// every dashboard query with Prometheus' own promtool (as recording rules,
+// Grafana's variables replaced), where promtool is installed (Debian's
+// prometheus package has it); without it, it skips.
+func TestMonitoringWithPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed")
+	}
+	if out, err := exec.Command(promtool, "check", "config", filepath.Join(repoRoot, scrapeConfig)).CombinedOutput(); err != nil {
+		t.Errorf("promtool check config %s: %v\n%s", scrapeConfig, err, out)
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot, dashboard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d map[string]any
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	var qs []string
+	exprs(d, &qs)
+	vars := strings.NewReplacer("$__rate_interval", "1m", "$model", ".*")
+	var rules strings.Builder
+	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	for i, q := range qs {
+		b, _ := json.Marshal(vars.Replace(q))
+		fmt.Fprintf(&rules, "      - record: dashboard_query_%d\n        expr: %s\n", i, b)
+	}
+	path := filepath.Join(t.TempDir(), "dashboard-rules.yml")
+	if err := os.WriteFile(path, []byte(rules.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Errorf("a dashboard query does not parse: %v\n%s", err, out)
 	}
 }
