@@ -371,8 +371,9 @@ type StatisticsReply struct {
 	// nv_inference_first_response_histogram_ms of the decoupled versions.
 	FirstResponse []*FirstResponseHistogram `protobuf:"bytes,2,rep,name=first_response,json=firstResponse,proto3" json:"first_response,omitempty"`
 	// The rest of Triton's per-version metrics, one entry per version. A
-	// sequence router answers with this field alone, for the requests it
-	// holds and those it failed.
+	// sequence router answers with this field and, in model_stats, the fail
+	// count and time of the requests it failed itself; its metrics count
+	// those and the requests it holds.
 	Metrics []*VersionMetrics `protobuf:"bytes,3,rep,name=metrics,proto3" json:"metrics,omitempty"`
 	// Triton's GPU metrics of the GPUs the executor sees (NVML), for a
 	// request without a model name; none without a GPU.

@@ -2,7 +2,9 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -215,6 +217,25 @@ func TestMetricsAgainstTraffic(t *testing.T) {
 			model("nv_inference_request_success", "seq1"):                       1,
 			model("nv_inference_pending_request_count", "seq1"):                 0,
 		})
+		// The statistics extension counts the router's failures too.
+		var st struct {
+			ModelStats []struct {
+				InferenceStats struct {
+					Fail struct {
+						Count uint64 `json:"count"`
+					} `json:"fail"`
+				} `json:"inference_stats"`
+			} `json:"model_stats"`
+		}
+		r, err := http.Get(gw.HTTP() + "/v2/models/seq1/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(r.Body).Decode(&st)
+		r.Body.Close()
+		if err != nil || len(st.ModelStats) != 1 || st.ModelStats[0].InferenceStats.Fail.Count != 2 {
+			t.Errorf("seq1 statistics: %+v %v, want fail count 2", st, err)
+		}
 		rgot, _ := scrape(t, routerURL)
 		want(t, rgot, map[string]float64{
 			model("nereid_sequence_router_backlog_sequences", "seq1"): 0,

@@ -25,6 +25,8 @@ func (g *Gateway) statistics(ctx context.Context, name, versionStr string) (*inf
 	if err != nil {
 		return nil, err
 	}
+	// Sequence routers add the requests they failed themselves.
+	parts = append(parts, g.routerStats(ctx, want)...)
 	return sumStats(parts, want), nil
 }
 

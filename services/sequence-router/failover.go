@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/failover"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
@@ -114,7 +115,7 @@ func (s *Service) takeover(runCtx context.Context, name, version string, claim *
 	statsSub, err3 := s.bus.Handle(bus.SequenceStatsSubject(name, version), bus.QueueRouters, func(context.Context, []byte) (proto.Message, error) {
 		m.lock()
 		defer m.unlock()
-		return &busv1.StatisticsReply{Metrics: []*busv1.VersionMetrics{m.metrics()}}, nil
+		return &busv1.StatisticsReply{ModelStats: []*inference.ModelStatistics{m.statistics()}, Metrics: []*busv1.VersionMetrics{m.metrics()}}, nil
 	})
 	m.subs = []*bus.Subscription{infer, pullSub, statsSub}
 	for _, e := range []error{err1, err2, err3} {

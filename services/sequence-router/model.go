@@ -138,8 +138,9 @@ type model struct {
 	failures failureCounts
 }
 
-// failureCounts are nv_inference_request_failure's counts by reason.
-type failureCounts struct{ rejected, canceled, other uint64 }
+// failureCounts are nv_inference_request_failure's counts by reason, and
+// the failed requests' total time (the statistics extension's fail).
+type failureCounts struct{ rejected, canceled, other, ns uint64 }
 
 // send is a reply to deliver once the model's lock is released.
 type send struct {
@@ -207,6 +208,15 @@ func (m *model) metrics() *busv1.VersionMetrics {
 	}
 	return &busv1.VersionMetrics{Name: m.name, Version: m.version, Pending: uint64(pending),
 		FailureRejected: m.failures.rejected, FailureCanceled: m.failures.canceled, FailureOther: m.failures.other}
+}
+
+// statistics is the router's part of the statistics extension: the
+// requests it failed itself count in fail, as Triton's sequence batcher's
+// failures do; m.mu is held.
+func (m *model) statistics() *inference.ModelStatistics {
+	f := m.failures
+	return &inference.ModelStatistics{Name: m.name, Version: m.version, InferenceStats: &inference.InferStatistics{
+		Fail: &inference.StatisticDuration{Count: f.rejected + f.canceled + f.other, Ns: f.ns}}}
 }
 
 // track follows the client's cancellation of it, from its arrival until it
