@@ -2,6 +2,7 @@ package executor
 
 import (
 	"errors"
+	"math"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,7 +52,7 @@ func (c gpuCollector) Collect(ch chan<- prometheus.Metric) {
 			{descGPULimit, prometheus.GaugeValue, r.PowerLimit},
 			{descGPUEnergy, prometheus.CounterValue, r.Energy},
 		} {
-			if m.v == m.v { // NaN: the GPU does not give this figure
+			if !math.IsNaN(m.v) { // NaN: the GPU does not give this figure
 				ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v, r.UUID)
 			}
 		}
