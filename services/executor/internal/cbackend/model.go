@@ -482,13 +482,20 @@ func (cr *cRequest) finishedChan() <-chan struct{} {
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
 	if cr.finished == nil {
-		cr.finished = make(chan struct{})
 		if cr.ended_ {
-			close(cr.finished)
+			return closedChan
 		}
+		cr.finished = make(chan struct{})
 	}
 	return cr.finished
 }
+
+// closedChan is a channel closed for good.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // abandon frees a request the backend gave back by failing Execute.
 func (cr *cRequest) abandon() { cr.dispose() }
