@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,7 +109,9 @@ func startShmServerWith(size int, repo string, models []string, setup func(*stan
 		}
 	}
 	// The client's object: input region at 0, output region after it.
-	s.key = fmt.Sprintf("/nereid-bench-%d-%d", os.Getpid(), size)
+	// One object per server: the shared-memory and C backend benchmarks
+	// each start one of the same size in this process.
+	s.key = fmt.Sprintf("/nereid-bench-%d-%d-%d", os.Getpid(), shmObjects.Add(1), size)
 	if s.obj, err = shm.Create(s.key, 2*size); err != nil {
 		stop()
 		return nil, err
@@ -134,6 +137,9 @@ func startShmServerWith(size int, repo string, models []string, setup func(*stan
 	}
 	return s, nil
 }
+
+// shmObjects numbers the client objects of this process.
+var shmObjects atomic.Int64
 
 func shmFixture(b testing.TB) *shmServer {
 	shmOnce.Lock()

@@ -33,8 +33,9 @@ import (
 //   - 64 B identity, gRPC unary, c=1: traced (three spans: gateway,
 //     executor, and the executor's compute events) against untraced on the
 //     same server (reported);
-//   - the untraced model against the benchmarks' standalone server, which
-//     has no --trace-config (tracing off: nothing to measure, target
+//   - the untraced model against the benchmarks' standalone server (both
+//     with the in-process bus off: the constellation's path), which has no
+//     --trace-config (tracing off: nothing to measure, target
 //     p50 <= 1.05x).
 
 const (
@@ -172,6 +173,9 @@ func startTracingNereid() (_ *tracingServer, stop func(), err error) {
 	cfg.AllowMetrics = false
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Trace = trace.Config()
+	// The constellation's path, as the baseline's (nereid): spans cross
+	// NATS from the gateway to the executor.
+	cfg.InProcessBus = false
 	s, err := standalone.New(cfg)
 	if err != nil {
 		return nil, nil, err
