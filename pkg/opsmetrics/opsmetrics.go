@@ -6,8 +6,6 @@
 package opsmetrics
 
 import (
-	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/probe"
 )
 
 // Registry is one service instance's metrics.
@@ -66,46 +65,14 @@ func (r *Registry) Handler(more func(w http.ResponseWriter)) http.Handler {
 }
 
 // Server serves GET /metrics on its own port.
-type Server struct {
-	ln  net.Listener
-	srv *http.Server
-}
+type Server = probe.Server
 
 // Listen serves h at /metrics on addr ("" disables: a nil *Server is
 // valid); anything else is 404.
 func Listen(addr string, h http.Handler) (*Server, error) {
-	if addr == "" {
-		return nil, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
-	s := &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
-	go func() {
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = err // the listener was closed under us
-		}
-	}()
-	return s, nil
-}
-
-// Addr is the address actually listened on ("" for a nil Server).
-func (s *Server) Addr() string {
-	if s == nil {
-		return ""
-	}
-	return s.ln.Addr().String()
-}
-
-// Close stops serving.
-func (s *Server) Close() error {
-	if s == nil {
-		return nil
-	}
-	return s.srv.Close()
+	return probe.Serve(addr, mux)
 }
 
 // ListenPort is Listen on every interface's port (0 disables), for the

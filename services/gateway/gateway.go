@@ -530,7 +530,8 @@ func (g *Gateway) shutdown() {
 			select {
 			case <-done:
 			case <-ctx.Done():
-				srv.Stop()
+				srv.Stop() // GracefulStop returns too
+				<-done
 			}
 		}()
 	}
