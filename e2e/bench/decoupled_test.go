@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -57,33 +56,9 @@ func startRepoServer(repo string, models ...string) (string, error) {
 	cfg.HTTPPort, cfg.GRPCPort = 0, 0
 	cfg.AllowMetrics = false
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	srv, err := standalone.New(cfg)
+	srv, stop, err := runStandalone(cfg, models...)
 	if err != nil {
 		return "", err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	stop := func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-		}
-	}
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		return "", fmt.Errorf("standalone server stopped while starting: %v", err)
-	case <-time.After(60 * time.Second):
-		stop()
-		return "", errors.New("standalone server not ready after 60s")
-	}
-	for _, m := range models {
-		if err := waitReady("http://"+srv.Gateway().HTTPAddr()+"/v2/models/"+m+"/ready", 30*time.Second); err != nil {
-			stop()
-			return "", err
-		}
 	}
 	fx.mu.Lock()
 	fx.onClose = append(fx.onClose, stop)

@@ -122,3 +122,40 @@ func (n *Nereid) Close() {
 	case <-time.After(10 * time.Second):
 	}
 }
+
+// runStandalone starts a standalone server with cfg, waits until it and
+// models are ready, and returns it with the function that stops it (and
+// waits, at most 10s, for it to stop). On error nothing is left running.
+func runStandalone(cfg standalone.Config, models ...string) (*standalone.Server, func(), error) {
+	srv, err := standalone.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	stop := func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		cancel()
+		return nil, nil, fmt.Errorf("standalone server stopped while starting: %v", err)
+	case <-time.After(60 * time.Second):
+		stop()
+		return nil, nil, errors.New("standalone server not ready after 60s")
+	}
+	n := &Nereid{HTTPAddr: srv.Gateway().HTTPAddr()}
+	for _, m := range models {
+		if err := n.waitReady(m, 30*time.Second); err != nil {
+			stop()
+			return nil, nil, err
+		}
+	}
+	return srv, stop, nil
+}

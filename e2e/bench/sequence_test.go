@@ -143,27 +143,11 @@ func startSeqNereid() (f *seqFixture, err error) {
 	if f.redis != nil {
 		cfg.RedisURL = f.redis.url()
 	}
-	srv, err := standalone.New(cfg)
+	srv, stop, err := runStandalone(cfg)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	closers = append(closers, func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-		}
-	})
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		return nil, fmt.Errorf("standalone server stopped while starting: %v", err)
-	case <-time.After(60 * time.Second):
-		return nil, errors.New("standalone server not ready after 60s")
-	}
+	closers = append(closers, stop)
 	f.grpcAddr = srv.Gateway().GRPCAddr()
 
 	nc, err := nats.Connect(srv.NATSURL())

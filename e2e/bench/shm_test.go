@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/shm"
@@ -77,37 +76,11 @@ func startShmServerWith(size int, repo string, models []string, setup func(*stan
 	if setup != nil {
 		setup(&cfg)
 	}
-	srv, err := standalone.New(cfg)
+	srv, stop, err := runStandalone(cfg, models...)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	stop := func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-		}
-	}
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		cancel()
-		return nil, fmt.Errorf("standalone server stopped while starting: %v", err)
-	case <-time.After(60 * time.Second):
-		stop()
-		return nil, errors.New("standalone server not ready after 60s")
-	}
 	s := &shmServer{http: "http://" + srv.Gateway().HTTPAddr(), grpc: srv.Gateway().GRPCAddr(), payload: FP32Payload(size)}
-	n := &Nereid{HTTPAddr: srv.Gateway().HTTPAddr()}
-	for _, m := range models {
-		if err := n.waitReady(m, 30*time.Second); err != nil {
-			stop()
-			return nil, err
-		}
-	}
 	// The client's object: input region at 0, output region after it.
 	// One object per server: the shared-memory and C backend benchmarks
 	// each start one of the same size in this process.

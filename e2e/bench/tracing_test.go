@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -176,27 +175,12 @@ func startTracingNereid() (_ *tracingServer, stop func(), err error) {
 	// The constellation's path, as the baseline's (nereid): spans cross
 	// NATS from the gateway to the executor.
 	cfg.InProcessBus = false
-	s, err := standalone.New(cfg)
+	s, stopServer, err := runStandalone(cfg, tracedModel, untracedModel)
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	closers = append(closers, func() { cancel(); <-done })
-	select {
-	case <-s.Ready():
-	case err := <-done:
-		return nil, nil, fmt.Errorf("standalone server stopped while starting: %v", err)
-	case <-time.After(60 * time.Second):
-		return nil, nil, errors.New("standalone server not ready after 60s")
-	}
+	closers = append(closers, stopServer)
 	n := &Nereid{HTTPAddr: s.Gateway().HTTPAddr()}
-	for _, m := range []string{tracedModel, untracedModel} {
-		if err := n.waitReady(m, 30*time.Second); err != nil {
-			return nil, nil, err
-		}
-	}
 	body := strings.NewReader(`{"trace_level":["OFF"]}`)
 	resp, err := http.Post("http://"+n.HTTPAddr+"/v2/models/"+untracedModel+"/trace/setting", "application/json", body)
 	if err != nil {
