@@ -2,7 +2,6 @@ package executor
 
 import (
 	"errors"
-	"math"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,44 +17,19 @@ import (
 // Triton backends it runs. Triton's per-model metrics are the gateways':
 // they sum every executor's statistics (busv1.StatisticsReply).
 
-var (
-	gpuLabels      = []string{"gpu_uuid"}
-	descGPUUtil    = prometheus.NewDesc("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", gpuLabels, nil)
-	descGPUMemTot  = prometheus.NewDesc("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", gpuLabels, nil)
-	descGPUMemUsed = prometheus.NewDesc("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", gpuLabels, nil)
-	descGPUPower   = prometheus.NewDesc("nv_gpu_power_usage", "GPU power usage in watts", gpuLabels, nil)
-	descGPULimit   = prometheus.NewDesc("nv_gpu_power_limit", "GPU power management limit in watts", gpuLabels, nil)
-	descGPUEnergy  = prometheus.NewDesc("nv_energy_consumption", "GPU energy consumption in joules since the executor started", gpuLabels, nil)
-)
-
 // gpuCollector reads NVML at scrape time. Without a GPU there is no
 // sampler and no GPU metric, as Triton has none.
 type gpuCollector struct{ s *gpu.Sampler }
 
 func (c gpuCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descGPUUtil, descGPUMemTot, descGPUMemUsed, descGPUPower, descGPULimit, descGPUEnergy} {
+	for _, d := range opsmetrics.GPUDescs {
 		ch <- d
 	}
 }
 
 func (c gpuCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, r := range c.s.Read() {
-		for _, m := range []struct {
-			d *prometheus.Desc
-			t prometheus.ValueType
-			v float64
-		}{
-			{descGPUUtil, prometheus.GaugeValue, r.Utilization},
-			{descGPUMemTot, prometheus.GaugeValue, r.MemoryTotal},
-			{descGPUMemUsed, prometheus.GaugeValue, r.MemoryUsed},
-			{descGPUPower, prometheus.GaugeValue, r.PowerUsage},
-			{descGPULimit, prometheus.GaugeValue, r.PowerLimit},
-			{descGPUEnergy, prometheus.CounterValue, r.Energy},
-		} {
-			if !math.IsNaN(m.v) { // NaN: the GPU does not give this figure
-				ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v, r.UUID)
-			}
-		}
+	for _, g := range gpuProtos(c.s.Read()) {
+		opsmetrics.CollectGPU(ch, g)
 	}
 }
 

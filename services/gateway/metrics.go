@@ -2,13 +2,13 @@ package gateway
 
 import (
 	"context"
-	"math"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/handoff"
+	"github.com/nereid-io/nereid/pkg/opsmetrics"
 	"github.com/nereid-io/nereid/pkg/quantile"
 )
 
@@ -65,17 +65,6 @@ var summaryDescs = map[string]*prometheus.Desc{
 // label; every version reports all four, zeros included, as Triton does.
 var failureReasons = []string{"REJECTED", "CANCELED", "BACKEND", "OTHER"}
 
-// Triton's GPU metrics of every GPU the executors see, by gpu_uuid.
-var (
-	gpuLabels   = []string{"gpu_uuid"}
-	descGPUUtil = prometheus.NewDesc("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", gpuLabels, nil)
-	descGPUTot  = prometheus.NewDesc("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", gpuLabels, nil)
-	descGPUUsed = prometheus.NewDesc("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", gpuLabels, nil)
-	descGPUPow  = prometheus.NewDesc("nv_gpu_power_usage", "GPU power usage in watts", gpuLabels, nil)
-	descGPULim  = prometheus.NewDesc("nv_gpu_power_limit", "GPU power management limit in watts", gpuLabels, nil)
-	descGPUEng  = prometheus.NewDesc("nv_energy_consumption", "GPU energy consumption in joules since the executor started", gpuLabels, nil)
-)
-
 // collectGPUs reports each GPU once: executors sharing a machine see the
 // same GPUs.
 func collectGPUs(ch chan<- prometheus.Metric, parts []*busv1.StatisticsReply) {
@@ -86,22 +75,7 @@ func collectGPUs(ch chan<- prometheus.Metric, parts []*busv1.StatisticsReply) {
 				continue
 			}
 			seen[g.GetUuid()] = true
-			for _, m := range []struct {
-				d *prometheus.Desc
-				t prometheus.ValueType
-				v float64
-			}{
-				{descGPUUtil, prometheus.GaugeValue, g.GetUtilization()},
-				{descGPUTot, prometheus.GaugeValue, g.GetMemoryTotalBytes()},
-				{descGPUUsed, prometheus.GaugeValue, g.GetMemoryUsedBytes()},
-				{descGPUPow, prometheus.GaugeValue, g.GetPowerUsage()},
-				{descGPULim, prometheus.GaugeValue, g.GetPowerLimit()},
-				{descGPUEng, prometheus.CounterValue, g.GetEnergy()},
-			} {
-				if !math.IsNaN(m.v) { // a figure this GPU does not give
-					ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v, g.GetUuid())
-				}
-			}
+			opsmetrics.CollectGPU(ch, g)
 		}
 	}
 }
@@ -125,10 +99,13 @@ type statsCollector struct{ g *Gateway }
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSuccess, descFailure, descPending, descCount, descExecCount,
 		descRequestDuration, descQueueDuration, descComputeInput, descComputeInfer, descComputeOutput, descInflight, descFirstResponse,
-		descCPUUtil, descCPUMemTotal, descCPUMemUsed, descGPUUtil, descGPUTot, descGPUUsed, descGPUPow, descGPULim, descGPUEng} {
+		descCPUUtil, descCPUMemTotal, descCPUMemUsed} {
 		ch <- d
 	}
 	for _, d := range summaryDescs {
+		ch <- d
+	}
+	for _, d := range opsmetrics.GPUDescs {
 		ch <- d
 	}
 }
