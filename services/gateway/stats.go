@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -121,6 +122,19 @@ func sumStats(parts []*busv1.StatisticsReply, want []statsKey) *inference.ModelS
 // not answer is left out (and logged) rather than failing the whole call:
 // it is most likely going away, and its catalog entry with it.
 func (g *Gateway) collectStats(ctx context.Context, execs map[string]bool, req *busv1.StatisticsRequest) []*busv1.StatisticsReply {
+	return askAll(ctx, slices.Collect(maps.Keys(execs)), func(ctx context.Context, id string) *busv1.StatisticsReply {
+		var resp busv1.StatisticsReply
+		if err := g.bus.Request(ctx, bus.ExecutorStatsSubject(id), req, &resp); err != nil {
+			g.log.Warn("executor statistics failed", "executor", id, "err", err)
+			return nil
+		}
+		return &resp
+	})
+}
+
+// askAll runs ask for every key in parallel, within statsTimeout, and
+// returns the replies of those that answered (ask returns nil for none).
+func askAll[K any](ctx context.Context, keys []K, ask func(context.Context, K) *busv1.StatisticsReply) []*busv1.StatisticsReply {
 	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
 	var (
@@ -128,19 +142,14 @@ func (g *Gateway) collectStats(ctx context.Context, execs map[string]bool, req *
 		wg    sync.WaitGroup
 		parts []*busv1.StatisticsReply
 	)
-	for id := range execs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var resp busv1.StatisticsReply
-			if err := g.bus.Request(ctx, bus.ExecutorStatsSubject(id), req, &resp); err != nil {
-				g.log.Warn("executor statistics failed", "executor", id, "err", err)
-				return
+	for _, k := range keys {
+		wg.Go(func() {
+			if r := ask(ctx, k); r != nil {
+				mu.Lock()
+				parts = append(parts, r)
+				mu.Unlock()
 			}
-			mu.Lock()
-			parts = append(parts, &resp)
-			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	return parts
@@ -167,27 +176,14 @@ func (g *Gateway) routerStats(ctx context.Context, want []statsKey) []*busv1.Sta
 	if len(seqs) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
-	defer cancel()
-	var (
-		mu    sync.Mutex
-		wg    sync.WaitGroup
-		parts []*busv1.StatisticsReply
-	)
-	for _, k := range seqs {
-		wg.Go(func() {
-			var resp busv1.StatisticsReply
-			if err := g.bus.Request(ctx, bus.SequenceStatsSubject(k.name, k.version), &busv1.StatisticsRequest{Name: k.name, Version: k.version}, &resp); err != nil {
-				g.log.Debug("sequence router metrics", "model", k.name, "version", k.version, "err", err)
-				return
-			}
-			mu.Lock()
-			parts = append(parts, &resp)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return parts
+	return askAll(ctx, seqs, func(ctx context.Context, k statsKey) *busv1.StatisticsReply {
+		var resp busv1.StatisticsReply
+		if err := g.bus.Request(ctx, bus.SequenceStatsSubject(k.name, k.version), &busv1.StatisticsRequest{Name: k.name, Version: k.version}, &resp); err != nil {
+			g.log.Debug("sequence router metrics", "model", k.name, "version", k.version, "err", err)
+			return nil
+		}
+		return &resp
+	})
 }
 
 func compareUint(a, b uint64) int {
