@@ -93,6 +93,11 @@ func TestModelControlFromABackend(t *testing.T) {
 		if code != 200 || !strings.Contains(body, `"name":"READY","datatype":"BOOL","shape":[1],"data":[true]`) {
 			t.Fatalf("%d %s\n%s", code, body, a.Output())
 		}
+		// Gateways learn of a load from the executors' catalogs, a moment
+		// after the executors finished it.
+		if err := constellation.WaitHTTP(gw.HTTP()+"/v2/models/cid/ready", 200, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
 		if code, body := post(t, gw.HTTP()+"/v2/models/cid/infer", `{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,2],"data":[3,4]}]}`); code != 200 || !strings.Contains(string(body), `"data":[3,4]`) {
 			t.Fatalf("%d %s", code, body)
 		}
@@ -128,6 +133,9 @@ func TestModelControlFromABackend(t *testing.T) {
 		code, body := control(t, gw, "load_file", "cnew", map[string]string{"config": cfg, "file_path": "1/notes.txt", "file_data": "version one"})
 		if code != 200 || !strings.Contains(body, `"data":[true]`) {
 			t.Fatalf("%d %s\n%s", code, body, a.Output())
+		}
+		if err := constellation.WaitHTTP(gw.HTTP()+"/v2/models/cnew/ready", 200, 30*time.Second); err != nil {
+			t.Fatal(err)
 		}
 		code, body2 := post(t, gw.HTTP()+"/v2/models/cnew/infer", `{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":[7]}]}`)
 		if code != 200 || !strings.Contains(string(body2), `"name":"OUTPUT0"`) {
