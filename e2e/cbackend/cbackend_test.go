@@ -256,11 +256,7 @@ func TestCBackendsThroughTheConstellation(t *testing.T) {
 	})
 
 	t.Run("Statistics", func(t *testing.T) {
-		code, body := get(t, gw.HTTP()+"/v2/models/cid/stats")
-		if code != 200 {
-			t.Fatalf("%d %s", code, body)
-		}
-		var s struct {
+		type stats struct {
 			ModelStats []struct {
 				InferenceCount int64 `json:"inference_count"`
 				ExecutionCount int64 `json:"execution_count"`
@@ -271,10 +267,23 @@ func TestCBackendsThroughTheConstellation(t *testing.T) {
 				} `json:"inference_stats"`
 			} `json:"model_stats"`
 		}
-		if err := json.Unmarshal(body, &s); err != nil {
-			t.Fatal(err)
+		// An executor serves requests from the moment it subscribes, and
+		// the gateway asks it for statistics from its first heartbeat on:
+		// one that joined while the requests ran is counted a moment later.
+		var body []byte
+		counted := func() bool {
+			var code int
+			code, body = get(t, gw.HTTP()+"/v2/models/cid/stats")
+			if code != 200 {
+				t.Fatalf("%d %s", code, body)
+			}
+			var s stats
+			if err := json.Unmarshal(body, &s); err != nil {
+				t.Fatal(err)
+			}
+			return len(s.ModelStats) == 1 && s.ModelStats[0].InferenceCount == 3 && s.ModelStats[0].ExecutionCount == 3 && s.ModelStats[0].InferenceStats.Success.Count == 3
 		}
-		if len(s.ModelStats) != 1 || s.ModelStats[0].InferenceCount != 3 || s.ModelStats[0].ExecutionCount != 3 || s.ModelStats[0].InferenceStats.Success.Count != 3 {
+		if !constellation.WaitFor(10*time.Second, counted) {
 			t.Fatalf("statistics after three successful requests: %s", body)
 		}
 	})

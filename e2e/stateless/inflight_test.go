@@ -27,8 +27,9 @@ const inflightBound = 20 * time.Second
 // that is killed (SIGKILL) all fail soon after, with UNAVAILABLE saying
 // that the executor handling them was lost and they may or may not have
 // run, instead of waiting for the gateway's deadline. The requests are
-// known to be on the executor when it dies: the gateway has probed each of
-// them and the executor answered.
+// known to be on the executor when it dies: each has been probed by the
+// gateway or heard of unasked from the executor, as requests held through
+// a whole sweep are.
 func TestExecutorKilledInFlight(t *testing.T) {
 	c := constellation.NewCluster(t)
 	repo := constellation.RepoPath(t, "e2e/stateless/testdata/model_repository")
@@ -39,8 +40,9 @@ func TestExecutorKilledInFlight(t *testing.T) {
 		t.Fatalf("stuck never became ready: %v\n%s", err, ex.Output())
 	}
 
-	// The gateway's probes, as an executor hears them: the reply subjects
-	// of the requests it waits for.
+	// The liveness traffic of the requests the gateway waits for, by reply
+	// subject: its probes, as an executor hears them, and the executor's
+	// word that it holds them, as the gateway's inboxes receive it.
 	probed := map[string]bool{}
 	var mu sync.Mutex
 	obs := c.ConnectAs(bus.RoleExecutor)
@@ -53,8 +55,20 @@ func TestExecutorKilledInFlight(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := obs.Flush(); err != nil {
+	inboxes := c.ConnectAs(bus.RoleGateway)
+	if _, err := inboxes.Subscribe(bus.InboxPrefix(bus.RoleGateway)+".>", func(m *nats.Msg) {
+		if m.Header.Get(bus.HeaderAlive) != "" {
+			mu.Lock()
+			defer mu.Unlock()
+			probed[m.Subject] = true
+		}
+	}); err != nil {
 		t.Fatal(err)
+	}
+	for _, nc := range []*nats.Conn{obs, inboxes} {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Two requests run (two instances), four wait in the queue.
@@ -91,7 +105,7 @@ func TestExecutorKilledInFlight(t *testing.T) {
 		defer mu.Unlock()
 		return len(probed) >= n
 	}) {
-		t.Fatalf("the gateway probed %d requests, want %d in flight", len(probed), n)
+		t.Fatalf("liveness traffic for %d requests, want %d in flight", len(probed), n)
 	}
 
 	ex.Kill()

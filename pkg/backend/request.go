@@ -79,8 +79,10 @@ type Input struct {
 	Shape    []int64
 	Data     []byte
 	// Device, for an input that came in CUDA shared memory, is that memory
-	// on its GPU (Data is a host copy of it), for a backend that reads it
-	// on the device.
+	// on its GPU, for a backend that reads it on the device. Data is a
+	// host copy of it, except for a model that reads every input on the
+	// device (a C backend whose instances are all of kind GPU): there Data
+	// only stands for it, of its size, reading as zeros.
 	Device *Device
 }
 

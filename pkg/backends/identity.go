@@ -51,15 +51,23 @@ type identityModel struct {
 func (m *identityModel) Finalize() error { return nil }
 
 func (m *identityModel) NewInstance(_ context.Context, i backend.InstanceInfo) (backend.Instance, error) {
-	return &identityInstance{m: m, stats: i.Stats}, nil
+	inst := &identityInstance{m: m, stats: i.Stats}
+	if m.delay > 0 {
+		inst.clock = newComputeClock()
+	}
+	return inst, nil
 }
 
 type identityInstance struct {
 	m     *identityModel
 	stats backend.StatsReporter
+	clock *computeClock // times the delay, when there is one
 }
 
-func (i *identityInstance) Finalize() error { return nil }
+func (i *identityInstance) Finalize() error {
+	i.clock.close()
+	return nil
+}
 
 func (i *identityInstance) Execute(ctx context.Context, reqs []*backend.Request) error {
 	start := time.Now()
@@ -67,12 +75,8 @@ func (i *identityInstance) Execute(ctx context.Context, reqs []*backend.Request)
 	// many requests the batch holds, so that batching pays off as it does
 	// on a real accelerator.
 	if i.m.delay > 0 {
-		t := time.NewTimer(i.m.delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return tritonerr.Unavailablef("executor is shutting down")
+		if err := compute(ctx, i.clock, i.m.delay); err != nil {
+			return err
 		}
 	}
 	computeEnd := time.Now()

@@ -85,15 +85,23 @@ func (b seqBackend) NewModel(_ context.Context, m backend.ModelInfo) (backend.Mo
 func (m *seqModel) Finalize() error { return nil }
 
 func (m *seqModel) NewInstance(context.Context, backend.InstanceInfo) (backend.Instance, error) {
-	return &seqInstance{m: m, acc: map[string]int32{}}, nil
+	inst := &seqInstance{m: m, acc: map[string]int32{}}
+	if m.delay > 0 {
+		inst.clock = newComputeClock()
+	}
+	return inst, nil
 }
 
 type seqInstance struct {
-	m   *seqModel
-	acc map[string]int32 // string-id accumulators, by sequence
+	m     *seqModel
+	acc   map[string]int32 // string-id accumulators, by sequence
+	clock *computeClock    // times the delay, when there is one
 }
 
-func (i *seqInstance) Finalize() error { return nil }
+func (i *seqInstance) Finalize() error {
+	i.clock.close()
+	return nil
+}
 
 // flag reads a boolean control: true when its first element is not zero.
 func flag(r *backend.Request, name string) bool {
@@ -145,12 +153,8 @@ func (i *seqInstance) corrid(r *backend.Request) (num int64, str string) {
 
 func (i *seqInstance) Execute(ctx context.Context, reqs []*backend.Request) error {
 	if i.m.delay > 0 {
-		t := time.NewTimer(i.m.delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return tritonerr.Unavailablef("executor is shutting down")
+		if err := compute(ctx, i.clock, i.m.delay); err != nil {
+			return err
 		}
 	}
 	for _, r := range reqs {

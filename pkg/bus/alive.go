@@ -2,9 +2,11 @@ package bus
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +33,19 @@ import (
 // interval are probed, all in one message. Any message on the reply subject
 // (a reply, a chunk, a stream message, an answer to a probe) counts as word
 // from the responder.
+//
+// A probe travels behind whatever the responder's connection has still to
+// read: a responder taking in several large uploads reads it seconds late,
+// and its answer would come too late although it is alive. So a responder
+// also speaks unasked: the same sweep, on the responder's side, sends the
+// answer of a probe on the reply subject of every request it has held for a
+// whole interval (heartbeats cost nothing on the fast path either: requests
+// end within an interval). Likewise the requester's own connection may be
+// congested (large replies ahead of the answer, or a process so loaded that
+// its reply subscription lags): a sweep that finds the reply subscription
+// with messages not yet dispatched, or the round trip to the NATS server
+// begun at the previous sweep not yet back, does not count silence. Loss
+// is declared only on a connection that is keeping up.
 
 // HeaderAlive marks a responder's answer to a liveness probe, sent to the
 // request's reply subject; the requester counts it and drops it.
@@ -86,7 +101,13 @@ func (c *Conn) sweep() {
 		boxes []*inbox
 		toks  []string
 		probe []string
+		hb    heartbeats
+		rtt   roundTrip
 	)
+	// A round trip still out when the Conn closes ends with it; Close
+	// waits for it (bg).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	for {
 		select {
 		case <-c.done:
@@ -98,6 +119,7 @@ func (c *Conn) sweep() {
 			// the requests on it already (link.go).
 			continue
 		}
+		hb.beat(c)
 		boxes, toks = boxes[:0], toks[:0]
 		c.mu.Lock()
 		for tok, b := range c.inboxes {
@@ -106,9 +128,13 @@ func (c *Conn) sweep() {
 			}
 		}
 		c.mu.Unlock()
+		if len(boxes) == 0 {
+			continue
+		}
+		keepingUp := rtt.back() && !c.replyBacklog()
 		probe = probe[:0]
 		for i, b := range boxes {
-			switch b.quiet() {
+			switch b.quiet(keepingUp) {
 			case quietHeard:
 			case quietProbe:
 				probe = append(probe, c.prefix+toks[i])
@@ -118,6 +144,83 @@ func (c *Conn) sweep() {
 		}
 		clear(boxes)
 		c.sendProbes(probe)
+		if len(probe) > 0 {
+			rtt.start(ctx, &c.bg, c.nc, c.opts.idleTimeout)
+		}
+	}
+}
+
+// replyBacklog reports whether the reply subscription holds messages not
+// yet dispatched to their inboxes: an answer may be among them.
+func (c *Conn) replyBacklog() bool {
+	n, _, err := c.mux.Pending()
+	return err == nil && n > 0
+}
+
+// roundTrip is the sweep's measure of its own connection: a PING to the
+// NATS server, begun after a sweep's probes, whose PONG comes back behind
+// everything the server had queued for this connection by then. While it
+// is out, the connection is not keeping up, and silence means nothing.
+type roundTrip struct {
+	out atomic.Bool
+}
+
+// back reports whether no round trip is out.
+func (r *roundTrip) back() bool { return !r.out.Load() }
+
+// start begins a round trip on a goroutine of wg unless one is out; a
+// failed, timed-out or cancelled one counts as back (a lost connection is
+// link.go's to handle).
+func (r *roundTrip) start(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, timeout time.Duration) {
+	if !r.out.CompareAndSwap(false, true) {
+		return
+	}
+	wg.Go(func() {
+		defer r.out.Store(false)
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		_ = nc.FlushWithContext(ctx)
+	})
+}
+
+// heartbeats is the responder's side of the sweep: the requests this Conn
+// held at the previous sweep and holds still are answered for unasked.
+type heartbeats struct {
+	prev, cur map[string]struct{}
+	send      []string
+}
+
+func (h *heartbeats) beat(c *Conn) {
+	if h.prev == nil {
+		h.prev, h.cur = map[string]struct{}{}, map[string]struct{}{}
+	}
+	h.send = h.send[:0]
+	now := time.Now()
+	cs := &c.cancels
+	cs.mu.Lock()
+	for reply := range cs.inflight {
+		h.note(reply)
+	}
+	for reply, held := range cs.held {
+		if held.deadline.IsZero() || now.Before(held.deadline) {
+			h.note(reply)
+		}
+	}
+	cs.mu.Unlock()
+	h.prev, h.cur = h.cur, h.prev
+	clear(h.cur)
+	for i, reply := range h.send {
+		_ = c.nc.PublishMsg(&nats.Msg{Subject: reply, Header: nats.Header{HeaderAlive: []string{"1"}}})
+		h.send[i] = ""
+	}
+}
+
+// note records reply as held at this sweep, and sends it a heartbeat when
+// it was held at the previous one too.
+func (h *heartbeats) note(reply string) {
+	h.cur[reply] = struct{}{}
+	if _, ok := h.prev[reply]; ok {
+		h.send = append(h.send, reply)
 	}
 }
 
@@ -129,13 +232,17 @@ const (
 	quietLost                   // silent through aliveProbes probes
 )
 
-// quiet advances the inbox's count of silent sweeps.
-func (b *inbox) quiet() quietness {
+// quiet advances the inbox's count of silent sweeps; a sweep on a
+// connection that is not keeping up probes again but counts nothing.
+func (b *inbox) quiet(keepingUp bool) quietness {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.heard != b.seen {
 		b.seen, b.silent = b.heard, 0
 		return quietHeard
+	}
+	if !keepingUp {
+		return quietProbe
 	}
 	b.silent++
 	if b.silent > aliveProbes {

@@ -2,11 +2,15 @@ package bus
 
 import (
 	"context"
+	"io"
+	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
@@ -35,18 +39,30 @@ func wantLost(t *testing.T, err error, subject string, took, deadline time.Durat
 	}
 }
 
-// probes counts the liveness probes published on s.
-func probes(t *testing.T, c *Conn) *atomic.Int64 {
+// liveness counts the liveness traffic of client's requests: the probes
+// it publishes and the answers and heartbeats that reach its reply
+// subjects. Each is a sign that a request was held through a sweep.
+func liveness(t *testing.T, s *server.Server, client *Conn) *atomic.Int64 {
 	t.Helper()
-	var n atomic.Int64
-	sub, err := c.NATS().Subscribe(AliveSubject, func(*nats.Msg) { n.Add(1) })
+	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.NATS().Flush(); err != nil {
+	t.Cleanup(nc.Close)
+	var n atomic.Int64
+	if _, err := nc.Subscribe(AliveSubject, func(*nats.Msg) { n.Add(1) }); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if _, err := nc.Subscribe(client.prefix+"*", func(m *nats.Msg) {
+		if m.Header[HeaderAlive] != nil {
+			n.Add(1)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	return &n
 }
 
@@ -116,9 +132,9 @@ func TestAliveResponderLost(t *testing.T) {
 }
 
 // TestAliveSlowResponder: a responder that holds a request through several
-// probes (a slow model, a request queued behind others, a decoupled model
-// that takes its time before its first response) answers them, and its
-// request succeeds. The default interval: the responder's answers must not
+// sweeps (a slow model, a request queued behind others, a decoupled model
+// that takes its time before its first response) answers the probes or
+// speaks unasked, and its request succeeds. The default interval: the responder's answers must not
 // race a short one on a loaded machine.
 func TestAliveSlowResponder(t *testing.T) {
 	s := startServer(t, 0)
@@ -126,10 +142,10 @@ func TestAliveSlowResponder(t *testing.T) {
 		name := map[bool]string{false: "request", true: "stream"}[stream]
 		t.Run(name, func(t *testing.T) {
 			client, srv := connect(t, s), connect(t, s)
-			seen := probes(t, srv)
+			seen := liveness(t, s, client)
 			subject := InferSubject("slow-"+name, "1")
 			mustHandle(t, srv, subject, QueueExecutors, func(ctx context.Context, req []byte) (proto.Message, error) {
-				// Held until the requester has probed three times.
+				// Held through three sweeps' probes or heartbeats.
 				for seen.Load() < 3 {
 					select {
 					case <-ctx.Done():
@@ -201,7 +217,7 @@ func TestAliveDelegated(t *testing.T) {
 				opts = append(opts, WithLiveness(fastLiveness))
 			}
 			client, router, holder := connect(t, s, opts...), connect(t, s), connect(t, s)
-			seen := probes(t, router)
+			seen := liveness(t, s, client)
 			subject := SequenceInferSubject("deleg-"+tc.name, "1")
 			handed := make(chan string, 1)
 			sub, err := router.HandleDelegated(subject, QueueRouters, func(_ context.Context, _, reply string, _ []byte) {
@@ -225,8 +241,8 @@ func TestAliveDelegated(t *testing.T) {
 				if tc.holderDie {
 					holder.NATS().Close()
 					if !tc.release {
-						// The router learns of the loss (heartbeats) after
-						// more probes, and answers itself.
+						// The router learns of the loss (heartbeats) some
+						// sweeps later, and answers itself.
 						n := seen.Load()
 						for seen.Load() < n+4 {
 							time.Sleep(20 * time.Millisecond)
@@ -287,5 +303,148 @@ func TestAliveHoldsEnd(t *testing.T) {
 	c.Release("_INBOX.x.4")
 	if c.holds("_INBOX.x.4") {
 		t.Fatal("released delegated request still held")
+	}
+}
+
+// TestAliveHeartbeats: a responder whose probes reach it too late (they
+// queue behind the uploads its connection is still reading; here they do
+// not reach it at all) keeps its request alive by answering unasked, once
+// per sweep, for what it has held through a whole interval.
+func TestAliveHeartbeats(t *testing.T) {
+	s := startServer(t, 0)
+	client := connect(t, s, WithLiveness(fastLiveness))
+	srv := connect(t, s, WithLiveness(fastLiveness))
+	seen := liveness(t, s, client)
+	subject := InferSubject("heartbeats", "1")
+	mustHandle(t, srv, subject, QueueExecutors, func(ctx context.Context, req []byte) (proto.Message, error) {
+		for seen.Load() < 10 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		return decode(req)
+	})
+	// The responder hears no probe.
+	if err := srv.cancels.alive.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	srv.confirm()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v := bytesValue(nil)
+	if err := client.Request(ctx, subject, bytesValue([]byte("x")), v); err != nil {
+		t.Fatalf("a live responder that hears no probes lost its request: %v", err)
+	}
+	if string(v.Value) != "x" {
+		t.Fatalf("reply %q", v.Value)
+	}
+}
+
+// TestAliveCongestedRequester: a requester whose own connection delivers
+// late (here every byte from the server arrives 1.5 s after it was sent,
+// where a sweep is 200 ms) does not take the silence for a lost responder:
+// sweeps count only once the round trip to the server has come back.
+func TestAliveCongestedRequester(t *testing.T) {
+	s := startServer(t, 0)
+	p := newDelayProxy(t, s.Addr().String())
+	nc, err := nats.Connect("nats://"+p.addr(), nats.Timeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	client, err := New(nc, WithLogger(quiet), WithLiveness(fastLiveness))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	srv := connect(t, s)
+	subject := InferSubject("congested", "1")
+	mustHandle(t, srv, subject, QueueExecutors, func(ctx context.Context, req []byte) (proto.Message, error) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		return decode(req)
+	})
+	p.delay.Store(int64(1500 * time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v := bytesValue(nil)
+	if err := client.Request(ctx, subject, bytesValue([]byte("y")), v); err != nil {
+		t.Fatalf("a request on a slow connection failed: %v", err)
+	}
+	if string(v.Value) != "y" {
+		t.Fatalf("reply %q", v.Value)
+	}
+}
+
+// delayProxy relays TCP connections to a NATS server, holding back what
+// the server sends by delay (a congested or distant link).
+type delayProxy struct {
+	ln    net.Listener
+	to    string
+	delay atomic.Int64 // nanoseconds
+}
+
+func newDelayProxy(t *testing.T, to string) *delayProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &delayProxy{ln: ln, to: to}
+	t.Cleanup(func() { ln.Close() })
+	go p.serve(t)
+	return p
+}
+
+func (p *delayProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *delayProxy) serve(t *testing.T) {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", p.to)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		t.Cleanup(func() { in.Close(); out.Close() })
+		go func() { _, _ = io.Copy(out, in) }()
+		go p.late(in, out)
+	}
+}
+
+// late copies from src to dst, each read written delay after it arrived.
+func (p *delayProxy) late(dst, src net.Conn) {
+	type chunk struct {
+		at   time.Time
+		data []byte
+	}
+	q := make(chan chunk, 1024)
+	go func() {
+		defer close(q)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				q <- chunk{time.Now().Add(time.Duration(p.delay.Load())), buf[:n]}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range q {
+		time.Sleep(time.Until(c.at))
+		if _, err := dst.Write(c.data); err != nil {
+			return
+		}
 	}
 }

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -43,9 +44,33 @@ func benchRequest(b *testing.B, size int, maxPayload int32, parallel bool) {
 		return
 	}
 	var resp wrapperspb.BytesValue
+	w := wakeups()
 	for b.Loop() {
 		one(&resp)
 	}
+	reportWakeups(b, w)
+}
+
+// wakeups counts the goroutine wake-ups of the process so far, as the
+// runtime samples them: one in eight of each goroutine's transitions from
+// runnable to running (the runtime's gTrackingPeriod). Each hand-off
+// between goroutines on a request's path (NATS server, requester and
+// responder, all in this process) is one wake-up.
+func wakeups() uint64 {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	var n uint64
+	if s[0].Value.Kind() == metrics.KindFloat64Histogram {
+		for _, c := range s[0].Value.Float64Histogram().Counts {
+			n += c
+		}
+	}
+	return n
+}
+
+// reportWakeups reports the sampled wake-ups per request since before.
+func reportWakeups(b *testing.B, before uint64) {
+	b.ReportMetric(float64(wakeups()-before)/float64(b.N), "sampled-wakeups/op")
 }
 
 func benchBare(b *testing.B, size int, maxPayload int32, parallel bool) {
@@ -71,11 +96,13 @@ func benchBare(b *testing.B, size int, maxPayload int32, parallel bool) {
 		})
 		return
 	}
+	w := wakeups()
 	for b.Loop() {
 		if _, err := client.NATS().Request("bench.echo", body, 10*time.Second); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportWakeups(b, w)
 }
 
 func BenchmarkRequest64B(b *testing.B)                 { benchRequest(b, 64, 0, false) }

@@ -220,9 +220,13 @@ func (c *Conn) registerRequest() (subject string, b *inbox) {
 }
 
 func (c *Conn) registerInbox(watched bool) (subject string, b *inbox) {
-	tok := strconv.FormatUint(c.seq.Add(1), 36)
+	// The subject in one allocation, its token a part of it.
+	var buf [64]byte
+	subject = string(strconv.AppendUint(append(buf[:0], c.prefix...), c.seq.Add(1), 36))
+	tok := subject[len(c.prefix):]
 	lost, _ := c.link.state()
 	b = &inbox{signal: make(chan struct{}, 1), done: c.done, lost: lost}
+	b.q = b.first[:0]
 	if watched {
 		b.watched = true
 		b.heard = 1 // a fresh request counts as word at its start
@@ -230,7 +234,7 @@ func (c *Conn) registerInbox(watched bool) (subject string, b *inbox) {
 	c.mu.Lock()
 	c.inboxes[tok] = b
 	c.mu.Unlock()
-	return c.prefix + tok, b
+	return subject, b
 }
 
 func (c *Conn) unregister(subject string) {
@@ -270,6 +274,28 @@ func (c *Conn) Subscribe(subject string, fn func(ctx context.Context, data []byt
 	return s, nil
 }
 
+// subscribeReaders subscribes r's channel to subject (in queue, when not
+// empty) for s, and returns once the server has the subscription. A
+// channel subscription has no pending limits: what bounds it is the
+// channel's length.
+func (c *Conn) subscribeReaders(s *Subscription, subject, queue string, r *readers) error {
+	var sub *nats.Subscription
+	var err error
+	if queue == "" {
+		sub, err = c.nc.ChanSubscribe(subject, r.ch)
+	} else {
+		sub, err = c.nc.ChanQueueSubscribe(subject, queue, r.ch)
+	}
+	if err != nil {
+		return tritonerr.Unavailablef("bus: cannot subscribe to %s: %v", subject, err)
+	}
+	s.reading = r
+	s.init(sub)
+	r.start()
+	c.confirm()
+	return nil
+}
+
 // subscribe registers cb on subject (in queue, when not empty) for s, with
 // the pending limits large transfers need, and returns once the server has
 // the subscription.
@@ -298,7 +324,7 @@ func (c *Conn) subscribe(s *Subscription, subject, queue string, cb nats.MsgHand
 // the deadline has already passed.
 func (c *Conn) requestContext(m *nats.Msg) (ctx context.Context, cancel context.CancelFunc, ok bool) {
 	ctx, cancel = c.traceContext(m), func() {}
-	if d, has := deadline(m.Header); has {
+	if d, has := unwrap(m); has {
 		if !time.Now().Before(d) {
 			c.respondError(m.Reply, tritonerr.Unavailablef("request to %s timed out before it was handled", target(m.Subject)))
 			return nil, nil, false
@@ -322,6 +348,14 @@ type Subscription struct {
 	unlocal  func() // ends the handler's registration in a Local (local.go)
 	closed   chan struct{}
 	inflight sync.WaitGroup
+
+	// A Handle subscription's requests wait in its readers' channel
+	// (readers.go), which closes with the subscription: after Drain they
+	// are still served, otherwise (stopped) dropped, as NATS drops what an
+	// async subscription has not delivered when it closes.
+	reading  *readers
+	draining atomic.Bool
+	stopped  atomic.Bool
 }
 
 func (s *Subscription) init(sub *nats.Subscription) {
@@ -329,6 +363,13 @@ func (s *Subscription) init(sub *nats.Subscription) {
 	s.closed = make(chan struct{})
 	onClosed(sub, func() {
 		s.stopLocal()
+		if r := s.reading; r != nil {
+			if !s.draining.Load() {
+				s.stopped.Store(true)
+			}
+			// NATS sends nothing more on a closed subscription.
+			close(r.ch)
+		}
 		close(s.closed)
 	})
 }
@@ -337,6 +378,7 @@ func (s *Subscription) init(sub *nats.Subscription) {
 // their own.
 func (s *Subscription) Unsubscribe() error {
 	s.stopLocal()
+	s.stopped.Store(true)
 	return s.sub.Unsubscribe()
 }
 
@@ -350,6 +392,7 @@ func (s *Subscription) stopLocal() {
 // and returns once every handler has returned (graceful shutdown).
 func (s *Subscription) Drain() error {
 	s.stopLocal() // requests from this process go elsewhere at once
+	s.draining.Store(true)
 	if err := s.sub.Drain(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && !errors.Is(err, nats.ErrConnectionClosed) {
 		return err
 	}
@@ -373,6 +416,7 @@ var (
 type inbox struct {
 	mu     sync.Mutex
 	q      []*nats.Msg
+	first  [1]*nats.Msg // q's array until a second message queues: a request's reply
 	signal chan struct{}
 	done   <-chan struct{}
 	lost   <-chan struct{} // the connection it was registered on dropped
@@ -406,6 +450,25 @@ func (b *inbox) put(m *nats.Msg) {
 // is positive.
 func (b *inbox) next(ctx context.Context, idle time.Duration) (*nats.Msg, error) {
 	var timeout <-chan time.Time
+	// A Bounded context is awaited on its parts: its Done channel (and
+	// what it takes to close it) is never made.
+	var (
+		bc                *Bounded
+		parentDone, ended <-chan struct{}
+		expiry            <-chan time.Time
+	)
+	if c, ok := ctx.(*Bounded); ok {
+		if pd, t, ok := c.await(b.signal); ok {
+			bc, parentDone = c, pd
+			if t != nil {
+				expiry = t.C
+			}
+			defer c.leave(t)
+		}
+	}
+	if bc == nil {
+		ended = ctx.Done()
+	}
 	for {
 		b.mu.Lock()
 		if len(b.q) > 0 {
@@ -420,6 +483,11 @@ func (b *inbox) next(ctx context.Context, idle time.Duration) (*nats.Msg, error)
 		if gone {
 			return nil, errResponderLost
 		}
+		if bc != nil {
+			if err := bc.Err(); err != nil { // Cancel signalled
+				return nil, err
+			}
+		}
 		if idle > 0 && timeout == nil {
 			t := time.NewTimer(idle)
 			defer t.Stop()
@@ -427,8 +495,14 @@ func (b *inbox) next(ctx context.Context, idle time.Duration) (*nats.Msg, error)
 		}
 		select {
 		case <-b.signal:
-		case <-ctx.Done():
+		case <-ended:
 			return nil, ctx.Err()
+		case <-parentDone:
+			bc.fromParent()
+			return nil, bc.Err()
+		case <-expiry:
+			bc.expire()
+			return nil, bc.Err()
 		case <-b.done:
 			return nil, errClosed
 		case <-b.lost:

@@ -40,7 +40,7 @@ type cancels struct {
 	alive *nats.Subscription // liveness probes (alive.go)
 
 	mu       sync.Mutex
-	inflight map[string]context.CancelCauseFunc
+	inflight map[string]canceler
 	early    map[string]time.Time // cancellations that overtook their request
 	held     map[string]*holding  // requests held without a handler (alive.go)
 	purgeAt  int                  // size of held at which expired holds are dropped
@@ -52,8 +52,11 @@ type cancels struct {
 // handles requests.
 func (c *Conn) listenCancels() error {
 	c.cancels.once.Do(func() {
-		c.cancels.inflight = map[string]context.CancelCauseFunc{}
+		// Under the lock: the sweep's heartbeats (alive.go) read them.
+		c.cancels.mu.Lock()
+		c.cancels.inflight = map[string]canceler{}
 		c.cancels.early = map[string]time.Time{}
+		c.cancels.mu.Unlock()
 		sub, err := c.nc.Subscribe(CancelSubject, func(m *nats.Msg) {
 			c.cancelHandler(string(m.Data))
 		})
@@ -92,18 +95,26 @@ func (c *Conn) trackHandler(ctx context.Context, reply string) (context.Context,
 		return ctx, func() {}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	c.trackCancel(reply, cancel)
+	c.trackCancel(reply, causeFunc(cancel))
 	return ctx, func() {
 		c.untrack(reply)
 		cancel(nil)
 	}
 }
 
+// canceler ends a handler's context with a cause: a *requestCtx, or a
+// context.WithCancelCause's function (causeFunc).
+type canceler interface{ cancel(cause error) }
+
+type causeFunc context.CancelCauseFunc
+
+func (f causeFunc) cancel(cause error) { f(cause) }
+
 // trackCancel registers cancel as what a cancellation of the request
 // whose reply subject is reply calls (at once when the cancellation
 // overtook the request). It reports false, registering nothing, when the
 // Conn does not follow cancellations or there is no reply subject.
-func (c *Conn) trackCancel(reply string, cancel context.CancelCauseFunc) bool {
+func (c *Conn) trackCancel(reply string, cancel canceler) bool {
 	if reply == "" || c.cancels.inflight == nil {
 		return false
 	}
@@ -111,7 +122,7 @@ func (c *Conn) trackCancel(reply string, cancel context.CancelCauseFunc) bool {
 	cs.mu.Lock()
 	if _, ok := cs.early[reply]; ok {
 		delete(cs.early, reply)
-		cancel(errRequesterCancelled)
+		cancel.cancel(errRequesterCancelled)
 	}
 	cs.inflight[reply] = cancel
 	cs.mu.Unlock()
@@ -136,7 +147,7 @@ func (c *Conn) cancelHandler(reply string) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cancel, ok := cs.inflight[reply]; ok {
-		cancel(errRequesterCancelled)
+		cancel.cancel(errRequesterCancelled)
 		return
 	}
 	now := time.Now()

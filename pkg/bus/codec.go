@@ -21,6 +21,15 @@ type Codec interface {
 	Unmarshal(b []byte, m proto.Message) error
 }
 
+// FramedMarshaler is what a Codec may also implement to encode a small
+// message behind room bytes kept free in front of it in the same buffer,
+// where Request puts the envelope that carries the deadline (envelope.go):
+// the message is then encoded once, into the buffer that is published.
+// MarshalFramed returns nil for a message it would encode in parts.
+type FramedMarshaler interface {
+	MarshalFramed(m proto.Message, room int) ([]byte, error)
+}
+
 // WithCodec sets the Conn's Codec (default: protobuf).
 func WithCodec(c Codec) Option { return func(o *options) { o.codec = c } }
 
@@ -41,6 +50,9 @@ type payload struct {
 	parts   [][]byte
 	n       int
 	scratch []byte
+	// framed, when not nil, is the whole body (parts is nil) behind
+	// envelopeLen free bytes of the same buffer (FramedMarshaler).
+	framed []byte
 }
 
 func newPayload(parts ...[]byte) *payload {
@@ -57,6 +69,9 @@ func (p *payload) Len() int { return p.n }
 // slice returns bytes [off, end) of the body; a copy is valid until the
 // next call.
 func (p *payload) slice(off, end int) []byte {
+	if p.framed != nil {
+		return p.framed[envelopeLen+off : envelopeLen+end]
+	}
 	start := 0
 	for i, b := range p.parts {
 		if off < start+len(b) || (off == end && off == start+len(b)) {
@@ -83,6 +98,9 @@ func (p *payload) slice(off, end int) []byte {
 
 // bytes is the whole body, joined only when it has several parts.
 func (p *payload) bytes() []byte {
+	if p.framed != nil {
+		return p.framed[envelopeLen:]
+	}
 	if len(p.parts) == 1 {
 		return p.parts[0]
 	}

@@ -3,6 +3,7 @@ package bus
 import (
 	"bytes"
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,6 +101,64 @@ func TestCodecParts(t *testing.T) {
 		}
 		if !bytes.Equal(out.Value, in) {
 			t.Fatalf("%d bytes: reply differs", n)
+		}
+	}
+}
+
+// framedCodec is protobuf's codec that encodes behind the room the bus asks
+// for (FramedMarshaler), counting the messages it framed.
+type framedCodec struct{ framed *atomic.Int64 }
+
+func (framedCodec) Marshal(m proto.Message) ([][]byte, error) { return protoCodec{}.Marshal(m) }
+func (framedCodec) Unmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }
+
+func (c framedCodec) MarshalFramed(m proto.Message, room int) ([]byte, error) {
+	b, err := proto.MarshalOptions{}.MarshalAppend(bytes.Repeat([]byte{0xee}, room), m)
+	c.framed.Add(1)
+	return b, err
+}
+
+// TestCodecFramed: a request encoded behind room for the envelope arrives
+// intact with its deadline (the envelope written into the room), without
+// one (the room left out), and chunked when larger than the max payload.
+func TestCodecFramed(t *testing.T) {
+	s := startServer(t, 0)
+	var framed atomic.Int64
+	client, srv := connect(t, s, WithCodec(framedCodec{&framed})), connect(t, s)
+	mustHandle(t, srv, "test.framed", "", func(ctx context.Context, req []byte) (proto.Message, error) {
+		v := &wrapperspb.BytesValue{}
+		if err := proto.Unmarshal(req, v); err != nil {
+			return nil, err
+		}
+		if _, ok := ctx.Deadline(); ok {
+			v.Value = append(v.Value, 'd')
+		}
+		return v, nil
+	})
+	for _, n := range []int{0, 10, 1 << 20, 5<<20 + 7} {
+		for _, timed := range []bool{true, false} {
+			in := pattern(n, 7)
+			ctx, cancel := context.Background(), func() {}
+			if timed {
+				ctx, cancel = context.WithTimeout(ctx, 20*time.Second)
+			}
+			before := framed.Load()
+			out := &wrapperspb.BytesValue{}
+			err := client.Request(ctx, "test.framed", bytesValue(in), out)
+			cancel()
+			if err != nil {
+				t.Fatalf("%d bytes, deadline %v: %v", n, timed, err)
+			}
+			if framed.Load() != before+1 {
+				t.Fatalf("%d bytes: not framed", n)
+			}
+			want := in
+			if timed {
+				want = append(bytes.Clone(in), 'd')
+			}
+			if !bytes.Equal(out.Value, want) {
+				t.Fatalf("%d bytes, deadline %v: reply differs", n, timed)
+			}
 		}
 	}
 }

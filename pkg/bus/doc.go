@@ -32,6 +32,11 @@
 //	Nereid-Error       the message, with '%', control characters and a leading or
 //	                   trailing space written as %XX (upper-case hex).
 //
+// A request that fits in one message and would carry its deadline alone in
+// headers (no trace context) has no headers: its body starts with an
+// envelope, 0x00 0x01 and the deadline in Unix nanoseconds as 8 bytes
+// big-endian, then the protobuf body (no protobuf encoding starts with 0x00).
+//
 // A reply without Nereid-Error-Kind is a success; a reply with no headers at
 // all is the whole body. A request is a message to the subject with a reply
 // subject; every message for that request comes back to that reply subject,
@@ -108,7 +113,13 @@
 // released, a request held with Hold) with an empty message carrying
 // Nereid-Alive: 1 on R; the requester counts it as word and drops it.
 // After two unanswered probes the request fails with UNAVAILABLE: the
-// responder was lost, and the request may or may not have run.
+// responder was lost, and the request may or may not have run. A responder
+// also sends that answer unasked, once per sweep of its own, on the reply
+// subject of each request it has held through a whole interval, since a
+// probe may reach it late (behind large transfers its connection is still
+// reading); and a requester counts no silence while its own connection lags
+// (its reply subscription has undispatched messages, or a PING sent after
+// the previous sweep's probes has not had its PONG).
 //
 // # Streamed replies
 //

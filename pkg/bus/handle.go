@@ -38,12 +38,8 @@ func (c *Conn) handle(subject, queue string, h BodyFunc, bytes bool) (*Subscript
 		return nil, tritonerr.Unavailablef("bus: cannot subscribe to %s: %v", CancelSubject, err)
 	}
 	s := &Subscription{}
-	cb := func(m *nats.Msg) {
-		s.inflight.Add(1)
-		c.workers.Go(func() { c.serve(s, m, h) })
-	}
 	c.registerLocal(s, subject, queue, h, bytes)
-	if err := c.subscribe(s, subject, queue, cb); err != nil {
+	if err := c.subscribeReaders(s, subject, queue, newReaders(c, s, h)); err != nil {
 		s.stopLocal()
 		return nil, err
 	}
@@ -52,25 +48,18 @@ func (c *Conn) handle(subject, queue string, h BodyFunc, bytes bool) (*Subscript
 
 func (c *Conn) serve(s *Subscription, m *nats.Msg, h BodyFunc) {
 	defer s.inflight.Done()
-	if d, has := deadline(m.Header); has && !time.Now().Before(d) {
+	d, timed := unwrap(m)
+	if timed && !time.Now().Before(d) {
 		c.respondError(m.Reply, tritonerr.Unavailablef("request to %s timed out before it was handled", target(m.Subject)))
 		return
 	}
-	// The context a cancellation from the requester ends comes first, the
-	// deadline on top of it: a cancelable context under Background has no
-	// parent to register with, which spares the allocations the other
-	// order costs on every request.
-	ctx, cancelCause := context.WithCancelCause(c.traceContext(m))
-	defer cancelCause(nil)
-	tracked := c.trackCancel(m.Reply, cancelCause)
+	rc := newRequestCtx(c.traceContext(m), d, timed)
+	defer rc.cancel(nil)
+	tracked := c.trackCancel(m.Reply, rc)
 	if tracked {
 		defer c.untrack(m.Reply)
 	}
-	if d, has := deadline(m.Header); has {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d)
-		defer cancel()
-	}
+	var ctx context.Context = rc
 
 	data, ackTo, in, ok := c.receiveRequest(ctx, m)
 	if !ok {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -26,11 +28,11 @@ func (c *Conn) Request(ctx context.Context, subject string, req, resp proto.Mess
 			return err
 		}
 	}
-	parts, err := c.opts.codec.Marshal(req)
-	if err != nil {
+	var body payload
+	if err := c.marshal(req, &body); err != nil {
 		return tritonerr.Internalf("bus: cannot encode request to %s: %v", target(subject), err)
 	}
-	out, err := c.request(ctx, subject, newPayload(parts...))
+	out, err := c.request(ctx, subject, &body)
 	if err != nil {
 		return err
 	}
@@ -38,6 +40,30 @@ func (c *Conn) Request(ctx context.Context, subject string, req, resp proto.Mess
 		if err := c.opts.codec.Unmarshal(out, resp); err != nil {
 			return tritonerr.Internalf("bus: cannot decode reply from %s: %v", target(subject), err)
 		}
+	}
+	return nil
+}
+
+// marshal encodes req, framed (room for the envelope in front) when the
+// codec can.
+func (c *Conn) marshal(req proto.Message, p *payload) error {
+	if fm, ok := c.opts.codec.(FramedMarshaler); ok {
+		b, err := fm.MarshalFramed(req, envelopeLen)
+		if err != nil {
+			return err
+		}
+		if b != nil {
+			p.framed, p.n = b, len(b)-envelopeLen
+			return nil
+		}
+	}
+	parts, err := c.opts.codec.Marshal(req)
+	if err != nil {
+		return err
+	}
+	*p = payload{parts: parts}
+	for _, b := range parts {
+		p.n += len(b)
 	}
 	return nil
 }
@@ -66,11 +92,28 @@ func (c *Conn) request(ctx context.Context, subject string, body *payload) ([]by
 	reply, in := c.registerRequest()
 	defer c.unregister(reply)
 
-	hdr := make(nats.Header, 3)
-	if d, ok := ctx.Deadline(); ok {
+	d, timed := ctx.Deadline()
+	var hdr nats.Header
+	// Nothing to carry without a span or baggage (the propagators of
+	// OpenTelemetry write nothing then): spare the headers' allocations.
+	if trace.SpanContextFromContext(ctx).IsValid() || baggage.FromContext(ctx).Len() > 0 {
+		hdr = make(nats.Header, 3)
+		otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(hdr))
+	}
+	if len(hdr) == 0 && timed && c.fits(body.Len()+envelopeLen, nil) {
+		// The deadline alone: in an envelope rather than headers (envelope.go).
+		if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: enveloped(d, body)}); err != nil {
+			return nil, transferError(err, subject)
+		}
+		out, err := c.awaitReply(ctx, in, subject, nil, false)
+		return out, c.sendCancel(ctx, reply, err)
+	}
+	if timed {
+		if hdr == nil {
+			hdr = make(nats.Header, 3)
+		}
 		setDeadline(hdr, d)
 	}
-	otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(hdr))
 	if len(hdr) == 0 {
 		hdr = nil // a plain PUB: nothing to say
 	}

@@ -396,10 +396,13 @@ func SubjectKind(subject string) string {
 	if !ok {
 		return "other"
 	}
+	// An inference request's, the most frequent, is named without
+	// splitting the subject (an allocation per request).
+	if first, _, _ := strings.Cut(rest, "."); first == "infer" {
+		return "infer"
+	}
 	toks := strings.Split(rest, ".")
 	switch toks[0] {
-	case "infer":
-		return "infer"
 	case "seq":
 		if len(toks) == 4 {
 			return "sequence_" + toks[3]

@@ -382,6 +382,25 @@ func TestNoLargeInputs(t *testing.T) {
 	}
 }
 
+// TestPrepareAllocs: a small request to an executor of this process
+// carries its descriptor at the cost of the Outgoing (exchange and
+// parameter within it), the descriptor's string and the parameters map.
+func TestPrepareAllocs(t *testing.T) {
+	req, _ := request(64)
+	n := testing.AllocsPerRun(100, func() {
+		req.Parameters = nil
+		o, err := Prepare(req, RouteProcess, nil, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Release()
+	})
+	if n > 4 {
+		t.Fatalf("Prepare: %v allocations, want at most 4", n)
+	}
+	noLeaks(t)
+}
+
 func TestBusRouteAndReservedParam(t *testing.T) {
 	req, _ := request(5000)
 	if o, err := Prepare(req, RouteBus, nil, 1000); o != nil || err != nil || req.Parameters[Param] != nil {

@@ -51,7 +51,9 @@ type Outgoing struct {
 
 	key   string // ModeProcess
 	ex    *exchange
-	spans []Span // ModeFile: where the inputs went, for Undo
+	exch  exchange    // what ex points to, and
+	param stringParam // the request's Param: one allocation with o
+	spans []Span      // ModeFile: where the inputs went, for Undo
 
 	// sent and received are the tensor bytes handed off: inputs by
 	// Prepare, outputs taken by Finish.
@@ -104,7 +106,7 @@ func Prepare(req *inference.ModelInferRequest, route Route, body *Region, thresh
 	switch route {
 	case RouteProcess:
 		o.mode = ModeProcess
-		ex := &exchange{}
+		ex := &o.exch
 		for i, b := range raw {
 			if len(b) >= threshold {
 				if ex.inputs == nil {
@@ -125,7 +127,7 @@ func Prepare(req *inference.ModelInferRequest, route Route, body *Region, thresh
 		o.ex = ex
 		param := openExchange(ex)
 		o.key = param[len("p;"):]
-		setParam(req, param)
+		o.setParam(req, param)
 		return o, nil
 	case RouteNode:
 		o.mode = ModeFile
@@ -173,16 +175,24 @@ func Prepare(req *inference.ModelInferRequest, route Route, body *Region, thresh
 		}
 		o.spans = d.Spans
 	}
-	setParam(req, d.String())
+	o.setParam(req, d.String())
 	return o, nil
 }
 
 // setParam puts the encoded descriptor into req's parameters.
-func setParam(req *inference.ModelInferRequest, descriptor string) {
+func (o *Outgoing) setParam(req *inference.ModelInferRequest, descriptor string) {
 	if req.Parameters == nil {
 		req.Parameters = make(map[string]*inference.InferParameter, 1)
 	}
-	req.Parameters[Param] = &inference.InferParameter{ParameterChoice: &inference.InferParameter_StringParam{StringParam: descriptor}}
+	o.param.s.StringParam = descriptor
+	o.param.p.ParameterChoice = &o.param.s
+	req.Parameters[Param] = &o.param.p
+}
+
+// stringParam is a string parameter with its oneof case.
+type stringParam struct {
+	p inference.InferParameter
+	s inference.InferParameter_StringParam
 }
 
 // holdsMemory reports whether o still holds mapped memory a response's
@@ -226,6 +236,19 @@ func (o *Outgoing) Undo(req *inference.ModelInferRequest) bool {
 	delete(req.Parameters, Param)
 	o.sent = 0 // the bus carries them after all
 	return true
+}
+
+// OutputsHandedOver reports whether an executor of this process handed
+// outputs over for Finish to put into the response (ModeProcess); until
+// then the response's encoding holds all of them. (In ModeFile the
+// response's parameters say so: Param.)
+func (o *Outgoing) OutputsHandedOver() bool {
+	if o == nil || o.mode != ModeProcess {
+		return false
+	}
+	o.ex.mu.Lock()
+	defer o.ex.mu.Unlock()
+	return o.ex.outputs != nil
 }
 
 // Finish moves the outputs the executor handed off into

@@ -288,6 +288,9 @@ func TestCheckUTF8(t *testing.T) {
 		{"parameter value", &inference.ModelInferRequest{Parameters: map[string]*inference.InferParameter{"p": str("\xff")}}, `value of parameter 'p' "\xff" is not valid UTF-8`},
 		{"input parameter name", &inference.ModelInferRequest{Inputs: []*inference.ModelInferRequest_InferInputTensor{{Name: "IN", Parameters: map[string]*inference.InferParameter{"\xff": str("")}}}},
 			`parameter name of input 'IN' "\xff" is not valid UTF-8`},
+		{"datatype", &inference.ModelInferRequest{Inputs: []*inference.ModelInferRequest_InferInputTensor{{Name: "IN", Datatype: "FP\xff"}}}, `datatype of input 'IN' "FP\xff" is not valid UTF-8`},
+		{"output parameter value", &inference.ModelInferRequest{Outputs: []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUT", Parameters: map[string]*inference.InferParameter{"q": str("\xfe")}}}},
+			`value of parameter 'q' of output 'OUT' "\xfe" is not valid UTF-8`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := CheckUTF8(tc.req)
@@ -301,5 +304,18 @@ func TestCheckUTF8(t *testing.T) {
 				t.Fatalf("got %v, want INVALID_ARG %s", err, tc.err)
 			}
 		})
+	}
+}
+
+// TestCheckUTF8Allocs: a valid request is checked without allocating (the
+// gateway checks every request it forwards).
+func TestCheckUTF8Allocs(t *testing.T) {
+	req := &inference.ModelInferRequest{ModelName: "m", Id: "1",
+		Parameters: map[string]*inference.InferParameter{"p": {ParameterChoice: &inference.InferParameter_StringParam{StringParam: "v"}}},
+		Inputs:     []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Parameters: map[string]*inference.InferParameter{"binary_data_size": {}}}},
+		Outputs:    []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT0"}},
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = CheckUTF8(req) }); n != 0 {
+		t.Fatalf("CheckUTF8 of a valid request: %v allocations, want 0", n)
 	}
 }

@@ -81,14 +81,45 @@ func (Codec) Marshal(m proto.Message) ([][]byte, error) {
 	return [][]byte{b}, err
 }
 
+// MarshalFramed implements bus.FramedMarshaler: a ModelInferRequest
+// without large raw contents is encoded by its generated code behind room
+// free bytes of the buffer; anything else is left to Marshal (nil).
+func (Codec) MarshalFramed(m proto.Message, room int) ([]byte, error) {
+	v, ok := m.(*inference.ModelInferRequest)
+	if !ok || size(v.RawInputContents) >= minParts {
+		return nil, nil
+	}
+	n := v.SizeVT()
+	buf := make([]byte, room+n)
+	k, err := v.MarshalToSizedBufferVT(buf[room:])
+	if err != nil {
+		return nil, err
+	}
+	if k != n {
+		return nil, nil // not where it should be: Marshal it
+	}
+	return buf, nil
+}
+
 // Unmarshal decodes b into m; the infer messages alias b (strings and
-// bytes alike).
+// bytes alike). A Reply keeps b itself when it can be passed on as it is.
 func (Codec) Unmarshal(b []byte, m proto.Message) error {
 	switch v := m.(type) {
 	case *inference.ModelInferRequest:
 		return UnmarshalRequest(b, v)
 	case *inference.ModelInferResponse:
 		return UnmarshalResponse(b, v)
+	case *Reply:
+		if Canonical(b) {
+			v.Bytes, v.ModelInferResponse = b, nil
+			return nil
+		}
+		resp := &inference.ModelInferResponse{}
+		if err := UnmarshalResponse(b, resp); err != nil {
+			return err
+		}
+		v.Bytes, v.ModelInferResponse = nil, resp
+		return nil
 	}
 	return proto.Unmarshal(b, m)
 }

@@ -60,6 +60,14 @@ func TestRoundTrip(t *testing.T) {
 			if err := (Codec{}).Unmarshal(b, got); err != nil || !proto.Equal(got, m) {
 				t.Fatalf("sizes %v: decoded message differs: %v", sizes, err)
 			}
+			framed, err := Codec{}.MarshalFramed(m, 10)
+			if _, isReq := m.(*inference.ModelInferRequest); !isReq || total(sizes) >= MinParts {
+				if framed != nil || err != nil {
+					t.Fatalf("sizes %v: %T framed (%v), which goes to Marshal", sizes, m, err)
+				}
+			} else if err != nil || len(framed) != 10+len(b) || !bytes.Equal(framed[10:], b) {
+				t.Fatalf("sizes %v: framed encoding differs from Marshal's (%v)", sizes, err)
+			}
 			var raw [][]byte
 			switch v := got.(type) {
 			case *inference.ModelInferRequest:
@@ -81,6 +89,14 @@ func TestRoundTrip(t *testing.T) {
 			}
 		}
 	}
+}
+
+func total(sizes []int) int {
+	n := 0
+	for _, s := range sizes {
+		n += s
+	}
+	return n
 }
 
 func TestMalformed(t *testing.T) {

@@ -3,6 +3,7 @@ package kserve
 import (
 	"math"
 	"strings"
+	"sync"
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/tensor"
@@ -57,7 +58,9 @@ func decodeInferRequest(body []byte, headerLen int, model, version string, opts 
 			headerLen, max)
 	}
 
-	p := parser{model: model, header: body[:headerLen]}
+	p := parsers.Get().(*parser)
+	defer p.release()
+	*p = parser{model: model, header: body[:headerLen], inputs: p.inputs[:0], outputs: p.outputs[:0]}
 	p.lx.Reset(p.header, 0, 0)
 	p.lx.MaxDepth = jsonlex.DefaultMaxDepth
 	if err := p.document(); err != nil {
@@ -67,13 +70,10 @@ func decodeInferRequest(body []byte, headerLen int, model, version string, opts 
 		return nil, nil, p.err
 	}
 
-	req := &inference.ModelInferRequest{
-		ModelName:    model,
-		ModelVersion: version,
-		Id:           p.id,
-		Parameters:   p.params,
-	}
-	if err := p.buildInputs(req, body[headerLen:], headerGiven); err != nil {
+	d := new(decoded)
+	req := &d.req
+	req.ModelName, req.ModelVersion, req.Id, req.Parameters = model, version, p.id, p.params
+	if err := p.buildInputs(d, body[headerLen:], headerGiven); err != nil {
 		return nil, nil, err
 	}
 	if binaryInputs != nil {
@@ -81,12 +81,53 @@ func decodeInferRequest(body []byte, headerLen int, model, version string, opts 
 			*binaryInputs = append(*binaryInputs, in.hasBinary)
 		}
 	}
-	out, err := p.buildOutputs(req)
+	out, err := p.buildOutputs(d)
 	if err != nil {
 		return nil, nil, err
 	}
 	return req, out, nil
 }
+
+// decoded is a decoded request in one allocation when it has one input and
+// at most one output, as most small requests do: the request, its output
+// options and their lists would otherwise be eight allocations. More
+// tensors get their lists (each one allocation) beside it.
+type decoded struct {
+	req       inference.ModelInferRequest
+	opts      OutputOptions
+	in        [1]inference.ModelInferRequest_InferInputTensor
+	inPtrs    [1]*inference.ModelInferRequest_InferInputTensor
+	raw       [1][]byte
+	out       [1]inference.ModelInferRequest_InferRequestedOutputTensor
+	outPtrs   [1]*inference.ModelInferRequest_InferRequestedOutputTensor
+	requested [1]RequestedOutput
+}
+
+// parsers are parsers to reuse: one would otherwise be allocated per
+// request (its methods' closures take its address), and its lists of
+// inputs and outputs with it.
+var parsers = sync.Pool{New: func() any { return new(parser) }}
+
+// release puts p back into parsers, holding nothing of the request: the
+// entries of its lists point into the body (data) and hold what the
+// request now owns (shapes, parameters). Lists grown for a request of
+// many tensors are dropped rather than kept.
+func (p *parser) release() {
+	clear(p.inputs)
+	clear(p.outputs)
+	ins, outs := p.inputs[:0], p.outputs[:0]
+	if cap(ins) > maxPooledTensors {
+		ins = nil
+	}
+	if cap(outs) > maxPooledTensors {
+		outs = nil
+	}
+	*p = parser{inputs: ins, outputs: outs}
+	parsers.Put(p)
+}
+
+// maxPooledTensors bounds the lists a pooled parser keeps.
+const maxPooledTensors = 16
 
 // parser holds what one pass over the JSON header collects. Syntax errors
 // stop the pass at once; errors about values (a wrong type, a bad shape) are
@@ -599,9 +640,18 @@ func (p *parser) output(t jsonlex.Token) error {
 
 // buildInputs validates the inputs in request order, as Triton's
 // ParseJsonTritonIO does, and fills req.Inputs and req.RawInputContents.
-func (p *parser) buildInputs(req *inference.ModelInferRequest, bin []byte, headerGiven bool) error {
-	req.Inputs = make([]*inference.ModelInferRequest_InferInputTensor, 0, len(p.inputs))
-	req.RawInputContents = make([][]byte, 0, len(p.inputs))
+func (p *parser) buildInputs(d *decoded, bin []byte, headerGiven bool) error {
+	req, n := &d.req, len(p.inputs)
+	// Capacities end at n: an append to the lists cannot clobber the
+	// arena's next field.
+	tins := d.in[:]
+	if n <= len(d.in) {
+		req.Inputs, req.RawInputContents = d.inPtrs[:0:n], d.raw[:0:n]
+	} else {
+		req.Inputs = make([]*inference.ModelInferRequest_InferInputTensor, 0, n)
+		req.RawInputContents = make([][]byte, 0, n)
+		tins = make([]inference.ModelInferRequest_InferInputTensor, n)
+	}
 	pos := 0
 	for i := range p.inputs {
 		in := &p.inputs[i]
@@ -647,9 +697,8 @@ func (p *parser) buildInputs(req *inference.ModelInferRequest, bin []byte, heade
 				return err
 			}
 		}
-		tin := &inference.ModelInferRequest_InferInputTensor{
-			Name: in.name, Datatype: in.datatype, Shape: in.shape, Parameters: in.params,
-		}
+		tin := &tins[i]
+		tin.Name, tin.Datatype, tin.Shape, tin.Parameters = in.name, in.datatype, in.shape, in.params
 		var data []byte
 		switch {
 		case in.hasBinary:
@@ -713,13 +762,20 @@ func btoi(b bool) int {
 }
 
 // buildOutputs validates the requested outputs and fills req.Outputs.
-func (p *parser) buildOutputs(req *inference.ModelInferRequest) (*OutputOptions, error) {
-	opts := &OutputOptions{BinaryDefault: p.binaryDefault}
-	if len(p.outputs) == 0 {
+func (p *parser) buildOutputs(d *decoded) (*OutputOptions, error) {
+	req, opts, n := &d.req, &d.opts, len(p.outputs)
+	opts.BinaryDefault = p.binaryDefault
+	if n == 0 {
 		return opts, nil
 	}
-	req.Outputs = make([]*inference.ModelInferRequest_InferRequestedOutputTensor, 0, len(p.outputs))
-	opts.Requested = make([]RequestedOutput, 0, len(p.outputs))
+	touts := d.out[:]
+	if n <= len(d.out) {
+		req.Outputs, opts.Requested = d.outPtrs[:0:n], d.requested[:0:n]
+	} else {
+		req.Outputs = make([]*inference.ModelInferRequest_InferRequestedOutputTensor, 0, n)
+		opts.Requested = make([]RequestedOutput, 0, n)
+		touts = make([]inference.ModelInferRequest_InferRequestedOutputTensor, n)
+	}
 	for i := range p.outputs {
 		o := &p.outputs[i]
 		if o.hasShm {
@@ -755,7 +811,9 @@ func (p *parser) buildOutputs(req *inference.ModelInferRequest) (*OutputOptions,
 			setParam(&params, paramShmOffset, shmParam(shm.Offset))
 			setParam(&params, paramShmByteSize, shmParam(shm.ByteSize))
 		}
-		req.Outputs = append(req.Outputs, &inference.ModelInferRequest_InferRequestedOutputTensor{Name: o.name, Parameters: params})
+		tout := &touts[i]
+		tout.Name, tout.Parameters = o.name, params
+		req.Outputs = append(req.Outputs, tout)
 		opts.Requested = append(opts.Requested, ro)
 	}
 	return opts, nil

@@ -52,8 +52,14 @@ func EncodeInferResponseParts(resp *inference.ModelInferResponse, opts *OutputOp
 func encodeInferResponse(resp *inference.ModelInferResponse, opts *OutputOptions, reserve bool) (b []byte, blobs [][]byte, err error) {
 	outputs := resp.GetOutputs()
 	raw := resp.GetRawOutputContents()
-	datas := make([][]byte, len(outputs))
-	binary := make([]bool, len(outputs))
+	// On the stack for the usual handful of outputs.
+	var datasBuf [4][]byte
+	var binaryBuf [4]bool
+	datas, binary := datasBuf[:0], binaryBuf[:0]
+	if len(outputs) > len(datasBuf) {
+		datas, binary = make([][]byte, 0, len(outputs)), make([]bool, 0, len(outputs))
+	}
+	datas, binary = datas[:len(outputs)], binary[:len(outputs)]
 	size := 128 + len(resp.GetModelName()) + len(resp.GetId())
 	binSize := 0
 	anyBinary := false
@@ -92,16 +98,7 @@ func encodeInferResponse(resp *inference.ModelInferResponse, opts *OutputOptions
 		binSize = 0
 	}
 	b = make([]byte, 0, size+binSize)
-	b = append(b, '{')
-	if resp.GetId() != "" {
-		b = append(b, `"id":`...)
-		b = tensor.AppendJSONString(b, resp.GetId())
-		b = append(b, ',')
-	}
-	b = append(b, `"model_name":`...)
-	b = tensor.AppendJSONString(b, resp.GetModelName())
-	b = append(b, `,"model_version":`...)
-	b = tensor.AppendJSONString(b, resp.GetModelVersion())
+	b = appendResponseHead(b, resp.GetId(), resp.GetModelName(), resp.GetModelVersion())
 	if len(resp.GetParameters()) > 0 {
 		b = append(b, `,"parameters":`...)
 		b = appendParams(b, resp.GetParameters(), -1)
@@ -111,47 +108,10 @@ func encodeInferResponse(resp *inference.ModelInferResponse, opts *OutputOptions
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"name":`...)
-		b = tensor.AppendJSONString(b, o.GetName())
-		b = append(b, `,"datatype":`...)
-		b = tensor.AppendJSONString(b, o.GetDatatype())
-		b = append(b, `,"shape":[`...)
-		for j, d := range o.GetShape() {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, d, 10)
+		ro := opts.output(o.GetName())
+		if b, err = appendOutput(b, o.GetName(), o.GetDatatype(), o.GetShape(), ro != nil && ro.SharedMemory != nil, binary[i], datas[i]); err != nil {
+			return nil, nil, err
 		}
-		b = append(b, ']')
-		if ro := opts.output(o.GetName()); ro != nil && ro.SharedMemory != nil {
-			// The data went to the client's region (written by the layer
-			// that owns shared memory): name, datatype and shape only, as
-			// Triton answers. Clients (Triton's C++ one among them) take
-			// "parameters" on an output to mean binary data follows.
-			b = append(b, '}')
-			continue
-		}
-		if binary[i] {
-			// Only binary_data_size, as Triton writes it.
-			b = append(b, `,"parameters":{"binary_data_size":`...)
-			b = strconv.AppendInt(b, int64(len(datas[i])), 10)
-			b = append(b, '}')
-		} else {
-			dt, ok := tensor.ParseDataType(o.GetDatatype())
-			if !ok {
-				return nil, nil, tritonerr.Internalf("output '%s' has invalid datatype '%s'", o.GetName(), o.GetDatatype())
-			}
-			n, err := tensor.ElementCount(o.GetName(), o.GetShape())
-			if err != nil {
-				return nil, nil, tritonerr.Internalf("%s", err.Error())
-			}
-			b = append(b, `,"data":`...)
-			b, err = tensor.AppendJSON(b, o.GetName(), dt, n, datas[i])
-			if err != nil {
-				return nil, nil, err
-			}
-		}
-		b = append(b, '}')
 	}
 	b = append(b, "]}"...)
 	if !anyBinary {
@@ -163,6 +123,64 @@ func encodeInferResponse(resp *inference.ModelInferResponse, opts *OutputOptions
 		}
 	}
 	return b, blobs, nil
+}
+
+// appendResponseHead writes the response's members up to its parameters.
+func appendResponseHead(b []byte, id, model, version string) []byte {
+	b = append(b, '{')
+	if id != "" {
+		b = append(b, `"id":`...)
+		b = tensor.AppendJSONString(b, id)
+		b = append(b, ',')
+	}
+	b = append(b, `"model_name":`...)
+	b = tensor.AppendJSONString(b, model)
+	b = append(b, `,"model_version":`...)
+	return tensor.AppendJSONString(b, version)
+}
+
+// appendOutput writes one entry of the response's outputs: the data in
+// JSON, or its size when it follows in binary, or neither when it went to
+// shared memory.
+func appendOutput(b []byte, name, datatype string, shape []int64, shm, binary bool, data []byte) ([]byte, error) {
+	b = append(b, `{"name":`...)
+	b = tensor.AppendJSONString(b, name)
+	b = append(b, `,"datatype":`...)
+	b = tensor.AppendJSONString(b, datatype)
+	b = append(b, `,"shape":[`...)
+	for j, d := range shape {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, d, 10)
+	}
+	b = append(b, ']')
+	if shm {
+		// The data went to the client's region (written by the layer
+		// that owns shared memory): name, datatype and shape only, as
+		// Triton answers. Clients (Triton's C++ one among them) take
+		// "parameters" on an output to mean binary data follows.
+		return append(b, '}'), nil
+	}
+	if binary {
+		// Only binary_data_size, as Triton writes it.
+		b = append(b, `,"parameters":{"binary_data_size":`...)
+		b = strconv.AppendInt(b, int64(len(data)), 10)
+		return append(b, "}}"...), nil
+	}
+	dt, ok := tensor.ParseDataType(datatype)
+	if !ok {
+		return nil, tritonerr.Internalf("output '%s' has invalid datatype '%s'", name, datatype)
+	}
+	n, err := tensor.ElementCount(name, shape)
+	if err != nil {
+		return nil, tritonerr.Internalf("%s", err.Error())
+	}
+	b = append(b, `,"data":`...)
+	if b, err = tensor.AppendJSON(b, name, dt, n, data); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
 }
 
 // appendParams writes parameters as a JSON object of scalars, keys sorted so

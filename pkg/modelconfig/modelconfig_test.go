@@ -52,6 +52,7 @@ func TestLoadBad(t *testing.T) {
 		{"corrid_type", tritonerr.InvalidArg, "unexpected data type for control CONTROL_SEQUENCE_CORRID for corrid_type. Allowed data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING"},
 		{"corrid_notype", tritonerr.InvalidArg, "unexpected data type for control CONTROL_SEQUENCE_CORRID for corrid_notype"},
 		{"corrid_list", tritonerr.InvalidArg, "sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for CONTROL_SEQUENCE_CORRID"},
+		{"iterative", tritonerr.Unsupported, "sequence batching with 'iterative_sequence' is not supported for iterative: requests released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE cannot be executed again"},
 		{"slot_util", tritonerr.InvalidArg, "sequence batching minimum slot utilization must be in range (0.0, 1.0] for slot_util"},
 		{"state_noout", tritonerr.InvalidArg, "sequence batching state 'IS' must specify 'output_name' for state_noout"},
 		{"state_nodims", tritonerr.InvalidArg, "sequence batching state 'IS' must specify 'dims' for state_nodims"},

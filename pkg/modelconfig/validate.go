@@ -114,6 +114,15 @@ func validateModel(cfg *inference.ModelConfig) error {
 		if cfg.GetResponseCache().GetEnable() {
 			return invalid("Response Cache does not currently support model %s with sequence batching scheduler. Please disable the response cache.", name)
 		}
+		if sb.IterativeSequence {
+			// Triton's iterative sequencer gives each request its own
+			// sequence and runs it again whenever the backend releases it
+			// with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE. Here the sequence
+			// router forms sequence batches and executors never put a
+			// request back into them, so such a model is refused at load
+			// rather than served with requests that cannot be rescheduled.
+			return tritonerr.Unsupportedf("sequence batching with 'iterative_sequence' is not supported for %s: requests released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE cannot be executed again", name)
+		}
 		for _, kind := range []inference.ModelSequenceBatching_Control_Kind{
 			inference.ModelSequenceBatching_Control_CONTROL_SEQUENCE_START,
 			inference.ModelSequenceBatching_Control_CONTROL_SEQUENCE_END,

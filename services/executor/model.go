@@ -199,12 +199,23 @@ func (mv *modelVersion) handleInfer(ctx context.Context, body bus.Body) (proto.M
 	return resp, err
 }
 
+// call is what serving a request from the bus allocates, in one
+// allocation: the request's place in the scheduler, the request decoded
+// from the bus, and its reply when encoded directly.
+type call struct {
+	pending
+	req inference.ModelInferRequest
+	enc infercodec.Encoded
+}
+
 func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trace.Span) (proto.Message, error) {
 	received := time.Now()
+	c := &call{pending: pending{received: received, done: make(chan struct{}), span: span}}
+	p := &c.pending
 	// A gateway in this process hands its request over as it is (bus.Local).
 	req, ok := body.Message.(*inference.ModelInferRequest)
 	if !ok {
-		req = &inference.ModelInferRequest{}
+		req = &c.req
 		if err := infercodec.UnmarshalRequest(body.Data, req); err != nil { // raw inputs alias the body: no copy
 			mv.stats.failed(received, reasonOther)
 			return nil, tritonerr.InvalidArgf("malformed inference request for model '%s': %v", mv.name, err)
@@ -214,14 +225,13 @@ func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trac
 		mv.stats.failed(received, reasonOther)
 		return nil, mv.seq.errNotDirect()
 	}
-	p := &pending{received: received, done: make(chan struct{}), span: span}
 	hand, err := handoff.Accept(req) // large inputs from a gateway of this node
 	if err != nil {
 		mv.stats.failed(received, reasonOther)
 		return nil, err
 	}
 	defer releaseHandoff(hand, p)
-	sh, err := mv.e.shm.attach(req) // tensors in registered shared memory (shm.go)
+	sh, err := mv.e.shm.attach(req, hostInputs(mv.cfg, mv.unguarded())) // tensors in registered shared memory (shm.go)
 	if err != nil {
 		mv.stats.failed(received, reasonOther)
 		return nil, err
@@ -251,13 +261,15 @@ func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trac
 		mv.stats.failed(received, reasonOther)
 		return nil, err
 	}
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		// Nobody waits for the answer anymore; a request still queued is
-		// dropped, one executing finishes unseen.
-		p.giveUp(ctx)
-		return nil, tritonerr.Unavailablef("inference request for model '%s' timed out", mv.name)
+	if !p.answered() {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			// Nobody waits for the answer anymore; a request still queued is
+			// dropped, one executing finishes unseen.
+			p.giveUp(ctx)
+			return nil, tritonerr.Unavailablef("inference request for model '%s' timed out", mv.name)
+		}
 	}
 	if p.resp.Err != nil {
 		return nil, p.resp.Err
@@ -265,8 +277,8 @@ func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trac
 	// A requester in this process takes the message itself: nothing to
 	// encode for it.
 	if sh == nil && hand.Passive() && body.Message == nil {
-		if enc, ok := mv.encodeSmall(req, r, p.resp); ok {
-			return enc, nil
+		if mv.encodeSmall(&c.enc, req, r, p.resp) {
+			return &c.enc, nil
 		}
 	}
 	out, err := mv.response(req, r, p.resp)

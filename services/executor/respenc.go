@@ -86,30 +86,32 @@ func (mv *modelVersion) encodeResponse(dst []byte, req *inference.ModelInferRequ
 	return dst, true
 }
 
-// encodeSmall encodes the reply of a request whose outputs are small and
-// need nothing of response's further steps (no classification, no shared
-// memory, no hand-off: the caller checks the last two), straight from the
-// backend's response: the bus sends the bytes as they are. It spares the
+// encodeSmall encodes into enc the reply of a request whose outputs are
+// small and need nothing of response's further steps (no classification, no
+// shared memory, no hand-off: the caller checks the last two), straight from
+// the backend's response, and reports whether it did: the bus sends the
+// bytes as they are. It spares the
 // reply message, its tensors and protobuf's reflective encoding, which
 // small requests pay on every call.
-func (mv *modelVersion) encodeSmall(req *inference.ModelInferRequest, r *backend.Request, resp *backend.Response) (*infercodec.Encoded, bool) {
+func (mv *modelVersion) encodeSmall(enc *infercodec.Encoded, req *inference.ModelInferRequest, r *backend.Request, resp *backend.Response) bool {
 	size := 0
 	for i := range resp.Outputs {
 		size += len(resp.Outputs[i].Data)
 	}
 	if size >= infercodec.MinParts || size >= handoff.Threshold || len(resp.Parameters) > 0 {
-		return nil, false
+		return false
 	}
 	for _, o := range req.GetOutputs() {
 		if _, ok, _ := infer.ClassificationCount(o); ok {
-			return nil, false
+			return false
 		}
 	}
 	b, ok := mv.encodeResponse(nil, req, r, resp)
 	if !ok {
-		return nil, false
+		return false
 	}
-	return &infercodec.Encoded{Bytes: b}, true
+	enc.Bytes = b
+	return true
 }
 
 // appendString appends a string field, left out when empty as proto3 does.

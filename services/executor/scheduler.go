@@ -48,6 +48,10 @@ type pending struct {
 	// span is the request's trace span (nil: not traced); its timestamps
 	// are recorded with the statistics.
 	span trace.Span
+
+	// alone is the batch of the backend's requests when p runs alone
+	// (executeBatch), in p's allocation rather than one of its own.
+	alone [1]*backend.Request
 }
 
 // giveUp marks p abandoned because ctx ended: a request still queued is
@@ -79,6 +83,18 @@ func (p *pending) finish() {
 	close(p.done)
 	for _, f := range after {
 		f()
+	}
+}
+
+// answered reports whether p is finished already (an idle instance ran it
+// on the caller's goroutine), so that waiting for it does not ask for the
+// request context's Done channel, which would arm its deadline's timer.
+func (p *pending) answered() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -224,9 +240,21 @@ func (s *scheduler) takeFree() *instance {
 // release returns an instance to the free list after an execution.
 func (s *scheduler) release(in *instance) {
 	s.mu.Lock()
+	s.freeUnlock(in)
+}
+
+// freeUnlock puts in on the free list and unlocks s.mu, which the caller
+// holds. The batcher is woken only when requests are queued: a free
+// instance is all it could use then. With nothing queued, the next enqueue
+// wakes it (or runs its request at once), so a wake-up per execution of a
+// lightly loaded model would be a goroutine scheduled for nothing.
+func (s *scheduler) freeUnlock(in *instance) {
 	s.free = append(s.free, in)
+	queued := len(s.queue) > 0
 	s.mu.Unlock()
-	s.wake()
+	if queued {
+		s.wake()
+	}
 }
 
 // stop ends the batcher and the instances once their current execution is
@@ -339,9 +367,7 @@ func (s *scheduler) again(in *instance) []*pending {
 			return batch
 		}
 	}
-	s.free = append(s.free, in)
-	s.mu.Unlock()
-	s.wake()
+	s.freeUnlock(in)
 	return nil
 }
 
@@ -428,7 +454,12 @@ func (in *instance) run(s *scheduler) {
 
 // executeBatch runs a batch of the scheduler's requests.
 func (in *instance) executeBatch(ctx context.Context, batch []*pending) {
-	reqs := make([]*backend.Request, len(batch))
+	var reqs []*backend.Request
+	if len(batch) == 1 {
+		reqs = batch[0].alone[:] // a request run alone lends its own slice
+	} else {
+		reqs = make([]*backend.Request, len(batch))
+	}
 	for i, p := range batch {
 		reqs[i] = p.req
 	}

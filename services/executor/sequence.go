@@ -730,7 +730,7 @@ func (s *seqRunner) decode(ctx context.Context, now time.Time, w, template *busv
 func (s *seqRunner) attach(it *seqItem) error {
 	mv := s.mv
 	var err error
-	if it.sh, err = mv.e.shm.attach(it.req); err != nil {
+	if it.sh, err = mv.e.shm.attach(it.req, hostInputs(mv.cfg, mv.unguarded())); err != nil {
 		return err
 	}
 	if mv.unguarded() {

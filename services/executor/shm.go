@@ -35,7 +35,9 @@ import (
 //     after checking every output fits, so that an error leaves the
 //     client's memory untouched;
 //   - for CUDA regions (the executor owning the device), opens the IPC
-//     handle once, copies inputs device-to-host and outputs host-to-device;
+//     handle once, copies inputs device-to-host for a model that reads
+//     them on the host (not a C backend's GPU instances, given them in
+//     place) and outputs host-to-device;
 //   - drops a mapping or handle when the registry announces the region
 //     removed and no request of this executor still uses it, and checks
 //     its cache against the registry now and then in case an announcement
@@ -339,10 +341,12 @@ type shmTarget struct {
 }
 
 // attach resolves a request's shared-memory tensors. Inputs become slices
-// of their mappings in RawInputContents (CUDA inputs are copied to host
-// memory); outputs are remembered for finish. A request without any comes
-// back nil.
-func (s *shmState) attach(req *inference.ModelInferRequest) (*shmRequest, error) {
+// of their mappings in RawInputContents; CUDA inputs are copied to host
+// memory when host says the model reads them there (hostInputs), else
+// stand in by their size alone (gpu.HostStandIn) and are read in place on
+// the device. Outputs are remembered for finish. A request without any
+// comes back nil.
+func (s *shmState) attach(req *inference.ModelInferRequest, host bool) (*shmRequest, error) {
 	lease, err := shm.TakeLease(req)
 	if err != nil {
 		return nil, err
@@ -449,15 +453,21 @@ func (s *shmState) attach(req *inference.ModelInferRequest) (*shmRequest, error)
 			sr.inputs = append(sr.inputs, u.input)
 			continue
 		}
+		if sr.devices == nil {
+			sr.devices = map[string]backend.Device{}
+		}
+		sr.devices[u.name] = deviceAt(t)
+		if !host && req.GetInputs()[u.input].GetDatatype() != "BYTES" {
+			// Read on the device only: validation looks at its size alone
+			// (a BYTES input's elements it reads, in a host copy).
+			req.RawInputContents[u.input] = gpu.HostStandIn(int(t.size))
+			continue
+		}
 		buf := make([]byte, t.size)
 		if err := t.cuda.val.CopyToHost(buf, t.offset); err != nil {
 			return nil, tritonerr.Internalf("copying input '%s' from CUDA shared memory region '%s': %v", u.name, u.ref.Region, err)
 		}
 		req.RawInputContents[u.input] = buf
-		if sr.devices == nil {
-			sr.devices = map[string]backend.Device{}
-		}
-		sr.devices[u.name] = deviceAt(t)
 	}
 	ok = true
 	return sr, nil
@@ -580,7 +590,8 @@ func deviceAt(t shmTarget) backend.Device {
 }
 
 // bindInputDevices gives r's inputs that came in CUDA regions their place
-// on the GPU (their Data is a host copy), once r's inputs are set.
+// on the GPU (their Data is a host copy, or for a model that reads them on
+// the device a stand-in: see attach), once r's inputs are set.
 func (sr *shmRequest) bindInputDevices(r *backend.Request) {
 	if sr == nil || len(sr.devices) == 0 {
 		return
@@ -590,6 +601,21 @@ func (sr *shmRequest) bindInputDevices(r *backend.Request) {
 			r.Inputs[i].Device = &d
 		}
 	}
+}
+
+// hostInputs reports whether a model reads its inputs in host memory: all
+// do but a C backend's whose instances are all on GPUs, which it gives an
+// input that came in CUDA shared memory in place (internal/cbackend).
+func hostInputs(cfg *inference.ModelConfig, cBackend bool) bool {
+	if !cBackend || len(cfg.GetInstanceGroup()) == 0 {
+		return true
+	}
+	for _, g := range cfg.GetInstanceGroup() {
+		if g.GetKind() != inference.ModelInstanceGroup_KIND_GPU {
+			return true
+		}
+	}
+	return false
 }
 
 // privatize replaces the request's inputs that lie in system regions with

@@ -53,6 +53,7 @@ func (alwaysUp) Generation() uint64 { return 0 }
 // (view) swapped atomically, so the request path never takes the lock.
 type catalog struct {
 	bus          requester
+	node         string // the gateway's node (versionView.nodeSubject)
 	log          *slog.Logger
 	fetchTimeout time.Duration
 	expiry       time.Duration
@@ -400,9 +401,11 @@ func (c *catalog) publishLocked() {
 			}
 		}
 	}
-	for _, mv := range v.models {
+	for name, mv := range v.models {
 		for _, vv := range mv.versions {
 			slices.Sort(vv.executors)
+			vv.subject = bus.InferSubject(name, vv.versionString())
+			vv.nodeSubject = bus.InferNodeSubject(name, vv.versionString(), c.node)
 		}
 	}
 	c.view.Store(v)
@@ -466,6 +469,29 @@ type versionView struct {
 
 	// execNodes are the nodes of the executors, by id (node-local hand-off).
 	execNodes map[string]string
+
+	// subject and nodeSubject are bus.InferSubject and, for the gateway's
+	// node, bus.InferNodeSubject of this version, made once per view
+	// rather than per request; empty in a view built by hand (tests).
+	subject, nodeSubject string
+}
+
+// inferSubject is bus.InferSubject(model, version) for this version of
+// model.
+func (vv *versionView) inferSubject(model string) string {
+	if vv.subject != "" {
+		return vv.subject
+	}
+	return bus.InferSubject(model, vv.versionString())
+}
+
+// inferNodeSubject is bus.InferNodeSubject(model, version, node) for this
+// version of model and the gateway's node.
+func (vv *versionView) inferNodeSubject(model, node string) string {
+	if vv.nodeSubject != "" {
+		return vv.nodeSubject
+	}
+	return bus.InferNodeSubject(model, vv.versionString(), node)
 }
 
 func (vv *versionView) ready() bool { return vv.state == stateReady }

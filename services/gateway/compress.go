@@ -106,14 +106,14 @@ func newDecompressor(r io.Reader) (io.ReadCloser, error) {
 // usable means identity. Unlike Triton we also accept spaces around ';'.
 func responseEncoding(acceptEncoding string) string {
 	best, bestQ := encIdentity, 0.0
-	for _, part := range strings.Split(acceptEncoding, ",") {
+	for part := range strings.SplitSeq(acceptEncoding, ",") {
 		name, params, _ := strings.Cut(part, ";")
 		name = strings.ToLower(strings.TrimSpace(name))
 		if name != encIdentity && name != encGzip && name != encDeflate {
 			continue
 		}
 		q := 1.0
-		for _, p := range strings.Split(params, ";") {
+		for p := range strings.SplitSeq(params, ";") {
 			k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
 			if ok && strings.TrimSpace(k) == "q" {
 				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"google.golang.org/grpc/mem"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -10,6 +11,7 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
+	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/kserve"
 	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -244,7 +246,36 @@ func (g *Gateway) streamDecoupledGRPC(ctx context.Context, st *streamState, vv *
 // encodedStreamResponse is a ModelStreamInferResponse already encoded, in
 // parts (the wrapping's head, the executor's encoding, the parameter it
 // gains); the gateway's gRPC codec sends them as they are.
-type encodedStreamResponse struct{ head, enc, tail []byte }
+type encodedStreamResponse struct {
+	head, enc, tail []byte
+
+	headBuf [11]byte
+	// The parts as the codec hands them to gRPC: pointers into e, so
+	// that making them allocates nothing.
+	parts [3]mem.SliceBuffer
+	bufs  [3]mem.Buffer
+}
+
+// buffers are e's non-empty parts for gRPC.
+func (e *encodedStreamResponse) buffers() mem.BufferSlice {
+	n := 0
+	for _, p := range [...][]byte{e.head, e.enc, e.tail} {
+		if len(p) > 0 {
+			e.parts[n] = p
+			e.bufs[n] = &e.parts[n]
+			n++
+		}
+	}
+	return e.bufs[:n]
+}
+
+// encodedResponse is a ModelInferResponse as its executor encoded it
+// (forwardEncoded), which the codec sends as it is.
+type encodedResponse struct {
+	reply infercodec.Reply // as received
+	enc   mem.SliceBuffer  // reply.Bytes
+	bufs  [1]mem.Buffer    // &enc: the buffers for gRPC
+}
 
 // Field numbers of Triton's grpc_service.proto used to wrap an encoded
 // response.
@@ -285,7 +316,7 @@ func wrapStreamResponse(enc []byte, emptyFinal, final bool) *encodedStreamRespon
 		}
 	}
 	n := len(enc) + len(e.tail)
-	e.head = protowire.AppendVarint(protowire.AppendTag(make([]byte, 0, 11), fieldStreamInferResponse, protowire.BytesType), uint64(n))
+	e.head = protowire.AppendVarint(protowire.AppendTag(e.headBuf[:0], fieldStreamInferResponse, protowire.BytesType), uint64(n))
 	return e
 }
 

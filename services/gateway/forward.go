@@ -6,8 +6,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infer"
+	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/tracing"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
 // forwardInfer sends a request, its tensors all in raw_input_contents, to
@@ -15,7 +19,10 @@ import (
 // share a queue group) and returns the executor's response. A request the
 // trace settings select is traced (tracing.go); with log_verbose_level > 0
 // the request and its outcome are logged with its trace and request ids.
-func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+// With passOn the answer may come as enc instead: the executor's encoding
+// of the response, exactly what encoding resp would give, which a gRPC
+// client gets as it is and an HTTP client's response is written from.
+func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool) (resp *inference.ModelInferResponse, enc *encodedResponse, err error) {
 	var span trace.Span
 	if g.tracing(req.GetModelName()) {
 		ctx, span = g.tracer.StartRequest(ctx, req.GetModelName(), clientCarrier(ctx), "InferRequest")
@@ -24,42 +31,90 @@ func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *infere
 		}
 	}
 	ctx, verbose := g.logRequest(ctx, vv, req)
-	resp, err := g.forward(ctx, vv, req)
+	resp, enc, err = g.forward(ctx, vv, req, passOn)
 	if verbose {
 		g.logOutcome(ctx, req, err)
 	}
 	if span != nil {
 		tracing.End(span, err)
 	}
-	return resp, err
+	return resp, enc, err
 }
 
-func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool) (*inference.ModelInferResponse, *encodedResponse, error) {
 	// A string that is not UTF-8 could not be encoded for the bus: the
 	// client's mistake, said as such before anything is sent.
 	if err := infer.CheckUTF8(req); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	ctx, cancel := g.inferContext(ctx)
-	defer cancel()
+	fw := new(forwarding)
+	g.boundInference(&fw.ctx, ctx)
+	defer fw.ctx.Cancel()
+	ctx = &fw.ctx
 	req.ModelVersion = vv.versionString()
 	if resp, ok, err := g.routeSequence(ctx, vv, req); ok { // sequence models: the sequence router
-		return resp, err
+		return resp, nil, err
 	}
 	subject, hs, err := g.prepareHandoff(vv, req) // large tensors to an executor of this node: pkg/handoff
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	subject, release, err := g.shmRoute(ctx, req, subject) // tensors in registered shm regions: their node (shm.go)
 	if err != nil {
-		return nil, hs.finish(nil, err)
+		return nil, nil, hs.finish(nil, err)
 	}
 	defer release()
-	var resp inference.ModelInferResponse
-	err = hs.finish(&resp, hs.request(ctx, g.bus, subject, req, &resp))
+	if passOn && !g.bus.InProcess(subject) {
+		return g.forwardEncoded(ctx, subject, &hs, req, fw)
+	}
+	resp := &fw.resp
+	err = hs.finish(resp, hs.request(ctx, g.bus, subject, req, resp))
 	g.countHandoff(hs.out)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &resp, nil
+	return resp, nil, nil
+}
+
+// forwarding is what of a forwarded request outlives forward's frame, in
+// one allocation: the context it is forwarded in, and its response,
+// decoded or as the executor encoded it (forwardEncoded).
+type forwarding struct {
+	ctx  bus.Bounded
+	resp inference.ModelInferResponse
+	enc  encodedResponse
+}
+
+// forwardEncoded sends req over the bus and returns the executor's
+// encoding of the response when it can go to the client as it is (it is
+// what encoding the decoded response gives, and no output was handed off
+// to be put into it), else the response decoded. (A request to an executor
+// of this process (bus.Local) gets the executor's message itself, which is
+// cheaper than its encoding.)
+func (g *Gateway) forwardEncoded(ctx context.Context, subject string, hs *handoffState, req *inference.ModelInferRequest, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
+	e := &fw.enc
+	r := &e.reply
+	err := hs.request(ctx, g.bus, subject, req, r)
+	if err == nil && r.Bytes != nil && !hs.out.OutputsHandedOver() && !infercodec.HasParameter(r.Bytes, handoff.Param) {
+		err = hs.finishEncoded()
+		g.countHandoff(hs.out)
+		if err != nil {
+			return nil, nil, err
+		}
+		e.bufs[0], e.enc = &e.enc, r.Bytes
+		return nil, e, nil
+	}
+	resp := r.ModelInferResponse
+	if err == nil && resp == nil {
+		resp = &fw.resp
+		if derr := infercodec.UnmarshalResponse(r.Bytes, resp); derr != nil {
+			err = tritonerr.Internalf("gateway: cannot decode the reply from %s: %v", subject, derr)
+		}
+	}
+	err = hs.finish(resp, err)
+	g.countHandoff(hs.out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return resp, nil, nil
 }

@@ -23,7 +23,6 @@ import (
 
 	"github.com/nereid-io/nereid/api/adminv1"
 	"github.com/nereid-io/nereid/api/busv1"
-	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/hostmetrics"
@@ -210,6 +209,7 @@ func New(cfg Config) (*Gateway, error) {
 		id:      newInstanceID(),
 		started: time.Now(),
 	}
+	g.cat.node = cfg.Node
 	if cfg.Trace.Mode == "" {
 		cfg.Trace = tracesetting.DefaultConfig()
 		g.cfg.Trace = cfg.Trace
@@ -299,7 +299,7 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		opts = append(opts, restrictedOptions(cfg.GRPCRestricted)...)
 		g.grpcSrv = grpc.NewServer(opts...)
-		inference.RegisterGRPCInferenceServiceServer(g.grpcSrv, &grpcService{g: g})
+		g.grpcSrv.RegisterService(grpcServiceDesc(), &grpcService{g: g})
 		health.RegisterHealthServer(g.grpcSrv, &healthService{g: g})
 	}
 	if g.adminLn != nil || g.adminHTTPLn != nil {
@@ -573,10 +573,16 @@ func extensions() []string {
 	}
 }
 
-// inferTimeout applies RequestTimeout to contexts without a deadline.
-func (g *Gateway) inferContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, g.cfg.RequestTimeout)
+// inferContext is the context an inference is forwarded in: ctx with
+// RequestTimeout applied when ctx has no deadline. Its caller cancels it.
+func (g *Gateway) inferContext(ctx context.Context) *bus.Bounded {
+	c := new(bus.Bounded)
+	g.boundInference(c, ctx)
+	return c
+}
+
+// boundInference makes c, a zero Bounded, inferContext's context under
+// ctx.
+func (g *Gateway) boundInference(c *bus.Bounded, ctx context.Context) {
+	c.Init(ctx, g.cfg.RequestTimeout)
 }

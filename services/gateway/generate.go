@@ -67,15 +67,15 @@ func (g *Gateway) handleGenerate(stream bool) http.HandlerFunc {
 // generateOne runs a generate request: the model must produce exactly one
 // response (a decoupled model's final flag alone does not count).
 func (g *Gateway) generateOne(w http.ResponseWriter, r *http.Request, vv *versionView, req *inference.ModelInferRequest) {
-	ctx, cancel := g.inferContext(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header))
-	defer cancel()
+	ctx := g.inferContext(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header))
+	defer ctx.Cancel()
 	var (
 		got   []response
 		count int
 	)
 	err := func() error {
 		if !isDecoupled(vv) {
-			resp, err := g.forwardInfer(ctx, vv, req)
+			resp, _, err := g.forwardInfer(ctx, vv, req, false)
 			got, count = []response{{resp: resp, final: true}}, 1
 			return err
 		}
@@ -156,12 +156,12 @@ func (g *Gateway) generateStream(w http.ResponseWriter, r *http.Request, vv *ver
 	if isDecoupled(vv) {
 		err = g.streamInfer(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header), vv, req, false, emit)
 	} else {
-		ctx, cancel := g.inferContext(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header))
+		ctx := g.inferContext(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header))
 		var resp *inference.ModelInferResponse
-		if resp, err = g.forwardInfer(ctx, vv, req); err == nil {
+		if resp, _, err = g.forwardInfer(ctx, vv, req, false); err == nil {
 			err = emit(response{resp: resp, final: true})
 		}
-		cancel()
+		ctx.Cancel()
 	}
 	switch {
 	case err == nil, err == clientErr:

@@ -75,32 +75,79 @@ func (s *grpcService) RepositoryIndex(ctx context.Context, req *inference.Reposi
 }
 
 func (s *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
-	return s.g.inferGRPC(ctx, req, "ModelInfer RPC")
+	resp, _, err := s.g.inferGRPC(ctx, req, "ModelInfer RPC", false)
+	return resp, err
+}
+
+// modelInfer is ModelInfer as the server calls it (grpcServiceDesc): the
+// answer may be the executor's encoding, which the codec sends as it is.
+func (s *grpcService) modelInfer(ctx context.Context, req *inference.ModelInferRequest) (any, error) {
+	resp, enc, err := s.g.inferGRPC(ctx, req, "ModelInfer RPC", true)
+	switch {
+	case err != nil:
+		return nil, err
+	case enc != nil:
+		return enc, nil
+	}
+	return resp, nil
+}
+
+// grpcServiceDesc is GRPCInferenceService as generated but for ModelInfer's
+// handler, whose answer need not be a *inference.ModelInferResponse: the
+// executor's encoding of one goes to the client without being decoded and
+// encoded again.
+func grpcServiceDesc() *grpc.ServiceDesc {
+	d := inference.GRPCInferenceService_ServiceDesc
+	d.Methods = slices.Clone(d.Methods)
+	for i := range d.Methods {
+		if d.Methods[i].MethodName == "ModelInfer" {
+			d.Methods[i].Handler = modelInferHandler
+		}
+	}
+	return &d
+}
+
+// modelInferHandler is the generated handler of ModelInfer calling
+// modelInfer.
+func modelInferHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := new(inference.ModelInferRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	s := srv.(*grpcService)
+	if interceptor == nil {
+		return s.modelInfer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: inference.GRPCInferenceService_ModelInfer_FullMethodName}
+	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+		return s.modelInfer(ctx, req.(*inference.ModelInferRequest))
+	})
 }
 
 // inferGRPC resolves the model, normalises typed contents to raw bytes and
-// forwards the request to an executor.
-func (g *Gateway) inferGRPC(ctx context.Context, req *inference.ModelInferRequest, what string) (*inference.ModelInferResponse, error) {
+// forwards the request to an executor. With passOn the answer may be enc,
+// the executor's encoding of the response (forwardInfer).
+func (g *Gateway) inferGRPC(ctx context.Context, req *inference.ModelInferRequest, what string, passOn bool) (*inference.ModelInferResponse, *encodedResponse, error) {
 	// Large inputs the codec decoded, when forwarding did not take them (a
 	// request refused before it is sent).
 	defer func() { handoff.TakeRegion(req).Release() }()
 	vv, err := g.resolveRequest(req.GetModelName(), req.GetModelVersion())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if vv.config.GetModelTransactionPolicy().GetDecoupled() {
-		return nil, tritonerr.Unsupportedf("%s doesn't support models with decoupled transaction policy", what)
+		return nil, nil, tritonerr.Unsupportedf("%s doesn't support models with decoupled transaction policy", what)
 	}
 	if err := checkGRPCParams(req.GetParameters()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkGRPCShm(req); err != nil { // shm.go: gRPC's shared_memory_* parameter rules
-		return nil, err
+		return nil, nil, err
 	}
 	if err := kserve.ContentsToRaw(req); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return g.forwardInfer(ctx, vv, req)
+	return g.forwardInfer(ctx, vv, req, passOn)
 }
 
 // ModelStreamInfer answers each request of the stream in order. A failed
@@ -157,7 +204,7 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 					case <-ctx.Done():
 					}
 				}
-				p.resp, p.err = s.g.inferGRPC(order.context(ctx, req), req, "ModelStreamInfer RPC")
+				p.resp, p.enc, p.err = s.g.inferGRPC(order.context(ctx, req), req, "ModelStreamInfer RPC", true)
 				done()
 				st.complete(p)
 			})
@@ -195,6 +242,7 @@ type streamState struct {
 type streamPending struct {
 	req      *inference.ModelInferRequest
 	resp     *inference.ModelInferResponse
+	enc      *encodedResponse // the response as its executor encoded it, instead of resp
 	err      error
 	finished bool
 }
@@ -235,8 +283,11 @@ func (st *streamState) drain() {
 	st.sending = true
 	for !st.stopped && len(st.queue) > 0 && st.queue[0].finished {
 		p := st.queue[0]
-		st.queue[0] = nil
-		st.queue = st.queue[1:]
+		// Shifted down rather than resliced, so that the queue keeps its
+		// array (at most streamWindow entries).
+		n := copy(st.queue, st.queue[1:])
+		st.queue[n] = nil
+		st.queue = st.queue[:n]
 		st.mu.Unlock()
 		st.sendMu.Lock()
 		st.mu.Lock()
@@ -262,6 +313,9 @@ func (st *streamState) drain() {
 
 // send writes p's answer; an error ends the stream.
 func (st *streamState) send(p *streamPending) error {
+	if p.err == nil && p.enc != nil {
+		return st.stream.SendMsg(wrapStreamResponse(p.enc.enc, false, false))
+	}
 	out := &inference.ModelStreamInferResponse{InferResponse: p.resp}
 	if p.err != nil {
 		if st.grpcErrors {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/handoff"
+	"github.com/nereid-io/nereid/pkg/infercodec"
 )
 
 // codec is the gRPC server codec: protobuf, except for the two messages
@@ -58,21 +59,29 @@ func (g *Gateway) grpcCodec() *codec {
 func (c *codec) Name() string { return "proto" }
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
-	if req, ok := v.(*inference.ModelInferRequest); ok && data.Len() >= c.threshold {
-		if done, err := c.unmarshalRequest(data, req); done {
-			return err
+	if req, ok := v.(*inference.ModelInferRequest); ok {
+		if data.Len() >= c.threshold {
+			if done, err := c.unmarshalRequest(data, req); done {
+				return err
+			}
+			return c.proto.Unmarshal(data, v)
 		}
+		// A small request: one copy of the message (gRPC reuses its
+		// buffers), which the request's strings and bytes alias rather
+		// than each being copied out of it; the generated decoder rather
+		// than protobuf's reflection (infercodec leaves to protobuf what
+		// the two would read differently, malformed messages included).
+		return infercodec.UnmarshalRequest(data.Materialize(), req)
 	}
 	return c.proto.Unmarshal(data, v)
 }
 
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
-	if e, ok := v.(*encodedStreamResponse); ok {
-		bs := mem.BufferSlice{mem.SliceBuffer(e.head), mem.SliceBuffer(e.enc)}
-		if len(e.tail) > 0 {
-			bs = append(bs, mem.SliceBuffer(e.tail))
-		}
-		return bs, nil
+	switch e := v.(type) {
+	case *encodedStreamResponse:
+		return e.buffers(), nil
+	case *encodedResponse:
+		return e.bufs[:], nil
 	}
 	var resp *inference.ModelInferResponse
 	var wrap protowire.Number

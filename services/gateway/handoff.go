@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strconv"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
@@ -42,7 +44,7 @@ func (g *Gateway) handoffRoute(model string, vv *versionView) handoff.Route {
 	if routeForTest != nil {
 		return *routeForTest
 	}
-	if g.bus.InProcess(bus.InferSubject(model, vv.versionString())) {
+	if g.bus.InProcess(vv.inferSubject(model)) {
 		// Tensors stay on the heap: the executor takes them as they are.
 		return handoff.RouteProcess
 	}
@@ -105,10 +107,10 @@ type handoffState struct {
 
 // prepareHandoff moves req's large inputs aside when its executor is on
 // this node, and says which subject to send it to.
-func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferRequest) (string, *handoffState, error) {
-	hs := &handoffState{body: handoff.TakeRegion(req)}
+func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferRequest) (string, handoffState, error) {
+	hs := handoffState{body: handoff.TakeRegion(req)}
 	route := g.handoffRoute(req.GetModelName(), vv)
-	subject := bus.InferSubject(req.GetModelName(), req.GetModelVersion())
+	subject := vv.inferSubject(req.GetModelName()) // req.ModelVersion is vv's
 	if !usesSharedMemory(req) && g.bus.InProcess(subject) {
 		// An executor of this process takes the request message itself
 		// (bus.Local): its tensors need no hand-off, unless they lie in a
@@ -136,11 +138,11 @@ func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferReque
 	out, err := handoff.Prepare(req, route, hs.body, g.handoffThreshold())
 	if err != nil {
 		hs.body.Release()
-		return "", nil, err
+		return "", handoffState{}, err
 	}
 	hs.out = out
 	if out != nil {
-		return bus.InferNodeSubject(req.GetModelName(), req.GetModelVersion(), g.cfg.Node), hs, nil
+		return vv.inferNodeSubject(req.GetModelName(), g.cfg.Node), hs, nil
 	}
 	return subject, hs, nil
 }
@@ -149,7 +151,7 @@ func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferReque
 // node's executors went away, or one that claims this node does not share
 // its /dev/shm: the request was not run) the inputs are put back and the
 // request goes over the bus to any executor of the model.
-func (hs *handoffState) request(ctx context.Context, bc *bus.Conn, subject string, req *inference.ModelInferRequest, resp *inference.ModelInferResponse) error {
+func (hs *handoffState) request(ctx context.Context, bc *bus.Conn, subject string, req *inference.ModelInferRequest, resp proto.Message) error {
 	err := bc.Request(ctx, subject, req, resp)
 	if err == nil || hs.out == nil || !bus.IsNoResponders(err) || !hs.out.Undo(req) {
 		return err
@@ -172,6 +174,17 @@ func (hs *handoffState) finish(resp *inference.ModelInferResponse, err error) er
 	}
 	handoff.AttachResponse(resp, hs.out)
 	return nil
+}
+
+// finishEncoded is finish for a response passed on encoded, which
+// received no output (forwardEncoded checked) and points into nothing of
+// the hand-off's: everything is released at once.
+func (hs *handoffState) finishEncoded() error {
+	defer hs.body.Release()
+	var none inference.ModelInferResponse
+	err := hs.out.Finish(&none)
+	hs.out.Release()
+	return err
 }
 
 // readInferBody reads an uncompressed body of known length into a buffer
@@ -208,6 +221,18 @@ func (g *Gateway) readInferBody(r *http.Request, enc string, limit int64, model 
 	return region.Bytes(), region, nil
 }
 
+// inferHeaderValues are the values of an infer response's headers that
+// vary: the JSON header's length and the body's.
+type inferHeaderValues struct{ length, size [1]string }
+
+// The values of the Content-Type headers of infer responses, shared
+// (capacity 1: appending to one copies it).
+var (
+	contentTypeOctetStream = []string{"application/octet-stream"}
+	contentTypeJSON        = []string{"application/json"}
+	headerLengthKey        = http.CanonicalHeaderKey(kserve.HeaderLength)
+)
+
 // writeInferResponse writes an infer response: the JSON header, then the
 // binary outputs straight from where they lie (no copy into one body),
 // then releases the hand-off memory they may lie in.
@@ -218,28 +243,43 @@ func (g *Gateway) writeInferResponse(w http.ResponseWriter, r *http.Request, res
 		writeError(w, err)
 		return
 	}
+	g.writeInferParts(w, r, header, blobs)
+}
+
+// writeInferParts writes an infer response's JSON header and the binary
+// outputs after it (EncodeInferResponseParts), compressed if the client
+// asks for it.
+func (g *Gateway) writeInferParts(w http.ResponseWriter, r *http.Request, header []byte, blobs [][]byte) {
+	// The header values lie in one allocation rather than one slice each
+	// (Header.Set's).
+	vals := new(inferHeaderValues)
 	h := w.Header()
 	if blobs != nil {
-		h.Set(kserve.HeaderLength, strconv.Itoa(len(header)))
-		h.Set("Content-Type", "application/octet-stream")
+		vals.length[0] = strconv.Itoa(len(header))
+		h[headerLengthKey] = vals.length[:]
+		h["Content-Type"] = contentTypeOctetStream
 	} else {
-		h.Set("Content-Type", "application/json")
+		h["Content-Type"] = contentTypeJSON
 	}
-	parts := append([][]byte{header}, blobs...)
+	parts := blobs // written after header, unless compressed into it
 	if renc := responseEncoding(r.Header.Get("Accept-Encoding")); renc != encIdentity {
-		if c, err := compressParts(renc, parts); err == nil {
-			parts = [][]byte{c}
+		if c, err := compressParts(renc, append([][]byte{header}, blobs...)); err == nil {
+			header, parts = c, nil
 			h.Set("Content-Encoding", renc)
 		} else {
 			g.log.Warn("compressing infer response failed; sending it uncompressed", "err", err)
 		}
 	}
-	size := 0
+	size := len(header)
 	for _, p := range parts {
 		size += len(p)
 	}
-	h.Set("Content-Length", strconv.Itoa(size))
+	vals.size[0] = strconv.Itoa(size)
+	h["Content-Length"] = vals.size[:]
 	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(header); err != nil {
+		return
+	}
 	for _, p := range parts {
 		if _, err := w.Write(p); err != nil {
 			return

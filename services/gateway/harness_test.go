@@ -110,6 +110,9 @@ type fakeExecutor struct {
 	// catalogAsked and catalogGate, when set, make the catalog request
 	// announce itself and wait for the gate before it is answered.
 	catalogAsked, catalogGate chan struct{}
+	// hold, when set, runs in each infer request's handler, with its
+	// context, before the request is computed; an error is the answer.
+	hold func(ctx context.Context) error
 
 	mu    sync.Mutex
 	gen   uint64
@@ -199,7 +202,12 @@ func (f *fakeExecutor) start() {
 		if m.State != "READY" {
 			continue
 		}
-		handle(bus.InferSubject(m.Name, m.Version), bus.QueueExecutors, func(_ context.Context, b []byte) (proto.Message, error) {
+		handle(bus.InferSubject(m.Name, m.Version), bus.QueueExecutors, func(ctx context.Context, b []byte) (proto.Message, error) {
+			if f.hold != nil {
+				if err := f.hold(ctx); err != nil {
+					return nil, err
+				}
+			}
 			var req inference.ModelInferRequest
 			if err := proto.Unmarshal(b, &req); err != nil {
 				return nil, err

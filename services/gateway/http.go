@@ -101,6 +101,28 @@ func pathVersion(r *http.Request) (string, bool) {
 }
 
 func (g *Gateway) httpHandler() http.Handler {
+	mux := g.httpMux()
+	// Infer requests, the one route on the hot path, skip the mux's
+	// pattern matching (and the path values it allocates) when their path
+	// is one the mux would take as it is; anything else goes to the mux.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.RawPath == "" {
+			if model, version, ok := inferRoute(r.URL.Path); ok {
+				g.serveInfer(w, r, model, version)
+				return
+			}
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// Patterns of the infer route (handleInfer), in httpMux.
+const (
+	patternModel        = "/v2/models/{model}/{kind}"
+	patternModelVersion = "/v2/models/{model}/versions/{version}/{kind}"
+)
+
+func (g *Gateway) httpMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeError(w, errNotFound) })
 
@@ -141,8 +163,8 @@ func (g *Gateway) httpHandler() http.Handler {
 			writeError(w, errNotFound)
 		}
 	}
-	mux.HandleFunc("/v2/models/{model}/{kind}", model)
-	mux.HandleFunc("/v2/models/{model}/versions/{version}/{kind}", model)
+	mux.HandleFunc(patternModel, model)
+	mux.HandleFunc(patternModelVersion, model)
 	mux.HandleFunc("/v2/models/{model}/trace/setting", g.handleTraceSetting)
 
 	mux.HandleFunc("/v2/repository/index", method(http.MethodPost, g.handleRepositoryIndex))
@@ -154,6 +176,50 @@ func (g *Gateway) httpHandler() http.Handler {
 	mux.HandleFunc("/v2/trace/setting", g.handleTraceSetting)
 	mux.HandleFunc("/v2/logging", g.handleLogging)
 	return mux
+}
+
+// inferRoute reads /v2/models/<model>/infer and
+// /v2/models/<model>/versions/<version>/infer paths that the mux would
+// route to handleInfer unchanged: a model name of unreserved characters
+// only (nothing for the mux to unescape), not "." or ".." (which it would
+// clean away), and an all-digit version.
+func inferRoute(path string) (model, version string, ok bool) {
+	const prefix, suffix = "/v2/models/", "/infer"
+	if len(path) <= len(prefix)+len(suffix) || path[:len(prefix)] != prefix || path[len(path)-len(suffix):] != suffix {
+		return "", "", false
+	}
+	rest := path[len(prefix) : len(path)-len(suffix)] // <model> or <model>/versions/<version>
+	i := 0
+	for i < len(rest) && rest[i] != '/' {
+		if !unreserved(rest[i]) {
+			return "", "", false
+		}
+		i++
+	}
+	model = rest[:i]
+	if model == "" || model == "." || model == ".." {
+		return "", "", false
+	}
+	if i == len(rest) {
+		return model, "", true
+	}
+	const versions = "/versions/"
+	v := rest[i:]
+	if len(v) <= len(versions) || v[:len(versions)] != versions {
+		return "", "", false
+	}
+	version = v[len(versions):]
+	for j := 0; j < len(version); j++ {
+		if version[j] < '0' || version[j] > '9' {
+			return "", "", false
+		}
+	}
+	return model, version, true
+}
+
+// unreserved reports whether c stands for itself in a URL path (RFC 3986).
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }
 
 type serverMetadataJSON struct {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/handoff"
+	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/kserve"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -19,8 +20,13 @@ const maxRawBody = math.MaxInt32
 // decompress, decode (JSON, binary blocks or a raw binary request), forward
 // to an executor, encode, compress.
 func (g *Gateway) handleInfer(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("model")
 	v, _ := pathVersion(r)
+	g.serveInfer(w, r, r.PathValue("model"), v)
+}
+
+// serveInfer is handleInfer for the model and version its path names
+// (httpHandler reads them without the mux).
+func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v string) {
 	vv, err := g.resolveRequest(name, v)
 	if err != nil {
 		writeError(w, err)
@@ -73,10 +79,24 @@ func (g *Gateway) handleInfer(w http.ResponseWriter, r *http.Request) {
 		handoff.AttachRegion(req, region.Retain())
 	}
 
-	resp, err := g.forwardInfer(g.withClientHeaders(r.Context(), name, r.Header), vv, req)
+	// The executor's encoding of the response, when it comes as it is, is
+	// written out without being decoded first.
+	resp, encoded, err := g.forwardInfer(g.withClientHeaders(r.Context(), name, r.Header), vv, req, true)
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	if encoded != nil {
+		var buf [4][]byte // the binary outputs' list, on the stack
+		if header, blobs, ok := kserve.EncodeInferResponseEncoded(encoded.reply.Bytes, outs, buf[:0]); ok {
+			g.writeInferParts(w, r, header, blobs)
+			return
+		}
+		resp = &inference.ModelInferResponse{}
+		if err := infercodec.UnmarshalResponse(encoded.reply.Bytes, resp); err != nil {
+			writeError(w, tritonerr.Internalf("gateway: cannot decode the reply of model '%s': %v", name, err))
+			return
+		}
 	}
 	g.writeInferResponse(w, r, resp, outs)
 }

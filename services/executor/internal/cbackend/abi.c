@@ -1,8 +1,10 @@
 // The parts of Triton's backend API that need nothing from the Go side:
 // errors, messages, parameters, data types, and the accessors of objects
 // whose content the executor filled in before handing them to a backend.
-// Functions that reach the executor (responses, statistics, logging,
-// metrics, BLS) are cgo exports in exports.go.
+// The calls a backend makes on the requests of a running execution are
+// recorded in exec.c; functions that reach the executor (responses sent
+// outside a recorded execution, logging, metrics, BLS) are cgo exports in
+// exports.go.
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -523,8 +525,6 @@ TRITONSERVER_Error* TRITONBACKEND_RequestOutputName(TRITONBACKEND_Request* r, co
   *name = r->outputs[index];
   return NULL;
 }
-/* A request is one allocation (request.go lays it out). */
-void nereid_free_request(TRITONBACKEND_Request* r) { free(r); }
 
 /* ---- inputs ---- */
 
@@ -565,58 +565,39 @@ TRITONSERVER_Error* TRITONBACKEND_InputBufferAttributes(TRITONBACKEND_Input* in,
 
 /* ---- responses ---- */
 
-static TRITONBACKEND_Response* response_new(uintptr_t h) {
-  TRITONBACKEND_Response* r = calloc(1, sizeof *r);
+/* A response carries its request's Go handle and, while the request is
+ * recorded (exec.c), the request itself. */
+static TRITONBACKEND_Response* response_new(uintptr_t h, TRITONBACKEND_Request* req, struct nereid_exec* x, uint64_t gen) {
+  TRITONBACKEND_Response* r = x ? nereid_exec_take_response(x) : NULL;
+  if (r == NULL) r = calloc(1, sizeof *r);
+  r->outputs = r->first_outputs;
+  r->cap_outputs = sizeof r->first_outputs / sizeof r->first_outputs[0];
   r->h = h;
+  r->req = req;
+  r->exec = x;
+  r->gen = gen;
   return r;
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ResponseNew(TRITONBACKEND_Response** resp, TRITONBACKEND_Request* r) {
   REQ(r);
   NONNULL(resp, "response");
-  *resp = response_new(r->h);
+  *resp = response_new(r->h, r, r->exec, r->gen);
   return NULL;
 }
 TRITONSERVER_Error* TRITONBACKEND_ResponseNewFromFactory(TRITONBACKEND_Response** resp, TRITONBACKEND_ResponseFactory* f) {
   NONNULL(f, "response factory");
   NONNULL(resp, "response");
-  *resp = response_new(f->h);
+  *resp = response_new(f->h, f->req, f->exec, f->gen);
   return NULL;
 }
 
-void nereid_free_response(TRITONBACKEND_Response* r) {
-  if (r == NULL) return;
-  for (uint32_t i = 0; i < r->n_outputs; i++) {
-    free(r->outputs[i]->name);
-    free(r->outputs[i]->shape);
-    free(r->outputs[i]);
-  }
-  free(r->outputs);
-  for (uint32_t i = 0; i < r->n_params; i++) TRITONSERVER_ParameterDelete(r->params[i]);
-  free(r->params);
-  free(r);
-}
-
-/* Go's halves of TRITONBACKEND_ResponseSend and TRITONBACKEND_RequestRelease
- * (exports.go): the memory is freed here, once back from Go, rather than
- * by Go calling into C again. */
-extern TRITONSERVER_Error* nereid_response_send(TRITONBACKEND_Response* r, uint32_t flags, TRITONSERVER_Error* err);
-extern TRITONSERVER_Error* nereid_request_release(TRITONBACKEND_Request* r, uint32_t flags, bool* free);
-
-TRITONSERVER_Error* TRITONBACKEND_ResponseSend(TRITONBACKEND_Response* r, const uint32_t flags, TRITONSERVER_Error* err) {
-  NONNULL(r, "response");
-  TRITONSERVER_Error* e = nereid_response_send(r, flags, err);
-  /* The response is the server's now; err stays the backend's. */
-  nereid_free_response(r);
-  return e;
-}
-
-TRITONSERVER_Error* TRITONBACKEND_RequestRelease(TRITONBACKEND_Request* r, uint32_t flags) {
-  NONNULL(r, "request");
-  bool free_it = false;
-  TRITONSERVER_Error* e = nereid_request_release(r, flags, &free_it);
-  if (free_it) nereid_free_request(r);
-  return e;
+/* nereid_free_output frees an output with its shape and name, and the
+ * buffers it owns. */
+void nereid_free_output(TRITONBACKEND_Output* o) {
+  if (o->owned) free(o->buffer);
+  free(o->spare);
+  free(o);
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ResponseDelete(TRITONBACKEND_Response* r) {
@@ -661,16 +642,27 @@ TRITONSERVER_Error* TRITONBACKEND_ResponseOutput(TRITONBACKEND_Response* r, TRIT
       return ERR(TRITONSERVER_ERROR_ALREADY_EXISTS, msg);
     }
   }
-  TRITONBACKEND_Output* o = calloc(1, sizeof *o);
-  o->name = nereid_strdup(name);
+  /* One allocation: the output, its shape, its name. */
+  size_t n = strlen(name) + 1;
+  size_t size = sizeof(TRITONBACKEND_Output) + (dims ? dims : 1) * sizeof(int64_t) + n;
+  TRITONBACKEND_Output* o = r->exec ? nereid_exec_take_output(r->exec, size) : NULL;
+  if (o == NULL) {
+    o = calloc(1, size);
+    o->size = size;
+  }
+  o->shape = (int64_t*)(o + 1);
+  o->name = (char*)(o->shape + (dims ? dims : 1));
+  memcpy(o->name, name, n);
   o->datatype = dt;
   o->dims_count = dims;
-  o->shape = malloc((dims ? dims : 1) * sizeof(int64_t));
   if (dims) memcpy(o->shape, shape, dims * sizeof(int64_t));
   o->response = r;
   if (r->n_outputs == r->cap_outputs) {
-    r->cap_outputs = r->cap_outputs ? 2 * r->cap_outputs : 4;
-    r->outputs = realloc(r->outputs, r->cap_outputs * sizeof *r->outputs);
+    TRITONBACKEND_Output** grown = malloc(2 * r->cap_outputs * sizeof *r->outputs);
+    memcpy(grown, r->outputs, r->n_outputs * sizeof *r->outputs);
+    if (r->outputs != r->first_outputs) free(r->outputs);
+    r->outputs = grown;
+    r->cap_outputs *= 2;
   }
   r->outputs[r->n_outputs++] = o;
   *out = o;
@@ -837,7 +829,6 @@ const double* nereid_metric_args_buckets(const TRITONSERVER_MetricArgs* a, uint6
 TRITONSERVER_Error* nereid_call_backend(void* fn, TRITONBACKEND_Backend* b) { return ((nereid_backend_fn)fn)(b); }
 TRITONSERVER_Error* nereid_call_model(void* fn, TRITONBACKEND_Model* m) { return ((nereid_model_fn)fn)(m); }
 TRITONSERVER_Error* nereid_call_instance(void* fn, TRITONBACKEND_ModelInstance* i) { return ((nereid_instance_fn)fn)(i); }
-TRITONSERVER_Error* nereid_call_execute(void* fn, TRITONBACKEND_ModelInstance* i, TRITONBACKEND_Request** r, uint32_t n) { return ((nereid_execute_fn)fn)(i, r, n); }
 TRITONSERVER_Error* nereid_call_attr(void* fn, TRITONBACKEND_Backend* b, TRITONBACKEND_BackendAttribute* a) { return ((nereid_attr_fn)fn)(b, a); }
 
 void* nereid_dlopen(const char* path, int global, char** err) {

@@ -9,6 +9,9 @@
 
 #include "triton/core/tritonbackend.h"
 
+struct nereid_exec;
+struct nereid_arena;
+
 struct TRITONSERVER_Error {
   TRITONSERVER_Error_Code code;
   char* msg;
@@ -90,6 +93,7 @@ struct TRITONBACKEND_ModelInstance {
   void* state;
   TRITONBACKEND_Model* model;
   TRITONSERVER_Message host_policy;
+  struct nereid_exec* exec; /* its executions' record (exec.c) */
   uintptr_t h;
 };
 
@@ -104,7 +108,7 @@ struct TRITONBACKEND_Input {
 };
 
 struct TRITONBACKEND_Request {
-  uintptr_t h;
+  uintptr_t h; /* 0 once released and answered in a recorded execution */
   TRITONBACKEND_ModelInstance* instance;
   char* id;
   uint64_t correlation_id;
@@ -119,6 +123,26 @@ struct TRITONBACKEND_Request {
   uint32_t n_params;
   TRITONSERVER_Parameter* params;
   bool released;
+  struct nereid_arena* arena; /* the memory the request lies in */
+  /* The execution that records what the backend does to the request
+   * (exec.c): exec is NULL for a request whose calls all go to Go at once
+   * (a decoupled model's), and the record is on while exec->gen == gen. */
+  struct nereid_exec* exec;
+  uint64_t gen;
+  uint32_t index;       /* in the execution's batch */
+  uint32_t first, last; /* its events in exec->events, as index + 1; 0: none */
+  /* What the executor's side knows once the record is replayed: the
+   * responses sent and whether the final one was (backend.Request's sent
+   * and final), whether a send with the final flag was made at all
+   * (cRequest.final), and whether the request is released and answered
+   * (gone: its handle is 0). */
+  uint32_t sent;
+  bool answered;
+  bool final;
+  bool ended;
+  /* Outputs may have a place of their own (a client's shared-memory
+   * region): TRITONBACKEND_OutputBuffer asks Go. */
+  bool outputs_bound;
 };
 
 /* A trace: the request's (owned by the request) or one spawned from it
@@ -135,8 +159,14 @@ struct TRITONSERVER_InferenceTrace {
   char* context;
 };
 
+/* Responses and factories made from a recorded request carry it, its
+ * execution and generation: their sends are recorded while that
+ * execution runs, and go to Go (through h) after it. */
 struct TRITONBACKEND_ResponseFactory {
   uintptr_t h;
+  TRITONBACKEND_Request* req;
+  struct nereid_exec* exec;
+  uint64_t gen;
 };
 
 struct TRITONBACKEND_Output {
@@ -147,15 +177,28 @@ struct TRITONBACKEND_Output {
   void* buffer;
   uint64_t byte_size;
   TRITONSERVER_BufferAttributes attributes;
+  bool owned; /* buffer is malloc'd here (a small output): freed with the response */
   struct TRITONBACKEND_Response* response;
+  /* Kept for reuse by the instance's executions (exec.c): the bytes of
+   * this allocation (the output, its shape and name), and a small buffer
+   * of spare_cap bytes an earlier response owned. */
+  size_t size;
+  void* spare;
+  size_t spare_cap;
+  struct TRITONBACKEND_Output* next_spare;
 };
 
 struct TRITONBACKEND_Response {
   uintptr_t h; /* the request's Go object */
+  TRITONBACKEND_Request* req;
+  struct nereid_exec* exec;
+  uint64_t gen;
   uint32_t n_outputs, cap_outputs;
-  TRITONBACKEND_Output** outputs;
+  TRITONBACKEND_Output** outputs; /* first_outputs until there are more */
+  TRITONBACKEND_Output* first_outputs[4];
   uint32_t n_params, cap_params;
   TRITONSERVER_Parameter** params;
+  struct TRITONBACKEND_Response* next_spare; /* exec.c */
 };
 
 struct TRITONBACKEND_State {
@@ -167,6 +210,80 @@ struct TRITONBACKEND_State {
   void* buffer;
   uint64_t byte_size;
 };
+
+/* ---- recorded executions (exec.c) ---- */
+
+/* Outputs up to this size get host memory allocated in C, with no call
+ * into Go, while their request is recorded; the bytes are copied into the
+ * response when it is replayed. Larger ones get memory from Go (pinned Go
+ * memory, or their place in a client's region), where a copy would cost
+ * more than the call. */
+#define NEREID_SMALL_OUTPUT 4096
+
+enum {
+  NEREID_EVENT_SEND = 1,  /* TRITONBACKEND_ResponseSend */
+  NEREID_EVENT_FLAGS,     /* TRITONBACKEND_ResponseFactorySendFlags */
+  NEREID_EVENT_RELEASE,   /* TRITONBACKEND_RequestRelease */
+  NEREID_EVENT_STATS,     /* TRITONBACKEND_ModelInstanceReportStatistics */
+  NEREID_EVENT_BATCH      /* TRITONBACKEND_ModelInstanceReportBatchStatistics */
+};
+
+/* One call a backend made during a recorded execution. */
+typedef struct nereid_event {
+  uint32_t kind;
+  uint32_t flags; /* SEND, FLAGS */
+  uint32_t next;  /* the next event of its request (of the instance for BATCH), index + 1; 0: none */
+  bool success;   /* STATS */
+  TRITONBACKEND_Request* request;          /* NULL for BATCH */
+  TRITONBACKEND_Response* response;        /* SEND: the server's, freed with the record */
+  TRITONSERVER_Error* error;               /* SEND: a copy of the backend's, freed with the record */
+  TRITONBACKEND_ModelInstance* instance;   /* STATS, BATCH */
+  uint64_t batch_size;                     /* BATCH */
+  uint64_t ts[4];                          /* STATS, BATCH */
+} nereid_event;
+
+/* The record of an instance's executions. One exists per instance and is
+ * never freed (a finalized instance's goes back to a pool), so that a
+ * response or factory that outlives its instance can still be checked
+ * against it. The lock (a spin lock: it is held for a few instructions,
+ * and taken several times per request) guards the rest. */
+typedef struct nereid_exec {
+  /* What nereid_execute calls: the backend's Execute, with the requests
+   * in `requests` (set by Go). */
+  void* fn;
+  TRITONBACKEND_Request** requests;
+  int lock;
+  uint64_t gen; /* the execution being recorded, 0 when none */
+  uint32_t n_events, cap_events;
+  nereid_event* events;
+  uint32_t batch_first, batch_last; /* the instance's events (BATCH), as a request's */
+  struct nereid_exec* next_free;
+  /* Responses and outputs freed, kept for the next ones made from the
+   * instance's requests: an execution then allocates no C memory for its
+   * responses once the instance has made as many before. */
+  TRITONBACKEND_Response* spare_responses;
+  TRITONBACKEND_Output* spare_outputs;
+  uint32_t n_spare_responses, n_spare_outputs;
+} nereid_exec;
+
+/* Requests of one execution lie in one arena: refs counts the requests
+ * not yet disposed of plus one for the instance that reuses it. The bytes
+ * follow the header at NEREID_ARENA_HEADER. */
+typedef struct nereid_arena {
+  uint32_t refs;
+} nereid_arena;
+#define NEREID_ARENA_HEADER 16
+
+nereid_exec* nereid_exec_new(void);
+void nereid_exec_free(nereid_exec* x);
+TRITONSERVER_Error* nereid_execute(uintptr_t instance, uint32_t n, uint64_t gen, uint32_t log_levels, uint64_t log_levels_at);
+/* How long an answer of TRITONSERVER_LogIsEnabled given to an execution
+ * serves (exec.c). */
+#define LOG_CACHE_NS 1000000
+void nereid_arena_unref(nereid_arena* a);
+TRITONBACKEND_Response* nereid_exec_take_response(nereid_exec* x);
+TRITONBACKEND_Output* nereid_exec_take_output(nereid_exec* x, size_t size);
+void nereid_free_output(TRITONBACKEND_Output* o);
 
 /* Helpers the Go side uses. */
 TRITONSERVER_Error* nereid_error(TRITONSERVER_Error_Code code, const char* msg);
@@ -186,7 +303,6 @@ typedef TRITONSERVER_Error* (*nereid_attr_fn)(TRITONBACKEND_Backend*, TRITONBACK
 TRITONSERVER_Error* nereid_call_backend(void* fn, TRITONBACKEND_Backend* b);
 TRITONSERVER_Error* nereid_call_model(void* fn, TRITONBACKEND_Model* m);
 TRITONSERVER_Error* nereid_call_instance(void* fn, TRITONBACKEND_ModelInstance* i);
-TRITONSERVER_Error* nereid_call_execute(void* fn, TRITONBACKEND_ModelInstance* i, TRITONBACKEND_Request** r, uint32_t n);
 TRITONSERVER_Error* nereid_call_attr(void* fn, TRITONBACKEND_Backend* b, TRITONBACKEND_BackendAttribute* a);
 
 /* Library loading. */

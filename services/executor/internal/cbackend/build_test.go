@@ -21,22 +21,41 @@ var testBackends = map[string]string{
 	"nthreads":      "threads.c",
 	"nbls":          "bls.c",
 	"ngpu":          "gpu.c",
+	"nownership":    "ownership.c",
 }
 
 // buildBackends compiles the stub libtritonserver.so and the test backends
 // with the system C compiler against this package's headers, laid out as
 // Triton's backend directory; it returns that directory and the stub.
+//
+// With NEREID_TEST_BACKENDS set, they are built there once and reused: a
+// benchmark run under valgrind then starts no compiler (callgrind aborts
+// on the SIGCHLD of a child process).
 func buildBackends(t testing.TB) (dir, stub string) {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	src := filepath.Dir(file)
-	root := t.TempDir()
+	root := os.Getenv("NEREID_TEST_BACKENDS")
+	if root != "" {
+		stub = filepath.Join(root, "lib", "libtritonserver.so")
+		dir = filepath.Join(root, "backends")
+		if _, err := os.Stat(filepath.Join(root, "built")); err == nil {
+			return dir, stub
+		}
+	} else {
+		root = t.TempDir()
+	}
 	stub = filepath.Join(root, "lib", "libtritonserver.so")
 	cc(t, src, stub, filepath.Join(src, "stub", "tritonserver_stub.c"), "-Wl,-soname,libtritonserver.so")
 	dir = filepath.Join(root, "backends")
 	for name, c := range testBackends {
 		cc(t, src, filepath.Join(dir, name, "libtriton_"+name+".so"), filepath.Join(src, "testdata", "backends", c),
 			"-L"+filepath.Dir(stub), "-ltritonserver", "-lpthread")
+	}
+	if os.Getenv("NEREID_TEST_BACKENDS") != "" {
+		if err := os.WriteFile(filepath.Join(root, "built"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return dir, stub
 }

@@ -5,8 +5,9 @@
 //
 // The server side of the API (the TRITONSERVER_* and TRITONBACKEND_*
 // functions backends import) is implemented here: simple accessors in C
-// (abi.c), everything that reaches the executor as cgo exports
-// (exports.go). The binary that links this package exports them all
+// (abi.c), the calls a backend makes on the requests of a running
+// execution recorded in C and replayed by Go once Execute returns (exec.c),
+// everything else that reaches the executor as cgo exports (exports.go). The binary that links this package exports them all
 // dynamically (-Wl,--export-dynamic), so a backend's undefined symbols bind
 // to them: the dynamic loader searches the executable before any library.
 // Backends also name libtritonserver.so as a needed library; the loader
@@ -15,9 +16,13 @@
 // backend, so that its soname is taken and the stub's empty functions are
 // never bound.
 //
-// Memory: input buffers handed to a backend are the request's bytes, pinned
-// for as long as the backend holds the request; output buffers are Go
-// memory pinned until the response is sent. No Go memory is reachable from
+// Memory: the C side of an execution's requests lies in one arena of C
+// memory the instance reuses. Input buffers handed to a backend are copies
+// in it for small inputs, else the request's bytes, pinned for as long as
+// the backend holds the request; output buffers are C memory for small
+// outputs of a recorded execution (copied into the response when it is
+// replayed), else Go memory pinned until the request is disposed of (or
+// the output's place in a client's region). No Go memory is reachable from
 // C after that. A GPU or MODEL instance executes on its own locked OS
 // thread; a CPU instance on the scheduler's, one execution at a time
 // (runnerFor).

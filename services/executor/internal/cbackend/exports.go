@@ -41,14 +41,15 @@ func logLevel(level C.TRITONSERVER_LogLevel) slog.Level {
 	}
 }
 
-//export TRITONSERVER_LogIsEnabled
-func TRITONSERVER_LogIsEnabled(level C.TRITONSERVER_LogLevel) C.bool {
+// logEnabled is TRITONSERVER_LogIsEnabled, which answers in C during an
+// execution (exec.c).
+func logEnabled(level C.TRITONSERVER_LogLevel) bool {
 	l := logger.Load()
-	if l == nil {
-		return false
-	}
-	return C.bool(l.Enabled(context.Background(), logLevel(level)))
+	return l != nil && l.Enabled(context.Background(), logLevel(level))
 }
+
+//export nereid_log_is_enabled
+func nereid_log_is_enabled(level C.TRITONSERVER_LogLevel) C.bool { return C.bool(logEnabled(level)) }
 
 //export TRITONSERVER_LogMessage
 func TRITONSERVER_LogMessage(level C.TRITONSERVER_LogLevel, file *C.char, line C.int, msg *C.char) *C.TRITONSERVER_Error {
@@ -85,15 +86,29 @@ func TRITONBACKEND_RequestIsCancelled(r *C.TRITONBACKEND_Request, out *C.bool) *
 	return nil
 }
 
-// nereid_request_release is TRITONBACKEND_RequestRelease (abi.c) but for
-// freeing the request's memory, which it leaves to C (*free set) once it
-// is done with: one call into C fewer per request.
+// nereid_request_cancelled is TRITONBACKEND_ResponseSend's question, for a
+// recorded response that is not the last, whether the client has gone
+// (exec.c).
+//
+//export nereid_request_cancelled
+func nereid_request_cancelled(h C.uintptr_t) C.bool {
+	cr := lookup[*cRequest](h)
+	return C.bool(cr != nil && cr.r.IsCancelled())
+}
+
+// nereid_request_release is TRITONBACKEND_RequestRelease (exec.c) outside
+// a recorded execution but for freeing the request's memory, which it
+// leaves to C (*free set) once it is done with: one call into C fewer per
+// request.
 //
 //export nereid_request_release
 func nereid_request_release(r *C.TRITONBACKEND_Request, flags C.uint32_t, free *C.bool) *C.TRITONSERVER_Error {
 	cr, e := request(r)
 	if e != nil {
 		return e
+	}
+	if !cr.live() {
+		return newError(tritonerr.InvalidArgf("request is no longer valid"))
 	}
 	if flags&C.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE != 0 {
 		// Triton executes a rescheduled request again only under its
@@ -118,6 +133,7 @@ func TRITONBACKEND_ResponseFactoryNew(f **C.TRITONBACKEND_ResponseFactory, r *C.
 	}
 	rf := (*C.TRITONBACKEND_ResponseFactory)(C.calloc(1, C.sizeof_TRITONBACKEND_ResponseFactory))
 	rf.h = r.h
+	rf.req, rf.exec, rf.gen = r, r.exec, r.gen
 	setOut(f, rf)
 	return nil
 }
@@ -128,47 +144,51 @@ func TRITONBACKEND_ResponseFactoryDelete(f *C.TRITONBACKEND_ResponseFactory) *C.
 	return nil
 }
 
-//export TRITONBACKEND_ResponseFactorySendFlags
-func TRITONBACKEND_ResponseFactorySendFlags(f *C.TRITONBACKEND_ResponseFactory, flags C.uint32_t) *C.TRITONSERVER_Error {
-	if f == nil {
-		return newError(tritonerr.InvalidArgf("response factory must not be null"))
-	}
+// nereid_factory_send_flags is TRITONBACKEND_ResponseFactorySendFlags
+// (exec.c) outside a recorded execution.
+//
+//export nereid_factory_send_flags
+func nereid_factory_send_flags(f *C.TRITONBACKEND_ResponseFactory, flags C.uint32_t) *C.TRITONSERVER_Error {
 	cr := lookup[*cRequest](f.h)
-	if cr == nil {
+	if cr == nil || !cr.live() {
 		return newError(tritonerr.InvalidArgf("response factory is no longer valid"))
 	}
 	return newError(cr.send(nil, uint32(flags), nil))
 }
 
-//export TRITONBACKEND_ResponseFactoryIsCancelled
-func TRITONBACKEND_ResponseFactoryIsCancelled(f *C.TRITONBACKEND_ResponseFactory, out *C.bool) *C.TRITONSERVER_Error {
-	if f == nil {
-		return newError(tritonerr.InvalidArgf("response factory must not be null"))
-	}
+// nereid_factory_is_cancelled is TRITONBACKEND_ResponseFactoryIsCancelled
+// (exec.c) but for a recorded request gone; replay says whether the
+// request's record has ended.
+//
+//export nereid_factory_is_cancelled
+func nereid_factory_is_cancelled(f *C.TRITONBACKEND_ResponseFactory, out *C.bool, replay C.bool) *C.TRITONSERVER_Error {
 	cr := lookup[*cRequest](f.h)
-	*out = C.bool(cr == nil || cr.r.IsCancelled())
+	*out = C.bool(cr == nil || (bool(replay) && !cr.live()) || cr.r.IsCancelled())
 	return nil
 }
 
-// nereid_response_send is TRITONBACKEND_ResponseSend (abi.c) but for
-// freeing the response, which C does once back from Go.
+// nereid_response_send is TRITONBACKEND_ResponseSend (exec.c) outside a
+// recorded execution but for freeing the response, which C does once back
+// from Go.
 //
 //export nereid_response_send
 func nereid_response_send(resp *C.TRITONBACKEND_Response, flags C.uint32_t, errp *C.TRITONSERVER_Error) *C.TRITONSERVER_Error {
 	cr := lookup[*cRequest](resp.h)
-	if cr == nil {
+	if cr == nil || !cr.live() {
 		return newError(tritonerr.InvalidArgf("response's request is no longer valid"))
 	}
 	return newError(cr.send(resp, uint32(flags), errp))
 }
 
-//export TRITONBACKEND_OutputBuffer
-func TRITONBACKEND_OutputBuffer(o *C.TRITONBACKEND_Output, buf *unsafe.Pointer, size C.uint64_t, mt *C.TRITONSERVER_MemoryType, mid *C.int64_t) *C.TRITONSERVER_Error {
-	if o == nil || o.response == nil {
-		return newError(tritonerr.InvalidArgf("output must not be null"))
-	}
+// nereid_output_buffer is TRITONBACKEND_OutputBuffer (exec.c) for the
+// buffers C does not allocate itself: outside a recorded execution, larger
+// ones, and those that may be bound for a client's region; replay says
+// whether the request's record has ended.
+//
+//export nereid_output_buffer
+func nereid_output_buffer(o *C.TRITONBACKEND_Output, buf *unsafe.Pointer, size C.uint64_t, mt *C.TRITONSERVER_MemoryType, mid *C.int64_t, replay C.bool) *C.TRITONSERVER_Error {
 	cr := lookup[*cRequest](o.response.h)
-	if cr == nil {
+	if cr == nil || (bool(replay) && !cr.live()) {
 		return newError(tritonerr.InvalidArgf("output's request is no longer valid"))
 	}
 	if o.buffer != nil {
@@ -261,7 +281,8 @@ func TRITONBACKEND_StateNew(state **C.TRITONBACKEND_State, r *C.TRITONBACKEND_Re
 	cs.h = C.uintptr_t(register(st))
 	// Its lifetime is the request's: freed when the request is.
 	cr.mu.Lock()
-	cr.states = append(cr.states, unsafe.Pointer(cs))
+	x := cr.extra()
+	x.states = append(x.states, unsafe.Pointer(cs))
 	cr.mu.Unlock()
 	setOut(state, cs)
 	return nil
@@ -289,7 +310,7 @@ func TRITONBACKEND_StateBuffer(state *C.TRITONBACKEND_State, buf *unsafe.Pointer
 		return newError(err)
 	}
 	st.cr.mu.Lock()
-	st.buf, _ = st.cr.bufs.find(p)
+	st.buf, _ = st.cr.buffers().find(p)
 	st.cr.mu.Unlock()
 	setOutPointer(buf, p)
 	if mt != nil {
@@ -372,10 +393,17 @@ func TRITONBACKEND_ModelInstanceReportMemoryUsage(i *C.TRITONBACKEND_ModelInstan
 
 // ---- statistics ----
 
+// The steady clock's reading is taken first: steadyNow then runs behind
+// the clock by the time between the two reads, never ahead of it, and a
+// cached answer's age (exec.c) is never underestimated.
 var (
-	baseWall   = time.Now()
 	baseSteady = uint64(C.nereid_steady_ns())
+	baseWall   = time.Now()
 )
+
+// steadyNow reads nereid_steady_ns's clock (CLOCK_MONOTONIC, as Go's
+// monotonic time) without a call into C.
+func steadyNow() uint64 { return baseSteady + uint64(time.Since(baseWall)) }
 
 // steady turns a steady-clock reading in ns (std::chrono::steady_clock,
 // CLOCK_MONOTONIC) into a time.Time on the same monotonic clock.
@@ -384,7 +412,22 @@ func steady(ns C.uint64_t) time.Time {
 }
 
 func stamps(a, b, c, d C.uint64_t) backend.Timestamps {
-	return backend.Timestamps{ExecStart: steady(a), ComputeStart: steady(b), ComputeEnd: steady(c), ExecEnd: steady(d)}
+	// Backends often pass one reading for two of them (exec and compute
+	// start, compute and exec end): each is converted once.
+	t := backend.Timestamps{ExecStart: steady(a)}
+	t.ComputeStart = t.ExecStart
+	if b != a {
+		t.ComputeStart = steady(b)
+	}
+	t.ComputeEnd = t.ComputeStart
+	if c != b {
+		t.ComputeEnd = steady(c)
+	}
+	t.ExecEnd = t.ComputeEnd
+	if d != c {
+		t.ExecEnd = steady(d)
+	}
+	return t
 }
 
 func instance(i *C.TRITONBACKEND_ModelInstance) *cInstance {
@@ -394,8 +437,12 @@ func instance(i *C.TRITONBACKEND_ModelInstance) *cInstance {
 	return lookup[*cInstance](i.h)
 }
 
-//export TRITONBACKEND_ModelInstanceReportStatistics
-func TRITONBACKEND_ModelInstanceReportStatistics(i *C.TRITONBACKEND_ModelInstance, r *C.TRITONBACKEND_Request, success C.bool, a, b, c, d C.uint64_t) *C.TRITONSERVER_Error {
+// nereid_report_statistics is
+// TRITONBACKEND_ModelInstanceReportStatistics (exec.c) outside a recorded
+// execution.
+//
+//export nereid_report_statistics
+func nereid_report_statistics(i *C.TRITONBACKEND_ModelInstance, r *C.TRITONBACKEND_Request, success C.bool, a, b, c, d C.uint64_t) *C.TRITONSERVER_Error {
 	in := instance(i)
 	if in == nil {
 		return newError(tritonerr.InvalidArgf("model instance must not be null"))
@@ -404,12 +451,19 @@ func TRITONBACKEND_ModelInstanceReportStatistics(i *C.TRITONBACKEND_ModelInstanc
 	if e != nil {
 		return e
 	}
+	if !cr.live() {
+		return newError(tritonerr.InvalidArgf("request is no longer valid"))
+	}
 	in.info.Stats.ReportStatistics(cr.r, bool(success), stamps(a, b, c, d))
 	return nil
 }
 
-//export TRITONBACKEND_ModelInstanceReportBatchStatistics
-func TRITONBACKEND_ModelInstanceReportBatchStatistics(i *C.TRITONBACKEND_ModelInstance, n, a, b, c, d C.uint64_t) *C.TRITONSERVER_Error {
+// nereid_report_batch_statistics is
+// TRITONBACKEND_ModelInstanceReportBatchStatistics (exec.c) outside an
+// execution of the instance.
+//
+//export nereid_report_batch_statistics
+func nereid_report_batch_statistics(i *C.TRITONBACKEND_ModelInstance, n, a, b, c, d C.uint64_t) *C.TRITONSERVER_Error {
 	in := instance(i)
 	if in == nil {
 		return newError(tritonerr.InvalidArgf("model instance must not be null"))

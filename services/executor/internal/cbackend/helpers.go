@@ -10,15 +10,18 @@ import (
 // cDataTypes lists TRITONSERVER_DataType's names by value.
 var cDataTypes = [...]string{"", "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES", "BF16"}
 
-func dataTypeToC(d tensor.DataType) int {
-	s := d.String()
+func dataTypeToC(d tensor.DataType) int { return int(toC[d]) }
+
+// toC maps tensor's data types to TRITONSERVER_DataType's values (0 for
+// none), by name.
+var toC = func() (m [256]uint8) {
 	for i, n := range cDataTypes {
-		if i > 0 && n == s {
-			return i
+		if d, ok := tensor.ParseDataType(n); i > 0 && ok {
+			m[d] = uint8(i)
 		}
 	}
-	return 0
-}
+	return m
+}()
 
 // fromC maps TRITONSERVER_DataType's values to tensor's.
 var fromC = func() (m [len(cDataTypes)]tensor.DataType) {

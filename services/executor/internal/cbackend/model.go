@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -42,35 +43,16 @@ func newError(err error) *C.TRITONSERVER_Error {
 	return C.nereid_error(C.TRITONSERVER_Error_Code(te.Kind), cs)
 }
 
-// objects maps the handles stored in C structures to Go objects. Handles
-// are never reused, so a stale one finds nothing instead of another object.
-var objects struct {
-	sync.RWMutex
-	next uintptr
-	m    map[uintptr]any
-}
+// objects maps the handles stored in C structures to Go objects
+// (handles.go).
+var objects handleTable
 
-func register(v any) uintptr {
-	objects.Lock()
-	defer objects.Unlock()
-	if objects.m == nil {
-		objects.m = map[uintptr]any{}
-	}
-	objects.next++
-	objects.m[objects.next] = v
-	return objects.next
-}
+func register(v any) uintptr { return objects.add(v) }
 
-func unregister(h uintptr) {
-	objects.Lock()
-	delete(objects.m, h)
-	objects.Unlock()
-}
+func unregister(h uintptr) { objects.remove(h) }
 
 func lookup[T any](h C.uintptr_t) T {
-	objects.RLock()
-	v, _ := objects.m[uintptr(h)].(T)
-	objects.RUnlock()
+	v, _ := objects.get(uintptr(h)).(T)
 	return v
 }
 
@@ -100,6 +82,7 @@ func (b *cBackend) NewModel(ctx context.Context, info backend.ModelInfo) (backen
 	}
 	m.mu.Lock()
 	m.initializing = false
+	m.dec = modelconfig.IsDecoupled(m.cfg)
 	m.mu.Unlock()
 	return m, nil
 }
@@ -110,7 +93,7 @@ func (b *cBackend) NewModel(ctx context.Context, info backend.ModelInfo) (backen
 func (m *cModel) Unguarded() {}
 
 // decoupled reports the model's transaction policy.
-func (m *cModel) decoupled() bool { return modelconfig.IsDecoupled(m.config()) }
+func (m *cModel) decoupled() bool { return m.dec }
 
 // cModel is one loaded model version of a C backend.
 type cModel struct {
@@ -127,6 +110,8 @@ type cModel struct {
 	cfg          *inference.ModelConfig // changed by ModelSetConfig during initialization
 	completed    bool
 	initializing bool
+
+	dec bool // decoupled, once initialized (the configuration is fixed then)
 }
 
 // CompletedConfig returns the configuration the backend set with
@@ -293,6 +278,8 @@ func (m *cModel) NewInstance(ctx context.Context, info backend.InstanceInfo) (ba
 	}
 	ci.host_policy.json = C.CString(policy)
 	ci.host_policy.size = C.size_t(len(policy))
+	ci.exec = C.nereid_exec_new()
+	ci.exec.fn = m.b.sb.lib.fns.execute
 	in.c = ci
 	in.h = register(in)
 	ci.h = C.uintptr_t(in.h)
@@ -328,6 +315,75 @@ type cInstance struct {
 	// array past Execute). Its capacity is narr.
 	arr  unsafe.Pointer
 	narr int
+
+	// mem is the arena the requests of the next execution are laid out
+	// in, of memCap bytes, its header included; nil before the first.
+	mem    *C.nereid_arena
+	memCap uintptr
+
+	// levels are logLevels' answer at logAt (nereid_steady_ns's clock),
+	// reused by executions for up to logCacheNs, as exec.c's cache of
+	// TRITONSERVER_LogIsEnabled's answers is.
+	levels C.uint32_t
+	logAt  uint64
+
+	layouts []requestLayout // the last execution's, cleared
+	spare   []*cRequest     // request objects for the next executions (keepRequests)
+}
+
+// logCacheNs is how long an answer of the executor's log levels serves:
+// exec.c's LOG_CACHE_NS.
+const logCacheNs = C.LOG_CACHE_NS
+
+// generations numbers recorded executions, process-wide: a response that
+// outlives its execution never matches another's record.
+var generations atomic.Uint64
+
+// memory returns the instance's arena, at least size bytes, holding one
+// reference for the instance. The last execution's is reused when every
+// request laid out in it has been disposed of; one that still has
+// requests (a decoupled model's, or a backend's that kept one) is left to
+// them, freed by the last one disposed of.
+func (in *cInstance) memory(size uintptr) *C.nereid_arena {
+	if in.mem != nil && (size > in.memCap || atomic.LoadUint32((*uint32)(unsafe.Pointer(&in.mem.refs))) != 1) {
+		in.dropMemory()
+	}
+	if in.mem == nil {
+		if size > in.memCap {
+			in.memCap = max(size, 2*in.memCap, 4096)
+		}
+		in.mem = (*C.nereid_arena)(C.malloc(C.size_t(in.memCap)))
+		in.mem.refs = 1
+	}
+	return in.mem
+}
+
+// dropMemory gives up the instance's reference to its arena.
+func (in *cInstance) dropMemory() {
+	if in.mem != nil {
+		unrefArena(in.mem)
+		in.mem = nil
+	}
+}
+
+// unrefArena drops a reference to arena a, freeing it with the last.
+func unrefArena(a *C.nereid_arena) {
+	if atomic.AddUint32((*uint32)(unsafe.Pointer(&a.refs)), ^uint32(0)) == 0 {
+		C.free(unsafe.Pointer(a))
+	}
+}
+
+// logLevels are the TRITONSERVER_LogLevel values the executor's log takes
+// now, a bit each, for TRITONSERVER_LogIsEnabled to answer during an
+// execution without calling into Go (exec.c).
+func logLevels() C.uint32_t {
+	var v C.uint32_t
+	for level := C.TRITONSERVER_LOG_INFO; level <= C.TRITONSERVER_LOG_VERBOSE; level++ {
+		if logEnabled(C.TRITONSERVER_LogLevel(level)) {
+			v |= 1 << level
+		}
+	}
+	return v
 }
 
 // requestArray returns the instance's array of n request pointers.
@@ -337,6 +393,7 @@ func (in *cInstance) requestArray(n int) []*C.TRITONBACKEND_Request {
 		in.narr = max(n, 2*in.narr)
 		// Zeroed: Go stores pointers in it (see outparam.go).
 		in.arr = C.calloc(C.size_t(in.narr), C.size_t(unsafe.Sizeof(uintptr(0))))
+		in.c.exec.requests = (**C.TRITONBACKEND_Request)(in.arr)
 	}
 	return unsafe.Slice((**C.TRITONBACKEND_Request)(in.arr), n)
 }
@@ -350,6 +407,8 @@ func (in *cInstance) Finalize() error {
 		}
 		in.thread.stop()
 		unregister(in.h)
+		in.dropMemory()
+		C.nereid_exec_free(in.c.exec)
 		C.free(in.arr)
 		C.free(unsafe.Pointer(in.c.name))
 		C.free(unsafe.Pointer(in.c.host_policy.json))
@@ -381,34 +440,175 @@ func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error
 	if n > len(few) {
 		crs = make([]*cRequest, 0, n)
 	}
+	// The layouts are the instance's, reused (executions never overlap),
+	// and cleared once laid out: they would keep the requests alive.
+	ls := in.layouts[:0]
+	gpu := in.info.Kind == inference.ModelInstanceGroup_KIND_GPU
+	size := uintptr(C.NEREID_ARENA_HEADER)
+	for _, r := range reqs {
+		ls = append(ls, newLayout(r, gpu))
+		size = ls[len(ls)-1].size(size)
+	}
+	in.layouts = ls
+	// A model that is not decoupled has its requests recorded (exec.c):
+	// its responses reach the client once Execute has returned anyway.
+	var gen uint64
+	if !in.m.decoupled() {
+		gen = generations.Add(1)
+	}
+	mem := in.memory(size)
+	clear(unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(mem), C.NEREID_ARENA_HEADER)), size-C.NEREID_ARENA_HEADER))
+	atomic.AddUint32((*uint32)(unsafe.Pointer(&mem.refs)), uint32(n))
+	a := arena{base: unsafe.Pointer(mem), off: C.NEREID_ARENA_HEADER}
 	crs = crs[:n]
 	for i, r := range reqs {
-		crs[i] = newCRequest(in, r)
+		crs[i] = newCRequest(in, r, &ls[i], ls[i].place(&a), mem, i, gen)
 		arr[i] = crs[i].c
 	}
-	if err := takeError(C.nereid_call_execute(in.m.b.sb.lib.fns.execute, in.c, &arr[0], C.uint32_t(n))); err != nil {
+	for i := range ls {
+		ls[i].clearRefs()
+	}
+	if now := steadyNow(); in.logAt == 0 || now-in.logAt >= logCacheNs {
+		in.levels, in.logAt = logLevels(), now
+	}
+	err := takeError(C.nereid_execute(C.uintptr_t(uintptr(unsafe.Pointer(in.c))), C.uint32_t(n), C.uint64_t(gen), in.levels, C.uint64_t(in.logAt)))
+	if gen != 0 {
+		for _, cr := range crs {
+			cr.replay()
+		}
+		in.replayBatch()
+	}
+	if err != nil {
 		// Ownership of the requests is the server's again.
 		for _, cr := range crs {
 			cr.abandon()
 		}
+		in.keepRequests(crs)
 		return err
 	}
 	// A model that is not decoupled answers during Execute (Triton's
 	// blocking policy); a decoupled one may go on from its own threads, and
 	// each request is disposed of when released and ended.
-	if in.m.decoupled() {
+	if gen == 0 {
 		return nil
 	}
 	for _, cr := range crs {
+		ch := cr.finishedChan()
+		if ch == closedChan {
+			continue // the usual case, without a select
+		}
 		select {
-		case <-cr.finishedChan():
+		case <-ch:
 		case <-ctx.Done():
 			// Shutting down with a backend that holds a request: leave its
 			// memory to it rather than free what it may still touch.
 			return tritonerr.Unavailablef("model '%s' is unloading", in.m.info.Name)
 		}
 	}
+	in.keepRequests(crs)
 	return nil
+}
+
+// maxSpareRequests bounds the request objects an instance keeps.
+const maxSpareRequests = 64
+
+// keepRequests keeps the reusable request objects of an execution that
+// is over for the instance's next ones, cleared: they would keep the
+// requests alive.
+func (in *cInstance) keepRequests(crs []*cRequest) {
+	for _, cr := range crs {
+		if cr.reusable && len(in.spare) < maxSpareRequests {
+			*cr = cRequest{}
+			in.spare = append(in.spare, cr)
+		}
+	}
+}
+
+// spareRequest returns a request object kept by keepRequests, or a new one.
+func (in *cInstance) spareRequest() *cRequest {
+	if n := len(in.spare); n > 0 {
+		cr := in.spare[n-1]
+		in.spare[n-1] = nil
+		in.spare = in.spare[:n-1]
+		return cr
+	}
+	return new(cRequest)
+}
+
+// replayBatch gives the instance's statistics the batch statistics the
+// last execution recorded.
+func (in *cInstance) replayBatch() {
+	x := in.c.exec
+	if x.batch_first == 0 {
+		return
+	}
+	events := unsafe.Slice(x.events, int(x.n_events))
+	for at := x.batch_first; at != 0; {
+		ev := &events[at-1]
+		at = ev.next
+		target := in
+		if ev.instance != in.c {
+			target = instance(ev.instance)
+		}
+		if target != nil {
+			target.info.Stats.ReportBatchStatistics(int(ev.batch_size), stamps(ev.ts[0], ev.ts[1], ev.ts[2], ev.ts[3]))
+		}
+	}
+}
+
+// live replays the request's record, if any, and reports whether the
+// request is still the backend's: a call made after the record ended it
+// finds it gone, as it would have without the record.
+func (cr *cRequest) live() bool {
+	cr.replay()
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	return !cr.gone
+}
+
+// replay gives the executor, in order, what the backend did to the
+// request while its execution was recorded (exec.c): responses sent, the
+// release, statistics. It runs once, when Execute has returned, or before
+// a call on the request that came after that and got to Go first.
+func (cr *cRequest) replay() {
+	cr.replayMu.Lock()
+	defer cr.replayMu.Unlock()
+	if !cr.recorded {
+		return
+	}
+	cr.recorded = false
+	c := cr.c // nil once disposed of, which the events may do
+	x := c.exec
+	events := unsafe.Slice(x.events, int(x.n_events))
+	for at := c.first; at != 0; {
+		ev := &events[at-1]
+		at = ev.next
+		switch ev.kind {
+		case C.NEREID_EVENT_SEND:
+			_ = cr.send(ev.response, uint32(ev.flags), ev.error)
+			// The response's memory stays until the next execution: it
+			// keeps no Go pointer that long.
+			for _, o := range unsafe.Slice(ev.response.outputs, int(ev.response.n_outputs)) {
+				if !o.owned {
+					o.buffer = nil
+				}
+			}
+		case C.NEREID_EVENT_FLAGS:
+			_ = cr.send(nil, uint32(ev.flags), nil)
+		case C.NEREID_EVENT_RELEASE:
+			if cr.release() {
+				unrefArena(c.arena)
+			}
+		case C.NEREID_EVENT_STATS:
+			target := cr.in
+			if ev.instance != cr.in.c {
+				target = instance(ev.instance)
+			}
+			if target != nil {
+				target.info.Stats.ReportStatistics(cr.r, bool(ev.success), stamps(ev.ts[0], ev.ts[1], ev.ts[2], ev.ts[3]))
+			}
+		}
+	}
 }
 
 // cRequest is a request while a backend holds it.
@@ -418,19 +618,54 @@ type cRequest struct {
 	c  *C.TRITONBACKEND_Request
 	h  uintptr
 
-	pin runtime.Pinner
+	pin    runtime.Pinner
+	pinned bool // anything pinned: Unpin costs a call into the runtime even when not
+
+	// replayMu orders the replay of the request's record with calls on it
+	// made after its execution; recorded is true until the replay.
+	replayMu sync.Mutex
+	recorded bool
 
 	mu       sync.Mutex
-	bufs     outBuffers // output buffers handed out
-	gone     bool       // disposed of: no more buffers
+	gone     bool // disposed of: no more buffers
 	released bool
 	final    bool
 	ended_   bool          // released and answered
 	finished chan struct{} // closed once ended_; made only for a waiter
-	bufStore [2]outBuffer  // bufs' first buffers, without an allocation
 	disposed sync.Once
+	trace    *cTrace  // the request's trace, once the backend asked for it
+	more     *crExtra // made on first use
+	// reusable: disposed of, and never found by a lookup (disposeGo), so
+	// that only its execution holds it; written by that execution's
+	// goroutine alone.
+	reusable bool
+}
+
+// crExtra is what a request needs only when its backend asks Go for
+// output buffers or makes state: kept apart, the request allocated for
+// every execution stays small.
+type crExtra struct {
+	bufs     outBuffers       // output buffers handed out
+	bufStore [2]outBuffer     // bufs' first buffers, without an allocation
 	states   []unsafe.Pointer // TRITONBACKEND_State objects made for the request
-	trace    *cTrace          // the request's trace, once the backend asked for it
+}
+
+// extra returns the request's crExtra, made on first use; cr.mu held.
+func (cr *cRequest) extra() *crExtra {
+	if cr.more == nil {
+		cr.more = &crExtra{}
+		cr.more.bufs = cr.more.bufStore[:0]
+	}
+	return cr.more
+}
+
+// buffers returns the output buffers handed out for the request; cr.mu
+// held.
+func (cr *cRequest) buffers() outBuffers {
+	if cr.more == nil {
+		return nil
+	}
+	return cr.more.bufs
 }
 
 func parameterValue(p *C.TRITONSERVER_Parameter) any {
@@ -505,7 +740,7 @@ func (cr *cRequest) abandon() { cr.dispose() }
 func (cr *cRequest) dispose() {
 	c := cr.c
 	if cr.disposeGo() {
-		C.nereid_free_request(c)
+		unrefArena(c.arena)
 	}
 }
 
@@ -515,18 +750,28 @@ func (cr *cRequest) disposeGo() bool {
 	first := false
 	cr.disposed.Do(func() {
 		first = true
-		unregister(cr.h)
+		// A request no lookup ever found is held by its execution alone:
+		// the instance reuses its object (see keepRequests). One that a
+		// call into Go found may still be in that call's hands.
+		found := objects.remove(cr.h)
 		cr.mu.Lock()
-		cr.c = nil
-		cr.bufs = nil
-		cr.gone = true
-		for _, p := range cr.states {
-			unregister(uintptr((*C.TRITONBACKEND_State)(p).h))
-			C.free(p)
+		if !found && cr.more == nil && cr.trace == nil {
+			cr.reusable = true // unwritten otherwise: the execution may be reading it
 		}
-		cr.states = nil
+		cr.c = nil
+		cr.gone = true
+		if x := cr.more; x != nil {
+			x.bufs = nil
+			for _, p := range x.states {
+				unregister(uintptr((*C.TRITONBACKEND_State)(p).h))
+				C.free(p)
+			}
+			x.states = nil
+		}
 		t := cr.trace
-		cr.pin.Unpin()
+		if cr.pinned {
+			cr.pin.Unpin()
+		}
 		cr.mu.Unlock()
 		if t != nil {
 			t.free()
@@ -564,7 +809,9 @@ func (cr *cRequest) allocOutput(size int) (unsafe.Pointer, error) {
 	b := make([]byte, max(size, 1))
 	p := unsafe.Pointer(unsafe.SliceData(b))
 	cr.pin.Pin(p)
-	cr.bufs = append(cr.bufs, outBuffer{p, b[:size]})
+	cr.pinned = true
+	x := cr.extra()
+	x.bufs = append(x.bufs, outBuffer{p, b[:size]})
 	return p, nil
 }
 
@@ -587,10 +834,11 @@ func (cr *cRequest) placeOutput(name *C.char, size int) (unsafe.Pointer, error) 
 	if cr.gone {
 		return nil, tritonerr.InvalidArgf("request has been released and answered")
 	}
-	if _, taken := cr.bufs.find(p); taken {
+	if _, taken := cr.buffers().find(p); taken {
 		return nil, nil // two outputs bound to the same place: one gets its own
 	}
-	cr.bufs = append(cr.bufs, outBuffer{p, b})
+	x := cr.extra()
+	x.bufs = append(x.bufs, outBuffer{p, b})
 	return p, nil
 }
 
@@ -605,6 +853,39 @@ func (cr *cRequest) deviceOutput(name *C.char, size int) (backend.Device, bool) 
 	return cr.r.OutputDevice(C.GoString(name), size)
 }
 
+// goName is the C string c as a Go string: one of known when it is one
+// (an output's name is usually a requested output's), without a copy.
+func goName(c *C.char, known []string) string {
+	p := unsafe.Pointer(c)
+	for _, k := range known {
+		i := 0
+		for ; i < len(k); i++ {
+			if b := *(*byte)(unsafe.Add(p, i)); b == 0 || b != k[i] {
+				break
+			}
+		}
+		if i == len(k) && *(*byte)(unsafe.Add(p, i)) == 0 {
+			return k
+		}
+	}
+	return C.GoString(c)
+}
+
+// shapeAndBytes returns a shape of dims dimensions and, with bytes, a
+// buffer of size bytes, in one allocation: an output's shape and the copy
+// of a small output's C memory.
+func shapeAndBytes(dims, size int, bytes bool) ([]int64, []byte) {
+	if !bytes || size == 0 {
+		var data []byte
+		if bytes {
+			data = []byte{}
+		}
+		return make([]int64, dims), data
+	}
+	words := make([]int64, dims+(size+7)/8)
+	return words[:dims:dims], unsafe.Slice((*byte)(unsafe.Pointer(&words[dims])), size)
+}
+
 // send is TRITONBACKEND_ResponseSend (resp nil: ResponseFactorySendFlags).
 func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.TRITONSERVER_Error) error {
 	final := flags&C.TRITONSERVER_RESPONSE_COMPLETE_FINAL != 0
@@ -614,17 +895,22 @@ func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.T
 		outs = make([]backend.Output, 0, int(resp.n_outputs))
 		cr.mu.Lock()
 		for _, o := range unsafe.Slice(resp.outputs, int(resp.n_outputs)) {
-			name := C.GoString(o.name)
-			shape := make([]int64, int(o.dims_count))
+			name := goName(o.name, cr.r.RequestedOutputs)
+			owned := o.buffer != nil && bool(o.owned)
+			shape, copied := shapeAndBytes(int(o.dims_count), int(o.byte_size), owned)
 			if o.dims_count > 0 {
 				for j, d := range unsafe.Slice(o.shape, int(o.dims_count)) {
 					shape[j] = int64(d)
 				}
 			}
-			data, ok := cr.bufs.find(o.buffer)
+			data, ok := cr.buffers().find(o.buffer)
 			switch {
 			case o.buffer == nil:
 				data = []byte{}
+			case owned:
+				// C memory (exec.c), freed with the response.
+				data = copied
+				copy(data, unsafe.Slice((*byte)(o.buffer), int(o.byte_size)))
 			case o.attributes.memory_type == C.TRITONSERVER_MEMORY_GPU:
 				// Written in its CUDA region (deviceOutput): the region
 				// holds it, the response carries its shape alone.

@@ -12,23 +12,23 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
 )
 
-// arena lays out a request's C side — the TRITONBACKEND_Request, its
-// inputs, shapes, requested output names, parameters and every string —
-// in one zeroed C allocation: one cgo call makes it and one frees it,
-// where an allocation per object made a dozen per request. It is used in
-// two passes over the same layout: the first (base nil) only adds up the
-// size, the second fills the memory in.
+// arena lays out the C side of an execution's requests — each
+// TRITONBACKEND_Request, its inputs, shapes, requested output names,
+// parameters, every string and the bytes of small inputs — in one C
+// allocation, the instance's, reused from one execution to the next (see
+// cInstance.memory): no cgo call makes or frees it. It is used in two
+// passes over the same layout: the first (base nil) only adds up the size,
+// the second fills the memory in, zeroed beforehand.
 type arena struct {
 	base unsafe.Pointer
 	off  uintptr
 }
 
 func (a *arena) take(n, align uintptr) unsafe.Pointer {
-	a.off = (a.off + align - 1) &^ (align - 1)
+	a.off = alignUp(a.off, align)
 	off := a.off
 	a.off += n
 	if a.base == nil {
@@ -57,7 +57,11 @@ func array[T any](a *arena, n int) []T {
 	return unsafe.Slice((*T)(p), n)
 }
 
-// requestLayout is what newCRequest lays out for one request.
+// smallInput is the largest input copied into the request's C memory:
+// pinning the request's bytes instead costs more than copying that many.
+const smallInput = 4096
+
+// requestLayout is what an execution lays out for one request.
 type requestLayout struct {
 	r       *backend.Request
 	outputs []string // sorted, as Triton keeps them
@@ -65,11 +69,35 @@ type requestLayout struct {
 	corrStr string
 	isStr   bool
 	corr    uint64
+	gpu     bool // the instance is on a GPU: inputs in CUDA memory stay there
+}
+
+func newLayout(r *backend.Request, gpu bool) requestLayout {
+	l := requestLayout{r: r, outputs: sortedCopy(r.RequestedOutputs), params: sortedKeys(r.Parameters), gpu: gpu}
+	if r.CorrelationID.IsString() {
+		l.isStr = true
+		l.corrStr, _ = r.CorrelationID.StringID()
+	} else {
+		l.corr, _ = r.CorrelationID.Uint64()
+	}
+	return l
+}
+
+// clearRefs drops what the layout refers to (the request, its names), so
+// that a layout kept for reuse keeps nothing alive.
+func (l *requestLayout) clearRefs() {
+	l.r, l.outputs, l.params, l.corrStr = nil, nil, nil, ""
+}
+
+// copied reports whether input x is given to the backend as a copy in the
+// request's C memory.
+func (l *requestLayout) copied(x *backend.Input) bool {
+	return len(x.Data) > 0 && len(x.Data) <= smallInput && !(x.Device != nil && l.gpu)
 }
 
 // place lays the request out in a; in the filling pass it returns the
-// request.
-func (l *requestLayout) place(a *arena, h uintptr, in *C.TRITONBACKEND_ModelInstance) *C.TRITONBACKEND_Request {
+// request, its inputs' buffers still to set (setInputs).
+func (l *requestLayout) place(a *arena) *C.TRITONBACKEND_Request {
 	c := (*C.TRITONBACKEND_Request)(a.take(C.sizeof_TRITONBACKEND_Request, 8))
 	r := l.r
 	id := a.str(r.ID)
@@ -78,9 +106,14 @@ func (l *requestLayout) place(a *arena, h uintptr, in *C.TRITONBACKEND_ModelInst
 		corrStr = a.str(l.corrStr)
 	}
 	ins := array[C.TRITONBACKEND_Input](a, len(r.Inputs))
-	for i, x := range r.Inputs {
+	for i := range r.Inputs {
+		x := &r.Inputs[i]
 		name := a.str(x.Name)
 		shape := array[C.int64_t](a, max(1, len(x.Shape)))
+		var data unsafe.Pointer
+		if l.copied(x) {
+			data = a.take(uintptr(len(x.Data)), 16)
+		}
 		if ins == nil {
 			continue
 		}
@@ -95,6 +128,10 @@ func (l *requestLayout) place(a *arena, h uintptr, in *C.TRITONBACKEND_ModelInst
 		ci.byte_size = C.uint64_t(len(x.Data))
 		ci.attributes.memory_type = C.TRITONSERVER_MEMORY_CPU
 		ci.attributes.byte_size = C.size_t(len(x.Data))
+		if data != nil {
+			copy(unsafe.Slice((*byte)(data), len(x.Data)), x.Data)
+			ci.buffer = data
+		}
 	}
 	outs := array[*C.char](a, len(l.outputs))
 	for i, o := range l.outputs {
@@ -118,8 +155,6 @@ func (l *requestLayout) place(a *arena, h uintptr, in *C.TRITONBACKEND_ModelInst
 	if c == nil {
 		return nil
 	}
-	c.h = C.uintptr_t(h)
-	c.instance = in
 	c.id = id
 	c.correlation_is_string = C.bool(l.isStr)
 	c.correlation_id_string = corrStr
@@ -145,6 +180,41 @@ func (l *requestLayout) place(a *arena, h uintptr, in *C.TRITONBACKEND_ModelInst
 	return c
 }
 
+// size is the arena's offset after the request is placed at offset off:
+// what place adds up in its sizing pass, without the work of a pass. A
+// request with parameters, whose string values need formatting, has the
+// pass itself.
+func (l *requestLayout) size(off uintptr) uintptr {
+	if len(l.params) > 0 {
+		a := arena{off: off}
+		l.place(&a)
+		return a.off
+	}
+	const word = unsafe.Sizeof(uintptr(0))
+	r := l.r
+	off = alignUp(off, 8) + C.sizeof_TRITONBACKEND_Request
+	off += uintptr(len(r.ID)) + 1
+	if l.isStr {
+		off += uintptr(len(l.corrStr)) + 1
+	}
+	off = alignUp(off, unsafe.Alignof(C.TRITONBACKEND_Input{})) + uintptr(len(r.Inputs))*C.sizeof_TRITONBACKEND_Input
+	for i := range r.Inputs {
+		x := &r.Inputs[i]
+		off += uintptr(len(x.Name)) + 1
+		off = alignUp(off, unsafe.Alignof(C.int64_t(0))) + uintptr(max(1, len(x.Shape)))*unsafe.Sizeof(C.int64_t(0))
+		if l.copied(x) {
+			off = alignUp(off, 16) + uintptr(len(x.Data))
+		}
+	}
+	off = alignUp(off, word) + uintptr(len(l.outputs))*word
+	for _, o := range l.outputs {
+		off += uintptr(len(o)) + 1
+	}
+	return alignUp(off, unsafe.Alignof(C.TRITONSERVER_Parameter{}))
+}
+
+func alignUp(off, align uintptr) uintptr { return (off + align - 1) &^ (align - 1) }
+
 func isNumber(v any) bool {
 	switch v.(type) {
 	case int64, uint64, float64:
@@ -153,44 +223,49 @@ func isNumber(v any) bool {
 	return false
 }
 
-func newCRequest(in *cInstance, r *backend.Request) *cRequest {
-	cr := &cRequest{in: in, r: r}
-	cr.bufs = cr.bufStore[:0]
+// newCRequest makes the Go side of request r laid out at c: the handle
+// the C side carries, the inputs' buffers not copied into c (the request's
+// bytes, pinned while the backend holds them, or device memory), and the
+// record of the execution gen of exec, 0 for none.
+func newCRequest(in *cInstance, r *backend.Request, l *requestLayout, c *C.TRITONBACKEND_Request, mem *C.nereid_arena, index int, gen uint64) *cRequest {
+	cr := in.spareRequest()
+	cr.in, cr.r, cr.c, cr.recorded = in, r, c, gen != 0
 	cr.h = register(cr)
-	l := requestLayout{r: r, outputs: sortedCopy(r.RequestedOutputs), params: sortedKeys(r.Parameters)}
-	if r.CorrelationID.IsString() {
-		l.isStr = true
-		l.corrStr, _ = r.CorrelationID.StringID()
-	} else {
-		l.corr, _ = r.CorrelationID.Uint64()
+	c.h = C.uintptr_t(cr.h)
+	c.instance = in.c
+	c.arena = mem
+	c.index = C.uint32_t(index)
+	if gen != 0 {
+		c.exec = in.c.exec
+		c.gen = C.uint64_t(gen)
+		// OutputPlace and OutputDevice are not asked for a decoupled
+		// model's outputs (placeOutput, deviceOutput); recorded requests
+		// are never a decoupled model's.
+		c.outputs_bound = C.bool(r.OutputPlace != nil || r.OutputDevice != nil)
 	}
-	var sizing arena
-	l.place(&sizing, 0, nil)
-	a := arena{base: C.calloc(1, C.size_t(sizing.off))}
-	c := l.place(&a, cr.h, in.c)
-	// Inputs point at the request's bytes, pinned while the backend holds
-	// them.
-	gpu := in.info.Kind == inference.ModelInstanceGroup_KIND_GPU
-	for i, x := range r.Inputs {
-		ci := &unsafe.Slice(c.inputs, len(r.Inputs))[i]
-		if x.Device != nil && gpu {
+	ins := unsafe.Slice(c.inputs, len(r.Inputs))
+	for i := range r.Inputs {
+		x := &r.Inputs[i]
+		ci := &ins[i]
+		switch {
+		case x.Device != nil && l.gpu:
 			// An input that came in CUDA shared memory, for an instance on
 			// a GPU: its device memory, as Triton gives it (the host copy
 			// in Data serves CPU instances).
 			ci.buffer = C.nereid_ptr(C.uintptr_t(x.Device.Ptr))
 			ci.attributes.memory_type = C.TRITONSERVER_MEMORY_GPU
 			ci.attributes.memory_type_id = C.int64_t(x.Device.ID)
-			continue
-		}
-		if len(x.Data) > 0 {
+		case l.copied(x):
+			// in c already
+		case len(x.Data) > 0:
 			p := unsafe.Pointer(unsafe.SliceData(x.Data))
 			cr.pin.Pin(p)
+			cr.pinned = true
 			ci.buffer = p
-		} else {
+		default:
 			ci.buffer = unsafe.Pointer(&emptyBuffer[0])
 		}
 	}
-	cr.c = c
 	return cr
 }
 

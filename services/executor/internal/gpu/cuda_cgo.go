@@ -38,19 +38,20 @@ static CUresult (*p_cuMemAlloc)(CUdeviceptr*, size_t);
 static CUresult (*p_cuMemFree)(CUdeviceptr);
 static CUresult (*p_cuGetErrorName)(CUresult, const char**);
 
-// nereid_cuda_load opens libcuda.so.1 and resolves every symbol; it returns
-// NULL on success, else what failed. Nothing is called before all resolve.
-static const char* nereid_cuda_load(void) {
+// nereid_cuda_load opens the driver library (libcuda.so.1) and resolves
+// every symbol; it returns NULL on success, else what failed. Nothing is
+// called before all resolve.
+static const char* nereid_cuda_load(const char* path) {
 	static char msg[512];
-	nereid_cuda_lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	nereid_cuda_lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!nereid_cuda_lib) {
 		const char* e = dlerror();
-		snprintf(msg, sizeof msg, "%s", e ? e : "dlopen libcuda.so.1 failed");
+		snprintf(msg, sizeof msg, "%s", e ? e : "dlopen of the CUDA driver failed");
 		return msg;
 	}
 #define SYM(var, name) \
 	*(void**)(&var) = dlsym(nereid_cuda_lib, name); \
-	if (!var) { snprintf(msg, sizeof msg, "libcuda.so.1 has no symbol %s", name); return msg; }
+	if (!var) { snprintf(msg, sizeof msg, "%s has no symbol %s", path, name); return msg; }
 	SYM(p_cuInit, "cuInit");
 	SYM(p_cuDeviceGetCount, "cuDeviceGetCount");
 	SYM(p_cuDeviceGet, "cuDeviceGet");
@@ -198,23 +199,29 @@ const cudaErrorNoDevice = 100
 // Without a driver or a device it returns an error wrapping ErrNoGPU, and
 // no further driver function is ever called.
 func Load() (*Driver, error) {
-	loadOnce.Do(func() {
-		if msg := C.nereid_cuda_load(); msg != nil {
-			loadErr = fmt.Errorf("%w: %s", ErrNoGPU, C.GoString(msg))
-			return
-		}
-		if r := C.nereid_cuInit(); r != 0 {
-			loadErr = fmt.Errorf("%w: %w", ErrNoGPU, check("cuInit", r))
-			return
-		}
-		var n C.int
-		if err := check("cuDeviceGetCount", C.nereid_device_count(&n)); err != nil || n == 0 {
-			loadErr = fmt.Errorf("%w: no CUDA device (%w)", ErrNoGPU, err)
-			return
-		}
-		loaded = &Driver{ctxs: map[int]C.CUcontext{}}
-	})
+	loadOnce.Do(func() { loaded, loadErr = load("libcuda.so.1") })
 	return loaded, loadErr
+}
+
+// LoadLibrary is Load from the driver library at path, not once: for tests
+// that run the CUDA paths on a stand-in of the driver where there is no
+// GPU. The driver's functions are the process's: no other may be in use.
+func LoadLibrary(path string) (*Driver, error) { return load(path) }
+
+func load(path string) (*Driver, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	if msg := C.nereid_cuda_load(cpath); msg != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoGPU, C.GoString(msg))
+	}
+	if r := C.nereid_cuInit(); r != 0 {
+		return nil, fmt.Errorf("%w: %w", ErrNoGPU, check("cuInit", r))
+	}
+	var n C.int
+	if err := check("cuDeviceGetCount", C.nereid_device_count(&n)); err != nil || n == 0 {
+		return nil, fmt.Errorf("%w: no CUDA device (%w)", ErrNoGPU, err)
+	}
+	return &Driver{ctxs: map[int]C.CUcontext{}}, nil
 }
 
 // DeviceCount is the number of CUDA devices this process sees.

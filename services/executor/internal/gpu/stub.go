@@ -27,6 +27,9 @@ type DeviceMem struct {
 // Load reports ErrNoGPU.
 func Load() (*Driver, error) { return nil, errNoCgo }
 
+// LoadLibrary reports ErrNoGPU.
+func LoadLibrary(string) (*Driver, error) { return nil, errNoCgo }
+
 // Discover reports ErrNoGPU.
 func Discover() ([]Device, error) { return nil, errNoCgo }
 
