@@ -42,7 +42,11 @@ import (
 //   - the same with durable state (state_durability "redis": one Redis
 //     write per request, to the run's Redis) against a stateless request
 //     of the same shape, c=1 (target: p50 <= 1.6x), and with a 1 MiB state
-//     against a stateless 1 MiB request (reported).
+//     against a stateless 1 MiB request (reported);
+//   - the 64-byte durable request against the same sequence request on the
+//     model of that shape without state, c=1 (target: p50 <= 1.6x): what
+//     durability adds to a sequence request, apart from the router's hop
+//     that every sequence request takes.
 
 const (
 	seqModel       = "seq_bench"
@@ -69,6 +73,7 @@ func init() {
 		comparison{"seq-mid-grpc-unary/c1", "stateless-grpc-unary/c1", latency, 1.30, 0},
 		comparison{"implicit-state-64B-grpc-unary/c1", "seq-no-state-grpc-unary/c1", latency, 1.15, 0},
 		comparison{"durable-state-64B-grpc-unary/c1", "stateless-64B-grpc-unary/c1", latency, 1.6, 0},
+		comparison{"durable-state-64B-vs-no-state/c1", "seq-no-state-vs-durable/c1", latency, 1.6, 0},
 		comparison{"durable-state-1MiB-grpc-unary/c1", "stateless-1MiB-grpc-unary/c1", latency, 0, 0},
 		comparison{"durable-state-1MiB-vs-implicit/c1", "implicit-state-1MiB-grpc-unary/c1", latency, 0, 0},
 	)
@@ -352,6 +357,18 @@ func BenchmarkSequence(b *testing.B) {
 	}
 	b.Run("durable-state-vs-stateless/c=1", func(b *testing.B) {
 		durable(b, "stateless-64B-grpc-unary/c1", "durable-state-64B-grpc-unary/c1", durableModel, stateless16Model, 16, warmSmall)
+	})
+	// The same durable request against the sequence request of the same
+	// shape without state: both take the router's hop, so the ratio is
+	// durability's own cost.
+	b.Run("durable-state-vs-no-state/c=1", func(b *testing.B) {
+		f := seqNereid(b)
+		if f.redis == nil {
+			b.Skip("redis-server is not installed: durable state would stay in memory")
+		}
+		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, f.grpcAddr))
+		measurePair(b, "seq-no-state-vs-durable/c1", "durable-state-64B-vs-no-state/c1", 1, warmSmall,
+			implicitMid(c, implicitPlainModel, nextBase(), 16), implicitMid(c, durableModel, nextBase(), 16))
 	})
 	b.Run("durable-state-1MiB-vs-stateless/c=1", func(b *testing.B) {
 		durable(b, "stateless-1MiB-grpc-unary/c1", "durable-state-1MiB-grpc-unary/c1", durable1MModel, stateless1MModel, elems1M, warmLarge)

@@ -50,24 +50,27 @@ func printSummary(w io.Writer) {
 			continue
 		}
 		var got, flag string
+		if c.target > 0 {
+			flag = "  met"
+		}
 		switch c.kind {
 		case latency:
 			r50, r99 := ratio(p.P50, base.P50), ratio(p.P99, base.P99)
 			got = fmt.Sprintf("p50 %.2fx (%s vs %s), p99 %.2fx (%s vs %s)", r50, dur(p.P50), dur(base.P50), r99, dur(p.P99), dur(base.P99))
 			if c.target > 0 && (r50 > c.target || c.targetP99 > 0 && r99 > c.targetP99) {
-				flag = "  <- over target"
+				flag = "  <- missed (over target)"
 			}
 		case throughput:
 			r := p.PerSec / base.PerSec
 			got = fmt.Sprintf("req/s %.2fx (%.0f vs %.0f)", r, p.PerSec, base.PerSec)
 			if c.target > 0 && r < c.target {
-				flag = "  <- under target"
+				flag = "  <- missed (under target)"
 			}
 		case duration:
 			r := ratio(p.P50, base.P50)
 			got = fmt.Sprintf("time %.2fx (%s vs %s)", r, dur(p.P50), dur(base.P50))
 			if c.target > 0 && r > c.target {
-				flag = "  <- over target"
+				flag = "  <- missed (over target)"
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s%s\t\n", c.path, c.base, got, target(c), flag)
