@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
@@ -220,12 +221,17 @@ func (c *Conn) registerRequest() (subject string, b *inbox) {
 }
 
 func (c *Conn) registerInbox(watched bool) (subject string, b *inbox) {
-	// The subject in one allocation, its token a part of it.
-	var buf [64]byte
-	subject = string(strconv.AppendUint(append(buf[:0], c.prefix...), c.seq.Add(1), 36))
-	tok := subject[len(c.prefix):]
 	lost, _ := c.link.state()
 	b = &inbox{signal: make(chan struct{}, 1), done: c.done, lost: lost}
+	// The subject in the inbox's own bytes (an inbox is never reused, so
+	// they do not change), its token a part of it.
+	sb := strconv.AppendUint(append(b.subject[:0], c.prefix...), c.seq.Add(1), 36)
+	if len(sb) <= len(b.subject) {
+		subject = unsafe.String(unsafe.SliceData(sb), len(sb))
+	} else {
+		subject = string(sb) // a long custom prefix
+	}
+	tok := subject[len(c.prefix):]
 	b.q = b.first[:0]
 	if watched {
 		b.watched = true
@@ -429,6 +435,8 @@ type inbox struct {
 	heard, seen uint64
 	silent      int
 	gone        bool
+
+	subject [64]byte // the bytes of its subject (registerInbox)
 }
 
 func (b *inbox) put(m *nats.Msg) {

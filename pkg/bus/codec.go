@@ -2,6 +2,7 @@ package bus
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
@@ -25,10 +26,24 @@ type Codec interface {
 // message behind room bytes kept free in front of it in the same buffer,
 // where Request puts the envelope that carries the deadline (envelope.go):
 // the message is then encoded once, into the buffer that is published.
-// MarshalFramed returns nil for a message it would encode in parts.
+// MarshalFramed returns nil for a message it would encode in parts. It
+// encodes into buf when buf's capacity suffices: Request lends a pooled
+// buffer, which it takes back once the message is published (NATS copies
+// what it publishes), so that a small request's encoding costs no
+// allocation.
 type FramedMarshaler interface {
-	MarshalFramed(m proto.Message, room int) ([]byte, error)
+	MarshalFramed(m proto.Message, room int, buf []byte) ([]byte, error)
 }
+
+// frameSize is the capacity of the buffers Request lends MarshalFramed:
+// small requests (a few tensors of up to a few hundred bytes) fit.
+const frameSize = 1024
+
+type frameBuf [frameSize]byte
+
+// frames are the buffers Request lends MarshalFramed (pointers to arrays,
+// so that putting one back costs nothing).
+var frames = sync.Pool{New: func() any { return new(frameBuf) }}
 
 // WithCodec sets the Conn's Codec (default: protobuf).
 func WithCodec(c Codec) Option { return func(o *options) { o.codec = c } }

@@ -112,8 +112,8 @@ type framedCodec struct{ framed *atomic.Int64 }
 func (framedCodec) Marshal(m proto.Message) ([][]byte, error) { return protoCodec{}.Marshal(m) }
 func (framedCodec) Unmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }
 
-func (c framedCodec) MarshalFramed(m proto.Message, room int) ([]byte, error) {
-	b, err := proto.MarshalOptions{}.MarshalAppend(bytes.Repeat([]byte{0xee}, room), m)
+func (c framedCodec) MarshalFramed(m proto.Message, room int, buf []byte) ([]byte, error) {
+	b, err := proto.MarshalOptions{}.MarshalAppend(append(buf[:0], bytes.Repeat([]byte{0xee}, room)...), m)
 	c.framed.Add(1)
 	return b, err
 }

@@ -137,6 +137,11 @@ func (l *Local) take(subject string) *localHandler {
 	return nil
 }
 
+// Encodes reports whether every Request of c goes out encoded: c has no
+// Local, whose handlers are handed the request message itself. Then a
+// request message is no longer read once Request returns.
+func (c *Conn) Encodes() bool { return c.opts.local == nil }
+
 // InProcess reports whether a Request to subject would be served in this
 // process (see Local): a handler of the Conn's Local serves it.
 func (c *Conn) InProcess(subject string) bool {

@@ -29,10 +29,16 @@ func (c *Conn) Request(ctx context.Context, subject string, req, resp proto.Mess
 		}
 	}
 	var body payload
-	if err := c.marshal(req, &body); err != nil {
+	fb := frames.Get().(*frameBuf)
+	if err := c.marshal(req, &body, fb); err != nil {
+		frames.Put(fb)
 		return tritonerr.Internalf("bus: cannot encode request to %s: %v", target(subject), err)
 	}
 	out, err := c.request(ctx, subject, &body)
+	// The request is published (NATS copied it) or abandoned: the lent
+	// buffer, which body may be, goes back.
+	body.framed = nil
+	frames.Put(fb)
 	if err != nil {
 		return err
 	}
@@ -45,10 +51,10 @@ func (c *Conn) Request(ctx context.Context, subject string, req, resp proto.Mess
 }
 
 // marshal encodes req, framed (room for the envelope in front) when the
-// codec can.
-func (c *Conn) marshal(req proto.Message, p *payload) error {
+// codec can, into fb when it fits.
+func (c *Conn) marshal(req proto.Message, p *payload, fb *frameBuf) error {
 	if fm, ok := c.opts.codec.(FramedMarshaler); ok {
-		b, err := fm.MarshalFramed(req, envelopeLen)
+		b, err := fm.MarshalFramed(req, envelopeLen, fb[:0])
 		if err != nil {
 			return err
 		}

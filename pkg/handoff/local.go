@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // processID tells this process's exchange keys from another's, so that a
@@ -33,14 +34,19 @@ var exchanges = struct {
 	seq atomic.Uint64
 }{m: map[string]*exchange{}}
 
+// paramBuf holds an exchange's descriptor: "p;", the process id (16), '-'
+// and a sequence number in base 36 (at most 13).
+type paramBuf [40]byte
+
 // openExchange registers ex and returns its descriptor (Descriptor's
-// "p;<key>", built in one allocation: every request to an executor of this
-// process carries one).
-func openExchange(ex *exchange) string {
-	var buf [64]byte
+// "p;<key>"), written into buf, which the string aliases: every request to
+// an executor of this process carries one, and buf lives in the request's
+// Outgoing, so it costs no allocation of its own. buf must not change
+// while the string is in use (an Outgoing is never reused).
+func openExchange(ex *exchange, buf *paramBuf) string {
 	d := append(append(append(buf[:0], "p;"...), processID...), '-')
 	d = strconv.AppendUint(d, exchanges.seq.Add(1), 36)
-	param := string(d)
+	param := unsafe.String(unsafe.SliceData(d), len(d))
 	key := param[len("p;"):]
 	exchanges.Lock()
 	exchanges.m[key] = ex

@@ -53,7 +53,10 @@ type Outgoing struct {
 	ex    *exchange
 	exch  exchange    // what ex points to, and
 	param stringParam // the request's Param: one allocation with o
-	spans []Span      // ModeFile: where the inputs went, for Undo
+	pbuf  paramBuf    // ModeProcess: the bytes of param's string
+	// ownMap: setParam made the request's parameters map (Unset).
+	ownMap bool
+	spans  []Span // ModeFile: where the inputs went, for Undo
 
 	// sent and received are the tensor bytes handed off: inputs by
 	// Prepare, outputs taken by Finish.
@@ -88,6 +91,15 @@ func (o *Outgoing) Mode() Mode {
 // A parameter named Param from the client is refused: the descriptor would
 // make the executor read files or tensors that are not the client's.
 func Prepare(req *inference.ModelInferRequest, route Route, body *Region, threshold int) (*Outgoing, error) {
+	return PrepareInto(nil, req, route, body, threshold)
+}
+
+// PrepareInto is Prepare with the Outgoing it returns, when not nil, being
+// o (a zero Outgoing, never used before, which the caller allocated with
+// other things of the request's: it must stay valid as long as the
+// returned pointer is used, which the garbage collector sees to). A nil o
+// is allocated.
+func PrepareInto(o *Outgoing, req *inference.ModelInferRequest, route Route, body *Region, threshold int) (*Outgoing, error) {
 	if _, ok := req.GetParameters()[Param]; ok {
 		return nil, tritonerr.InvalidArgf("parameter '%s' is reserved for Nereid's internal use and should not be specified.", Param)
 	}
@@ -102,7 +114,9 @@ func Prepare(req *inference.ModelInferRequest, route Route, body *Region, thresh
 		threshold = DefaultThreshold
 	}
 	var d Descriptor
-	o := &Outgoing{}
+	if o == nil {
+		o = &Outgoing{}
+	}
 	switch route {
 	case RouteProcess:
 		o.mode = ModeProcess
@@ -125,7 +139,7 @@ func Prepare(req *inference.ModelInferRequest, route Route, body *Region, thresh
 			o.req = body.Retain()
 		}
 		o.ex = ex
-		param := openExchange(ex)
+		param := openExchange(ex, &o.pbuf)
 		o.key = param[len("p;"):]
 		o.setParam(req, param)
 		return o, nil
@@ -179,14 +193,36 @@ func Prepare(req *inference.ModelInferRequest, route Route, body *Region, thresh
 	return o, nil
 }
 
+// paramMaps are parameter maps setParam made for requests that had none,
+// given back by Unset: most requests have no parameters of their own, and
+// a map costs two allocations.
+var paramMaps = sync.Pool{New: func() any { return make(map[string]*inference.InferParameter, 1) }}
+
 // setParam puts the encoded descriptor into req's parameters.
 func (o *Outgoing) setParam(req *inference.ModelInferRequest, descriptor string) {
 	if req.Parameters == nil {
-		req.Parameters = make(map[string]*inference.InferParameter, 1)
+		req.Parameters = paramMaps.Get().(map[string]*inference.InferParameter)
+		o.ownMap = true
 	}
 	o.param.s.StringParam = descriptor
 	o.param.p.ParameterChoice = &o.param.s
 	req.Parameters[Param] = &o.param.p
+}
+
+// Unset takes the descriptor out of req's parameters (where Prepare put
+// it) and gives the parameters map back for later requests when Prepare
+// made it. For a request that went out encoded and is no longer read: one
+// handed to its executor as a message (bus.Local) must keep its map.
+func (o *Outgoing) Unset(req *inference.ModelInferRequest) {
+	if o == nil {
+		return
+	}
+	delete(req.Parameters, Param)
+	if m := req.Parameters; o.ownMap && m != nil && len(m) == 0 {
+		req.Parameters = nil
+		paramMaps.Put(m)
+	}
+	o.ownMap = false
 }
 
 // stringParam is a string parameter with its oneof case.

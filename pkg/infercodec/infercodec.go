@@ -83,14 +83,19 @@ func (Codec) Marshal(m proto.Message) ([][]byte, error) {
 
 // MarshalFramed implements bus.FramedMarshaler: a ModelInferRequest
 // without large raw contents is encoded by its generated code behind room
-// free bytes of the buffer; anything else is left to Marshal (nil).
-func (Codec) MarshalFramed(m proto.Message, room int) ([]byte, error) {
+// free bytes of the buffer (buf when its capacity suffices); anything else
+// is left to Marshal (nil).
+func (Codec) MarshalFramed(m proto.Message, room int, buf []byte) ([]byte, error) {
 	v, ok := m.(*inference.ModelInferRequest)
 	if !ok || size(v.RawInputContents) >= minParts {
 		return nil, nil
 	}
 	n := v.SizeVT()
-	buf := make([]byte, room+n)
+	if cap(buf) >= room+n {
+		buf = buf[:room+n]
+	} else {
+		buf = make([]byte, room+n)
+	}
 	k, err := v.MarshalToSizedBufferVT(buf[room:])
 	if err != nil {
 		return nil, err
@@ -124,12 +129,45 @@ func (Codec) Unmarshal(b []byte, m proto.Message) error {
 	return proto.Unmarshal(b, m)
 }
 
+// RequestRoom is room for the lists a small request's decoding would
+// allocate apart: its inputs' and its raw contents' (one each). A caller
+// that decodes requests into memory of its own (a gRPC request and what
+// forwarding it takes, in one allocation) puts one beside the request
+// (UnmarshalRequestIn).
+type RequestRoom struct {
+	inputs [1]*inference.ModelInferRequest_InferInputTensor
+	raw    [1][]byte
+}
+
+// UnmarshalRequestIn is UnmarshalRequest whose lists of inputs and raw
+// contents begin in room: a request with one input costs the generated
+// decoder's input tensor and shape, and nothing else. room must stay with
+// req (req's slices point into it).
+func UnmarshalRequestIn(b []byte, req *inference.ModelInferRequest, room *RequestRoom) error {
+	proto.Reset(req)
+	req.Inputs, req.RawInputContents = room.inputs[:0], room.raw[:0]
+	err := req.UnmarshalVTUnsafe(b)
+	if len(req.Inputs) == 0 {
+		req.Inputs = nil // as decoding without room leaves it
+	}
+	if len(req.RawInputContents) == 0 {
+		req.RawInputContents = nil
+	}
+	return checkDecoded(b, req, err)
+}
+
 // UnmarshalRequest decodes b into req with its strings and bytes, raw
 // inputs included, aliasing b, which must not change afterwards. Strings
 // are checked for UTF-8 as protobuf's decoder does.
 func UnmarshalRequest(b []byte, req *inference.ModelInferRequest) error {
 	proto.Reset(req)
-	if err := req.UnmarshalVTUnsafe(b); err != nil || checkRequestUTF8(req) != nil || req.SizeVT() != len(b) {
+	return checkDecoded(b, req, req.UnmarshalVTUnsafe(b))
+}
+
+// checkDecoded finishes UnmarshalRequest once the generated decoder
+// decoded b into req (err its outcome).
+func checkDecoded(b []byte, req *inference.ModelInferRequest, err error) error {
+	if err != nil || checkRequestUTF8(req) != nil || req.SizeVT() != len(b) {
 		// Malformed: protobuf's decoder has the last word (it keeps a
 		// field of the wrong wire type as unknown where the generated one
 		// fails) and the words for what is wrong.

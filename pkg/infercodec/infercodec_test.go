@@ -60,13 +60,23 @@ func TestRoundTrip(t *testing.T) {
 			if err := (Codec{}).Unmarshal(b, got); err != nil || !proto.Equal(got, m) {
 				t.Fatalf("sizes %v: decoded message differs: %v", sizes, err)
 			}
-			framed, err := Codec{}.MarshalFramed(m, 10)
-			if _, isReq := m.(*inference.ModelInferRequest); !isReq || total(sizes) >= MinParts {
-				if framed != nil || err != nil {
-					t.Fatalf("sizes %v: %T framed (%v), which goes to Marshal", sizes, m, err)
+			// Framed into a buffer of its own, and into a lent one, which
+			// it uses when large enough.
+			lent := make([]byte, 0, 10+len(b)+(len(sizes)%2))
+			for _, buf := range [][]byte{nil, lent, lent[: 0 : 9+len(b)]} {
+				framed, err := Codec{}.MarshalFramed(m, 10, buf)
+				if _, isReq := m.(*inference.ModelInferRequest); !isReq || total(sizes) >= MinParts {
+					if framed != nil || err != nil {
+						t.Fatalf("sizes %v: %T framed (%v), which goes to Marshal", sizes, m, err)
+					}
+					continue
 				}
-			} else if err != nil || len(framed) != 10+len(b) || !bytes.Equal(framed[10:], b) {
-				t.Fatalf("sizes %v: framed encoding differs from Marshal's (%v)", sizes, err)
+				if err != nil || len(framed) != 10+len(b) || !bytes.Equal(framed[10:], b) {
+					t.Fatalf("sizes %v: framed encoding differs from Marshal's (%v)", sizes, err)
+				}
+				if inLent := cap(buf) > 0 && &framed[0] == &buf[:1][0]; inLent != (cap(buf) >= 10+len(b)) {
+					t.Fatalf("sizes %v: lent a buffer of %d bytes for %d, used it: %v", sizes, cap(buf), 10+len(b), inLent)
+				}
 			}
 			var raw [][]byte
 			switch v := got.(type) {
@@ -126,5 +136,45 @@ func FuzzUnmarshalRequest(f *testing.F) {
 		if errA == nil && !proto.Equal(&a, &want) {
 			t.Fatal("decoders disagree")
 		}
+		// Decoding into room of the caller's reads the same.
+		var c inference.ModelInferRequest
+		var room RequestRoom
+		errC := UnmarshalRequestIn(b, &c, &room)
+		if (errC == nil) != (errW == nil) {
+			t.Fatalf("decoder with room: error %v, protobuf %v", errC, errW)
+		}
+		if errC == nil && !proto.Equal(&c, &want) {
+			t.Fatal("decoder with room disagrees")
+		}
+		if errC == nil && ((c.Inputs == nil) != (want.Inputs == nil) || (c.RawInputContents == nil) != (want.RawInputContents == nil)) {
+			t.Fatal("decoder with room leaves lists empty rather than nil")
+		}
 	})
+}
+
+// TestUnmarshalRequestInAllocs: a request of one input decoded into room
+// of the caller's costs the input tensor and its shape alone.
+func TestUnmarshalRequestInAllocs(t *testing.T) {
+	b, err := proto.Marshal(&inference.ModelInferRequest{
+		ModelName: "m", Id: "1",
+		Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "IN", Datatype: "FP32", Shape: []int64{1, 16}}},
+		Outputs:          nil,
+		RawInputContents: [][]byte{big(64, 3)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req inference.ModelInferRequest
+	var room RequestRoom
+	n := testing.AllocsPerRun(100, func() {
+		if err := UnmarshalRequestIn(b, &req, &room); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 2 {
+		t.Fatalf("%v allocations, want 2 (the tensor and its shape)", n)
+	}
+	if len(req.Inputs) != 1 || &req.Inputs[0] != &room.inputs[0] || len(req.RawInputContents) != 1 || &req.RawInputContents[0] != &room.raw[0] {
+		t.Fatal("the lists are not in the room")
+	}
 }

@@ -21,8 +21,10 @@ import (
 // the request and its outcome are logged with its trace and request ids.
 // With passOn the answer may come as enc instead: the executor's encoding
 // of the response, exactly what encoding resp would give, which a gRPC
-// client gets as it is and an HTTP client's response is written from.
-func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool) (resp *inference.ModelInferResponse, enc *encodedResponse, err error) {
+// client gets as it is and an HTTP client's response is written from. fw,
+// when not nil, is a fresh forwarding the caller allocated with the
+// request (a gRPC request's, grpcRequest); nil: one is allocated.
+func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool, fw *forwarding) (resp *inference.ModelInferResponse, enc *encodedResponse, err error) {
 	var span trace.Span
 	if g.tracing(req.GetModelName()) {
 		ctx, span = g.tracer.StartRequest(ctx, req.GetModelName(), clientCarrier(ctx), "InferRequest")
@@ -31,7 +33,7 @@ func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *infere
 		}
 	}
 	ctx, verbose := g.logRequest(ctx, vv, req)
-	resp, enc, err = g.forward(ctx, vv, req, passOn)
+	resp, enc, err = g.forward(ctx, vv, req, passOn, fw)
 	if verbose {
 		g.logOutcome(ctx, req, err)
 	}
@@ -41,13 +43,15 @@ func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *infere
 	return resp, enc, err
 }
 
-func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool) (*inference.ModelInferResponse, *encodedResponse, error) {
+func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
 	// A string that is not UTF-8 could not be encoded for the bus: the
 	// client's mistake, said as such before anything is sent.
 	if err := infer.CheckUTF8(req); err != nil {
 		return nil, nil, err
 	}
-	fw := new(forwarding)
+	if fw == nil {
+		fw = new(forwarding)
+	}
 	g.boundInference(&fw.ctx, ctx)
 	defer fw.ctx.Cancel()
 	ctx = &fw.ctx
@@ -55,7 +59,7 @@ func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.M
 	if resp, ok, err := g.routeSequence(ctx, vv, req); ok { // sequence models: the sequence router
 		return resp, nil, err
 	}
-	subject, hs, err := g.prepareHandoff(vv, req) // large tensors to an executor of this node: pkg/handoff
+	subject, hs, err := g.prepareHandoff(vv, req, &fw.out) // large tensors to an executor of this node: pkg/handoff
 	if err != nil {
 		return nil, nil, err
 	}
@@ -64,6 +68,11 @@ func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.M
 		return nil, nil, hs.finish(nil, err)
 	}
 	defer release()
+	if g.bus.Encodes() {
+		// The request went out encoded once the bus request returns: the
+		// parameters map the hand-off made serves the next one.
+		defer hs.out.Unset(req)
+	}
 	if passOn && !g.bus.InProcess(subject) {
 		return g.forwardEncoded(ctx, subject, &hs, req, fw)
 	}
@@ -77,10 +86,13 @@ func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.M
 }
 
 // forwarding is what of a forwarded request outlives forward's frame, in
-// one allocation: the context it is forwarded in, and its response,
-// decoded or as the executor encoded it (forwardEncoded).
+// one allocation: the context it is forwarded in, its hand-off's Outgoing
+// (when it has one), and its response, decoded or as the executor encoded
+// it (forwardEncoded). It serves one request: the Outgoing's descriptor
+// lies in it.
 type forwarding struct {
 	ctx  bus.Bounded
+	out  handoff.Outgoing
 	resp inference.ModelInferResponse
 	enc  encodedResponse
 }

@@ -75,7 +75,7 @@ func (g *Gateway) generateOne(w http.ResponseWriter, r *http.Request, vv *versio
 	)
 	err := func() error {
 		if !isDecoupled(vv) {
-			resp, _, err := g.forwardInfer(ctx, vv, req, false)
+			resp, _, err := g.forwardInfer(ctx, vv, req, false, nil)
 			got, count = []response{{resp: resp, final: true}}, 1
 			return err
 		}
@@ -158,7 +158,7 @@ func (g *Gateway) generateStream(w http.ResponseWriter, r *http.Request, vv *ver
 	} else {
 		ctx := g.inferContext(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header))
 		var resp *inference.ModelInferResponse
-		if resp, _, err = g.forwardInfer(ctx, vv, req, false); err == nil {
+		if resp, _, err = g.forwardInfer(ctx, vv, req, false, nil); err == nil {
 			err = emit(response{resp: resp, final: true})
 		}
 		ctx.Cancel()

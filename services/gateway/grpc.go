@@ -15,6 +15,7 @@ import (
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/handoff"
+	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/kserve"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -75,14 +76,14 @@ func (s *grpcService) RepositoryIndex(ctx context.Context, req *inference.Reposi
 }
 
 func (s *grpcService) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
-	resp, _, err := s.g.inferGRPC(ctx, req, "ModelInfer RPC", false)
+	resp, _, err := s.g.inferGRPC(ctx, req, "ModelInfer RPC", false, nil)
 	return resp, err
 }
 
 // modelInfer is ModelInfer as the server calls it (grpcServiceDesc): the
 // answer may be the executor's encoding, which the codec sends as it is.
-func (s *grpcService) modelInfer(ctx context.Context, req *inference.ModelInferRequest) (any, error) {
-	resp, enc, err := s.g.inferGRPC(ctx, req, "ModelInfer RPC", true)
+func (s *grpcService) modelInfer(ctx context.Context, req *inference.ModelInferRequest, fw *forwarding) (any, error) {
+	resp, enc, err := s.g.inferGRPC(ctx, req, "ModelInfer RPC", true, fw)
 	switch {
 	case err != nil:
 		return nil, err
@@ -109,25 +110,48 @@ func grpcServiceDesc() *grpc.ServiceDesc {
 
 // modelInferHandler is the generated handler of ModelInfer calling
 // modelInfer.
+// The request is decoded into a grpcRequest (the codec's Unmarshal), which
+// holds what forwarding it takes too.
 func modelInferHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	in := new(inference.ModelInferRequest)
-	if err := dec(in); err != nil {
+	r := new(grpcRequest)
+	if err := dec(r); err != nil {
 		return nil, err
 	}
+	in := &r.req
 	s := srv.(*grpcService)
 	if interceptor == nil {
-		return s.modelInfer(ctx, in)
+		return s.modelInfer(ctx, in, &r.fw)
 	}
 	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: inference.GRPCInferenceService_ModelInfer_FullMethodName}
 	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
-		return s.modelInfer(ctx, req.(*inference.ModelInferRequest))
+		m := req.(*inference.ModelInferRequest)
+		if m != in {
+			return s.modelInfer(ctx, m, nil) // an interceptor's own request
+		}
+		return s.modelInfer(ctx, m, &r.fw)
 	})
+}
+
+// grpcSmallBody is the size up to which a unary infer request's message is
+// copied out of gRPC's buffers into its grpcRequest rather than a buffer
+// of its own: a few small tensors and their names.
+const grpcSmallBody = 512
+
+// grpcRequest is a unary infer request in one allocation with what its
+// decoding and forwarding would otherwise allocate apart: its message's
+// bytes, which its strings and raw contents alias, when small; its lists
+// of inputs and raw contents (for one input); its forwarding (forward).
+type grpcRequest struct {
+	req  inference.ModelInferRequest
+	room infercodec.RequestRoom
+	fw   forwarding
+	body [grpcSmallBody]byte
 }
 
 // inferGRPC resolves the model, normalises typed contents to raw bytes and
 // forwards the request to an executor. With passOn the answer may be enc,
 // the executor's encoding of the response (forwardInfer).
-func (g *Gateway) inferGRPC(ctx context.Context, req *inference.ModelInferRequest, what string, passOn bool) (*inference.ModelInferResponse, *encodedResponse, error) {
+func (g *Gateway) inferGRPC(ctx context.Context, req *inference.ModelInferRequest, what string, passOn bool, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
 	// Large inputs the codec decoded, when forwarding did not take them (a
 	// request refused before it is sent).
 	defer func() { handoff.TakeRegion(req).Release() }()
@@ -147,7 +171,7 @@ func (g *Gateway) inferGRPC(ctx context.Context, req *inference.ModelInferReques
 	if err := kserve.ContentsToRaw(req); err != nil {
 		return nil, nil, err
 	}
-	return g.forwardInfer(ctx, vv, req, passOn)
+	return g.forwardInfer(ctx, vv, req, passOn, fw)
 }
 
 // ModelStreamInfer answers each request of the stream in order. A failed
@@ -204,7 +228,7 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 					case <-ctx.Done():
 					}
 				}
-				p.resp, p.enc, p.err = s.g.inferGRPC(order.context(ctx, req), req, "ModelStreamInfer RPC", true)
+				p.resp, p.enc, p.err = s.g.inferGRPC(order.context(ctx, req), req, "ModelStreamInfer RPC", true, nil)
 				done()
 				st.complete(p)
 			})

@@ -59,6 +59,16 @@ func (g *Gateway) grpcCodec() *codec {
 func (c *codec) Name() string { return "proto" }
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*grpcRequest); ok {
+		// A unary infer request (modelInferHandler): a small one is
+		// copied into r and decoded with its lists in r's room.
+		if n := data.Len(); n <= len(r.body) && n < c.threshold {
+			b := r.body[:n]
+			data.CopyTo(b)
+			return infercodec.UnmarshalRequestIn(b, &r.req, &r.room)
+		}
+		v = &r.req
+	}
 	if req, ok := v.(*inference.ModelInferRequest); ok {
 		if data.Len() >= c.threshold {
 			if done, err := c.unmarshalRequest(data, req); done {

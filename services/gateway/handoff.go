@@ -106,8 +106,9 @@ type handoffState struct {
 }
 
 // prepareHandoff moves req's large inputs aside when its executor is on
-// this node, and says which subject to send it to.
-func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferRequest) (string, handoffState, error) {
+// this node, and says which subject to send it to. The Outgoing, if any,
+// is into (a fresh one, of the request's forwarding).
+func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferRequest, into *handoff.Outgoing) (string, handoffState, error) {
 	hs := handoffState{body: handoff.TakeRegion(req)}
 	route := g.handoffRoute(req.GetModelName(), vv)
 	subject := vv.inferSubject(req.GetModelName()) // req.ModelVersion is vv's
@@ -135,7 +136,7 @@ func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferReque
 		runtime.GC()
 		runtime.GC()
 	}
-	out, err := handoff.Prepare(req, route, hs.body, g.handoffThreshold())
+	out, err := handoff.PrepareInto(into, req, route, hs.body, g.handoffThreshold())
 	if err != nil {
 		hs.body.Release()
 		return "", handoffState{}, err

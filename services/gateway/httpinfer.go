@@ -81,7 +81,7 @@ func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v str
 
 	// The executor's encoding of the response, when it comes as it is, is
 	// written out without being decoded first.
-	resp, encoded, err := g.forwardInfer(g.withClientHeaders(r.Context(), name, r.Header), vv, req, true)
+	resp, encoded, err := g.forwardInfer(g.withClientHeaders(r.Context(), name, r.Header), vv, req, true, nil)
 	if err != nil {
 		writeError(w, err)
 		return
