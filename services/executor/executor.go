@@ -297,7 +297,7 @@ func (e *Executor) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("executor: durable sequence state: %w", err)
 		}
-		e.states = &redisStates{rdb: rdb}
+		e.states = newRedisStates(rdb)
 	} else {
 		e.states = newMemStates()
 	}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -129,8 +130,50 @@ func (m *memStates) close() error { return nil }
 // script (seqstate.Save's and seqstate.MayDrop's rules), a batch's scripts
 // sent in one pipeline. The scripts use only the commands the executor's
 // Redis user may run (deploy/redis/users.acl.in).
+//
+// Writes and drops, on the path of a sequence's answers, go over
+// connections of their own (conns), each used by one batch at a time: the
+// client's pool probes a connection's health with a syscall (recvfrom) at
+// every checkout and does its bookkeeping under a lock, on every command,
+// which a connection kept between writes skips.
 type redisStates struct {
-	rdb *redis.Client
+	rdb   *redis.Client
+	conns chan *redis.Conn
+}
+
+// idleWriteConns bounds the connections kept between writes: a batch holds
+// one during its write, so this many batches (instances of durable models
+// writing at once) write without dialing.
+const idleWriteConns = 8
+
+func newRedisStates(rdb *redis.Client) *redisStates {
+	return &redisStates{rdb: rdb, conns: make(chan *redis.Conn, idleWriteConns)}
+}
+
+// conn returns a kept connection, or a new one from the client's pool.
+func (s *redisStates) conn() *redis.Conn {
+	select {
+	case c := <-s.conns:
+		return c
+	default:
+		return s.rdb.Conn()
+	}
+}
+
+// release keeps c for the next write unless err says the connection
+// failed (an error reply from Redis, NOSCRIPT or a script's, leaves it
+// sound): a failed one is closed, and the retry dials anew.
+func (s *redisStates) release(c *redis.Conn, err error) {
+	var reply redis.Error
+	if err != nil && !errors.As(err, &reply) {
+		_ = c.Close()
+		return
+	}
+	select {
+	case s.conns <- c:
+	default:
+		_ = c.Close()
+	}
 }
 
 // saveScript is seqstate.Save. KEYS the record; ARGV fence, token, after,
@@ -194,14 +237,16 @@ func (s *redisStates) load(ctx context.Context, key string) (*seqstate.Record, e
 
 // run sends one script per element in a pipeline (EVALSHA), and those
 // Redis did not know (NOSCRIPT: a restarted server) again with their text.
-func (s *redisStates) run(ctx context.Context, script *redis.Script, keys []string, args [][]any) ([]*redis.Cmd, error) {
+func (s *redisStates) run(ctx context.Context, script *redis.Script, keys []string, args [][]any) (cmds []*redis.Cmd, err error) {
+	conn := s.conn()
+	defer func() { s.release(conn, err) }()
 	if len(keys) == 1 {
 		// One sequence (c=1, or a batch of one): no pipeline to build.
-		c := script.Run(ctx, s.rdb, keys, args[0]...)
+		c := script.Run(ctx, conn, keys, args[0]...)
 		return []*redis.Cmd{c}, c.Err()
 	}
-	cmds := make([]*redis.Cmd, len(keys))
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds = make([]*redis.Cmd, len(keys))
+	_, err = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range keys {
 			cmds[i] = script.EvalSha(ctx, p, keys[i:i+1], args[i]...)
 		}
@@ -210,7 +255,7 @@ func (s *redisStates) run(ctx context.Context, script *redis.Script, keys []stri
 	if err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		return cmds, err
 	}
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range keys {
 			cmds[i] = script.Eval(ctx, p, keys[i:i+1], args[i]...)
 		}
@@ -260,4 +305,13 @@ func (s *redisStates) drop(ctx context.Context, ds []keyedDrop) error {
 	return err
 }
 
-func (s *redisStates) close() error { return s.rdb.Close() }
+func (s *redisStates) close() error {
+	for {
+		select {
+		case c := <-s.conns:
+			_ = c.Close()
+		default:
+			return s.rdb.Close()
+		}
+	}
+}

@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +16,7 @@ import (
 func stateStores(t *testing.T, body func(t *testing.T, st stateStore)) {
 	t.Run("memory", func(t *testing.T) { body(t, newMemStates()) })
 	t.Run("redis", func(t *testing.T) {
-		body(t, &redisStates{rdb: redistest.Plain(t)})
+		body(t, newRedisStates(redistest.Plain(t)))
 	})
 }
 
@@ -120,4 +122,49 @@ func TestStateStoreContract(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
+}
+
+// Writes keep their connection: after the first, a write does not check a
+// connection out of the client's pool (which probes its health with a
+// syscall each time). One whose connection Redis closed fails, and the
+// next write goes over a new one.
+func TestRedisStatesKeepConnection(t *testing.T) {
+	rdb := redistest.Plain(t)
+	st := newRedisStates(rdb)
+	ctx := context.Background()
+	const k = "nereid:state:{m.1}:u:9"
+	prev := ""
+	write := func(i int) error {
+		tok := fmt.Sprintf("t%d", i)
+		vs, err := st.save(ctx, []keyedWrite{{key: k, w: seqstate.Write{Fence: uint64(i + 1), Token: tok, After: prev, Start: i == 0, State: []byte("s")}}}, time.Minute)
+		if err == nil && vs[0] != seqstate.Saved {
+			t.Fatalf("write %d: %v", i, vs[0])
+		}
+		if err == nil {
+			prev = tok
+		}
+		return err
+	}
+	if err := write(0); err != nil {
+		t.Fatal(err)
+	}
+	before := *rdb.PoolStats()
+	for i := 1; i <= 20; i++ {
+		if err := write(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := *rdb.PoolStats(); after.Hits != before.Hits || after.Misses != before.Misses {
+		t.Fatalf("20 writes checked connections out of the pool: hits %d -> %d, misses %d -> %d", before.Hits, after.Hits, before.Misses, after.Misses)
+	}
+	// Redis drops every client connection: at most one write fails with
+	// it, the next one dials.
+	if err := rdb.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "no").Err(); err != nil && !strings.Contains(err.Error(), "EOF") {
+		t.Fatalf("CLIENT KILL: %v", err)
+	}
+	if err := write(21); err != nil {
+		if err := write(22); err != nil {
+			t.Fatalf("the write after a failed connection: %v", err)
+		}
+	}
 }
