@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -50,30 +51,24 @@ var cOnce struct {
 // identity_c (the C one), and starts a standalone server over it with both
 // shared-memory regions registered.
 func startCBackends(size int) (*shmServer, error) {
-	root, err := constellation.Root()
-	if err != nil {
-		return nil, err
-	}
-	src := filepath.Join(root, "services", "executor", "internal", "cbackend")
 	dir, err := os.MkdirTemp("", "nereid-bench-cbackend-")
 	if err != nil {
 		return nil, err
 	}
-	stub := filepath.Join(dir, "lib", "libtritonserver.so")
-	lib := filepath.Join(dir, "backends", "nidentity", "libtriton_nidentity.so")
-	for _, args := range [][]string{
-		{"-shared", "-fPIC", "-Wl,-soname,libtritonserver.so", "-o", stub, filepath.Join(src, "stub", "tritonserver_stub.c")},
-		{"-O2", "-shared", "-fPIC", "-I" + filepath.Join(src, "include"), "-o", lib,
-			filepath.Join(src, "testdata", "backends", "identity.c"), "-L" + filepath.Dir(stub), "-ltritonserver"},
-	} {
-		out := args[slicesIndex(args, "-o")+1]
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+	libs := dir
+	// With NEREID_TEST_BACKENDS set, the libraries are built there once and
+	// reused, as the cbackend package's tests do: a run under valgrind then
+	// starts no child process (callgrind aborts on its SIGCHLD).
+	if d := os.Getenv("NEREID_TEST_BACKENDS"); d != "" {
+		libs = filepath.Join(d, "e2e-bench")
+	}
+	if _, err := os.Stat(filepath.Join(libs, "built")); err != nil {
+		if err := buildCIdentity(libs); err != nil {
+			os.RemoveAll(dir)
 			return nil, err
 		}
-		if b, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("cc: %v\n%s", err, b)
-		}
 	}
+	stub := filepath.Join(libs, "lib", "libtritonserver.so")
 	repo := filepath.Join(dir, "models")
 	for name, backend := range map[string]string{"identity_go": "identity", "identity_c": "nidentity"} {
 		if err := os.MkdirAll(filepath.Join(repo, name, "1"), 0o755); err != nil {
@@ -84,7 +79,7 @@ func startCBackends(size int) (*shmServer, error) {
 		}
 	}
 	s, err := startShmServerWith(size, repo, []string{"identity_go", "identity_c"}, func(cfg *standalone.Config) {
-		cfg.BackendDirectory = filepath.Join(dir, "backends")
+		cfg.BackendDirectory = filepath.Join(libs, "backends")
 		cfg.ServerLibrary = stub
 	})
 	if err != nil {
@@ -94,6 +89,32 @@ func startCBackends(size int) (*shmServer, error) {
 	stop := s.close
 	s.close = func() { stop(); os.RemoveAll(dir) }
 	return s, nil
+}
+
+// buildCIdentity compiles the stub libtritonserver.so and the C identity
+// backend into libs (lib/ and backends/nidentity/), marked built.
+func buildCIdentity(libs string) error {
+	root, err := constellation.Root()
+	if err != nil {
+		return err
+	}
+	src := filepath.Join(root, "services", "executor", "internal", "cbackend")
+	stub := filepath.Join(libs, "lib", "libtritonserver.so")
+	lib := filepath.Join(libs, "backends", "nidentity", "libtriton_nidentity.so")
+	for _, args := range [][]string{
+		{"-shared", "-fPIC", "-Wl,-soname,libtritonserver.so", "-o", stub, filepath.Join(src, "stub", "tritonserver_stub.c")},
+		{"-O2", "-shared", "-fPIC", "-I" + filepath.Join(src, "include"), "-o", lib,
+			filepath.Join(src, "testdata", "backends", "identity.c"), "-L" + filepath.Dir(stub), "-ltritonserver"},
+	} {
+		out := args[slicesIndex(args, "-o")+1]
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		if b, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("cc: %v\n%s", err, b)
+		}
+	}
+	return os.WriteFile(filepath.Join(libs, "built"), nil, 0o644)
 }
 
 func slicesIndex(ss []string, s string) int {
@@ -170,5 +191,40 @@ func TestCBackendPaths(t *testing.T) {
 	}
 	if _, err := Drive(nil, 5, 1, 2, shmInferModel(c, s, "identity_c")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkCBackendAlone drives the two identities of BenchmarkCBackend's
+// 64-byte pair each on its own, one request at a time, so that the whole
+// process's costs per request (client, gateway and executor together)
+// compare between them: allocations (-benchmem), goroutine wake-ups (the
+// scheduler's runnable-to-running transitions), calls into C, and under
+// callgrind instructions (a run of N minus a run of M requests).
+func BenchmarkCBackendAlone(b *testing.B) {
+	for _, model := range []string{"identity_go", "identity_c"} {
+		b.Run(model, func(b *testing.B) {
+			s := cFixture(b)
+			c := inference.NewGRPCInferenceServiceClient(fx.conn(b, s.grpc))
+			op, _, err := InferUnary(c, modelRequest(model, FP32Payload(small)))(0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range warmSmall {
+				if err := op(true); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			before, calls := readSched(), runtime.NumCgoCall()
+			for range b.N {
+				if err := op(false); err != nil {
+					b.Fatal(err)
+				}
+			}
+			after := readSched()
+			b.ReportMetric(float64(after.wakeups-before.wakeups)/float64(b.N), "wakeups/op")
+			b.ReportMetric(float64(runtime.NumCgoCall()-calls)/float64(b.N), "cgo-calls/op")
+		})
 	}
 }
