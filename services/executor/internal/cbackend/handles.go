@@ -3,7 +3,6 @@ package cbackend
 import (
 	"math"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 )
 
@@ -18,7 +17,11 @@ import (
 // objects alive at once (a request per execution in flight, the models,
 // instances and metrics).
 type handleTable struct {
-	mu    sync.RWMutex
+	// mu is a plain mutex: every execution adds and removes a handle per
+	// request, for which sync.RWMutex's write lock costs three times as
+	// much, and lookups are few (calls into Go, which the recorded
+	// executions mostly spare).
+	mu    sync.Mutex
 	slots []handleSlot
 	free  []uint32 // indexes of empty slots
 }
@@ -26,10 +29,9 @@ type handleTable struct {
 type handleSlot struct {
 	v   any
 	gen uint32
-	// found is set (atomically, under the read lock) once get has
-	// returned the object: remove reports whether anything may still hold
-	// it from a lookup.
-	found uint32
+	// found is set once get has returned the object: remove reports
+	// whether anything may still hold it from a lookup.
+	found bool
 }
 
 // Handles need 64 bits: this fails to compile where uintptr is narrower.
@@ -47,7 +49,7 @@ func (t *handleTable) add(v any) uintptr {
 	}
 	s := &t.slots[i]
 	s.v = v
-	atomic.StoreUint32(&s.found, 0)
+	s.found = false
 	h := uintptr(s.gen)<<32 | uintptr(i+1)
 	t.mu.Unlock()
 	return h
@@ -73,7 +75,7 @@ func (t *handleTable) slot(h uintptr) *handleSlot {
 func (t *handleTable) remove(h uintptr) (found bool) {
 	t.mu.Lock()
 	if s := t.slot(h); s != nil {
-		found = atomic.LoadUint32(&s.found) != 0
+		found = s.found
 		s.v = nil
 		if s.gen < math.MaxUint32 {
 			s.gen++
@@ -85,14 +87,12 @@ func (t *handleTable) remove(h uintptr) (found bool) {
 }
 
 func (t *handleTable) get(h uintptr) any {
-	t.mu.RLock()
+	t.mu.Lock()
 	var v any
 	if s := t.slot(h); s != nil {
 		v = s.v
-		if atomic.LoadUint32(&s.found) == 0 {
-			atomic.StoreUint32(&s.found, 1)
-		}
+		s.found = true
 	}
-	t.mu.RUnlock()
+	t.mu.Unlock()
 	return v
 }

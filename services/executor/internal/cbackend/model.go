@@ -468,7 +468,10 @@ func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error
 	for i := range ls {
 		ls[i].clearRefs()
 	}
-	if now := steadyNow(); in.logAt == 0 || now-in.logAt >= logCacheNs {
+	// Asked again at half the answers' life: an execution that starts
+	// with them near the end of it would find them stale in C and call
+	// into Go for each TRITONSERVER_LogIsEnabled.
+	if now := steadyNow(); in.logAt == 0 || now-in.logAt >= logCacheNs/2 {
 		in.levels, in.logAt = logLevels(), now
 	}
 	err := takeError(C.nereid_execute(C.uintptr_t(uintptr(unsafe.Pointer(in.c))), C.uint32_t(n), C.uint64_t(gen), in.levels, C.uint64_t(in.logAt)))
@@ -627,14 +630,13 @@ type cRequest struct {
 	recorded bool
 
 	mu       sync.Mutex
-	gone     bool // disposed of: no more buffers
+	gone     bool // disposed of (disposeGo): no more buffers
 	released bool
 	final    bool
 	ended_   bool          // released and answered
 	finished chan struct{} // closed once ended_; made only for a waiter
-	disposed sync.Once
-	trace    *cTrace  // the request's trace, once the backend asked for it
-	more     *crExtra // made on first use
+	trace    *cTrace       // the request's trace, once the backend asked for it
+	more     *crExtra      // made on first use
 	// reusable: disposed of, and never found by a lookup (disposeGo), so
 	// that only its execution holds it; written by that execution's
 	// goroutine alone.
@@ -747,37 +749,36 @@ func (cr *cRequest) dispose() {
 // disposeGo is dispose but for freeing the request's C side, which it
 // leaves to the caller when it reports true (the first time).
 func (cr *cRequest) disposeGo() bool {
-	first := false
-	cr.disposed.Do(func() {
-		first = true
-		// A request no lookup ever found is held by its execution alone:
-		// the instance reuses its object (see keepRequests). One that a
-		// call into Go found may still be in that call's hands.
-		found := objects.remove(cr.h)
-		cr.mu.Lock()
-		if !found && cr.more == nil && cr.trace == nil {
-			cr.reusable = true // unwritten otherwise: the execution may be reading it
-		}
-		cr.c = nil
-		cr.gone = true
-		if x := cr.more; x != nil {
-			x.bufs = nil
-			for _, p := range x.states {
-				unregister(uintptr((*C.TRITONBACKEND_State)(p).h))
-				C.free(p)
-			}
-			x.states = nil
-		}
-		t := cr.trace
-		if cr.pinned {
-			cr.pin.Unpin()
-		}
+	cr.mu.Lock()
+	if cr.gone {
 		cr.mu.Unlock()
-		if t != nil {
-			t.free()
+		return false
+	}
+	// A request no lookup ever found is held by its execution alone: the
+	// instance reuses its object (see keepRequests). One that a call into
+	// Go found may still be in that call's hands.
+	if found := objects.remove(cr.h); !found && cr.more == nil && cr.trace == nil {
+		cr.reusable = true // unwritten otherwise: the execution may be reading it
+	}
+	cr.c = nil
+	cr.gone = true
+	if x := cr.more; x != nil {
+		x.bufs = nil
+		for _, p := range x.states {
+			unregister(uintptr((*C.TRITONBACKEND_State)(p).h))
+			C.free(p)
 		}
-	})
-	return first
+		x.states = nil
+	}
+	t := cr.trace
+	if cr.pinned {
+		cr.pin.Unpin()
+	}
+	cr.mu.Unlock()
+	if t != nil {
+		t.free()
+	}
+	return true
 }
 
 // outBuffers are the output buffers handed out for a request: a few, so
