@@ -2,7 +2,8 @@ package executor
 
 import (
 	"context"
-	"errors"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -56,7 +57,8 @@ func stateKey(modelKey, idKey string) string {
 // StateKeyPattern matches every key of the durable states (for SCAN).
 const StateKeyPattern = "nereid:state:*"
 
-func fenceString(f uint64) string { return fmt.Sprintf("%020d", f) }
+// fenceDigits is the width of a stored fence: every uint64 fits.
+const fenceDigits = 20
 
 // memStates is the memory store.
 type memStates struct {
@@ -132,13 +134,12 @@ func (m *memStates) close() error { return nil }
 // Redis user may run (deploy/redis/users.acl.in).
 //
 // Writes and drops, on the path of a sequence's answers, go over
-// connections of their own (conns), each used by one batch at a time: the
-// client's pool probes a connection's health with a syscall (recvfrom) at
-// every checkout and does its bookkeeping under a lock, on every command,
-// which a connection kept between writes skips.
+// connections of the store's own (writeConn: RESP without go-redis's
+// per-command machinery, read in blocking mode), kept between batches,
+// each used by one batch at a time; loads, rare, use the client.
 type redisStates struct {
 	rdb   *redis.Client
-	conns chan *redis.Conn
+	conns chan *writeConn
 }
 
 // idleWriteConns bounds the connections kept between writes: a batch holds
@@ -147,38 +148,46 @@ type redisStates struct {
 const idleWriteConns = 8
 
 func newRedisStates(rdb *redis.Client) *redisStates {
-	return &redisStates{rdb: rdb, conns: make(chan *redis.Conn, idleWriteConns)}
+	return &redisStates{rdb: rdb, conns: make(chan *writeConn, idleWriteConns)}
 }
 
-// conn returns a kept connection, or a new one from the client's pool.
-func (s *redisStates) conn() *redis.Conn {
+// conn returns a kept connection, or dials one.
+func (s *redisStates) conn(ctx context.Context) (*writeConn, error) {
 	select {
 	case c := <-s.conns:
-		return c
+		return c, nil
 	default:
-		return s.rdb.Conn()
+		return dialWrite(ctx, s.rdb.Options())
 	}
 }
 
 // release keeps c for the next write unless err says the connection
-// failed (an error reply from Redis, NOSCRIPT or a script's, leaves it
-// sound): a failed one is closed, and the retry dials anew.
-func (s *redisStates) release(c *redis.Conn, err error) {
-	var reply redis.Error
-	if err != nil && !errors.As(err, &reply) {
-		_ = c.Close()
+// failed (after an error reply from Redis, NOSCRIPT or a script's, the
+// replies still line up): a failed one is closed, and the retry dials
+// anew.
+func (s *redisStates) release(c *writeConn, err error) {
+	if isConnError(err) {
+		_ = c.close()
 		return
 	}
 	select {
 	case s.conns <- c:
 	default:
-		_ = c.Close()
+		_ = c.close()
 	}
+}
+
+// luaScript is a script's text and its SHA-1, for EVALSHA.
+type luaScript struct{ src, sha string }
+
+func newScript(src string) luaScript {
+	sum := sha1.Sum([]byte(src))
+	return luaScript{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 // saveScript is seqstate.Save. KEYS the record; ARGV fence, token, after,
 // start ("1" or "0"), state, ttl ms. Answers 0 saved, 1 stale, 2 gone.
-var saveScript = redis.NewScript(`
+var saveScript = newScript(`
 local r = redis.call('HMGET', KEYS[1], 'fence', 'token')
 local f, tok = r[1], r[2]
 if f and f > ARGV[1] then return 1 end
@@ -200,7 +209,7 @@ return 0`)
 
 // dropScript is seqstate.MayDrop. KEYS the record; ARGV fence, token,
 // after.
-var dropScript = redis.NewScript(`
+var dropScript = newScript(`
 local r = redis.call('HMGET', KEYS[1], 'fence', 'token')
 if not r[1] or r[1] > ARGV[1] then return 0 end
 if r[2] == ARGV[2] or r[2] == ARGV[3] then return redis.call('DEL', KEYS[1]) end
@@ -235,59 +244,81 @@ func (s *redisStates) load(ctx context.Context, key string) (*seqstate.Record, e
 	return r, nil
 }
 
-// run sends one script per element in a pipeline (EVALSHA), and those
-// Redis did not know (NOSCRIPT: a restarted server) again with their text.
-func (s *redisStates) run(ctx context.Context, script *redis.Script, keys []string, args [][]any) (cmds []*redis.Cmd, err error) {
-	conn := s.conn()
-	defer func() { s.release(conn, err) }()
-	if len(keys) == 1 {
-		// One sequence (c=1, or a batch of one): no pipeline to build.
-		c := script.Run(ctx, conn, keys, args[0]...)
-		return []*redis.Cmd{c}, c.Err()
+// scripts runs n scripts in one round trip (EVALSHA, with the key and
+// nargs arguments add writes for the i-th), and all again with their text
+// (EVAL) if Redis did not know the script (NOSCRIPT: a restarted server),
+// and puts their integer answers in out. Under ctx's deadline.
+func (s *redisStates) scripts(ctx context.Context, script luaScript, nargs, n int, add func(c *writeConn, i int), out []int64) (err error) {
+	c, err := s.conn(ctx)
+	if err != nil {
+		return err
 	}
-	cmds = make([]*redis.Cmd, len(keys))
-	_, err = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range keys {
-			cmds[i] = script.EvalSha(ctx, p, keys[i:i+1], args[i]...)
-		}
-		return nil
-	})
-	if err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		return cmds, err
+	defer func() { s.release(c, err) }()
+	dl, _ := ctx.Deadline() // none: zero, no deadline
+	if err := c.nc.SetDeadline(dl); err != nil {
+		return err
 	}
-	_, err = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range keys {
-			cmds[i] = script.Eval(ctx, p, keys[i:i+1], args[i]...)
+	for _, eval := range [2]bool{false, true} {
+		for i := range n {
+			c.array(4 + nargs)
+			if eval {
+				c.str("EVAL")
+				c.str(script.src)
+			} else {
+				c.str("EVALSHA")
+				c.str(script.sha)
+			}
+			c.str("1")
+			add(c, i)
 		}
-		return nil
-	})
-	return cmds, err
+		if err = c.flush(); err != nil {
+			return err
+		}
+		noscript := false
+		for i := range n {
+			v, rerr := c.reply()
+			switch {
+			case isConnError(rerr):
+				return rerr
+			case rerr != nil && strings.HasPrefix(rerr.Error(), "NOSCRIPT"):
+				noscript = true
+			case rerr != nil && err == nil:
+				err = rerr
+			}
+			out[i] = v
+		}
+		if !noscript || err != nil {
+			return err
+		}
+	}
+	return err
 }
 
 func (s *redisStates) save(ctx context.Context, ws []keyedWrite, ttl time.Duration) ([]seqstate.Verdict, error) {
-	keys := make([]string, len(ws))
-	args := make([][]any, len(ws))
-	for i, kw := range ws {
-		start := "0"
-		if kw.w.Start {
-			start = "1"
+	answers := make([]int64, len(ws))
+	ttlMs := ttl.Milliseconds()
+	err := s.scripts(ctx, saveScript, 6, len(ws), func(c *writeConn, i int) {
+		w := &ws[i].w
+		c.str(ws[i].key)
+		c.fixed(w.Fence, fenceDigits)
+		c.str(w.Token)
+		c.str(w.After)
+		if w.Start {
+			c.str("1")
+		} else {
+			c.str("0")
 		}
-		keys[i] = kw.key
-		args[i] = []any{fenceString(kw.w.Fence), kw.w.Token, kw.w.After, start, kw.w.State, ttl.Milliseconds()}
-	}
-	cmds, err := s.run(ctx, saveScript, keys, args)
+		c.bytes(w.State)
+		c.int(ttlMs)
+	}, answers)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]seqstate.Verdict, len(ws))
-	for i, c := range cmds {
-		n, err := c.Int64()
-		if err != nil {
-			return nil, err
-		}
+	for i, n := range answers {
 		v, ok := saveVerdicts[n]
 		if !ok {
-			return nil, fmt.Errorf("durable state %s: unexpected answer %d", keys[i], n)
+			return nil, fmt.Errorf("durable state %s: unexpected answer %d", ws[i].key, n)
 		}
 		out[i] = v
 	}
@@ -295,21 +326,20 @@ func (s *redisStates) save(ctx context.Context, ws []keyedWrite, ttl time.Durati
 }
 
 func (s *redisStates) drop(ctx context.Context, ds []keyedDrop) error {
-	keys := make([]string, len(ds))
-	args := make([][]any, len(ds))
-	for i, d := range ds {
-		keys[i] = d.key
-		args[i] = []any{fenceString(d.fence), d.token, d.after}
-	}
-	_, err := s.run(ctx, dropScript, keys, args)
-	return err
+	answers := make([]int64, len(ds))
+	return s.scripts(ctx, dropScript, 3, len(ds), func(c *writeConn, i int) {
+		c.str(ds[i].key)
+		c.fixed(ds[i].fence, fenceDigits)
+		c.str(ds[i].token)
+		c.str(ds[i].after)
+	}, answers)
 }
 
 func (s *redisStates) close() error {
 	for {
 		select {
 		case c := <-s.conns:
-			_ = c.Close()
+			_ = c.close()
 		default:
 			return s.rdb.Close()
 		}

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -124,19 +125,21 @@ func TestStateStoreContract(t *testing.T) {
 	})
 }
 
-// Writes keep their connection: after the first, a write does not check a
-// connection out of the client's pool (which probes its health with a
-// syscall each time). One whose connection Redis closed fails, and the
-// next write goes over a new one.
+// Writes go over the store's own connection, kept between writes: none
+// checks a connection out of the client's pool (which probes its health
+// with a syscall each time). One whose connection Redis closed fails, and
+// the next write goes over a new one; a Redis that lost its scripts
+// (restarted) is sent their text.
 func TestRedisStatesKeepConnection(t *testing.T) {
 	rdb := redistest.Plain(t)
 	st := newRedisStates(rdb)
 	ctx := context.Background()
 	const k = "nereid:state:{m.1}:u:9"
 	prev := ""
+	state := []byte("s")
 	write := func(i int) error {
 		tok := fmt.Sprintf("t%d", i)
-		vs, err := st.save(ctx, []keyedWrite{{key: k, w: seqstate.Write{Fence: uint64(i + 1), Token: tok, After: prev, Start: i == 0, State: []byte("s")}}}, time.Minute)
+		vs, err := st.save(ctx, []keyedWrite{{key: k, w: seqstate.Write{Fence: uint64(i + 1), Token: tok, After: prev, Start: i == 0, State: state}}}, time.Minute)
 		if err == nil && vs[0] != seqstate.Saved {
 			t.Fatalf("write %d: %v", i, vs[0])
 		}
@@ -155,6 +158,7 @@ func TestRedisStatesKeepConnection(t *testing.T) {
 		}
 	}
 	if after := *rdb.PoolStats(); after.Hits != before.Hits || after.Misses != before.Misses {
+		// Without a connection of the store's own, each write is a hit.
 		t.Fatalf("20 writes checked connections out of the pool: hits %d -> %d, misses %d -> %d", before.Hits, after.Hits, before.Misses, after.Misses)
 	}
 	// Redis drops every client connection: at most one write fails with
@@ -166,5 +170,26 @@ func TestRedisStatesKeepConnection(t *testing.T) {
 		if err := write(22); err != nil {
 			t.Fatalf("the write after a failed connection: %v", err)
 		}
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 23; i < 25; i++ {
+		if err := write(i); err != nil {
+			t.Fatalf("write %d after SCRIPT FLUSH: %v", i, err)
+		}
+	}
+	if r, err := st.load(ctx, k); err != nil || r == nil || r.Token != "t24" || string(r.State) != "s" {
+		t.Fatalf("record after the writes: %+v %v", r, err)
+	}
+	// A large state is sent from its own buffer; the connection goes on.
+	state = bytes.Repeat([]byte("0123456789abcdef"), 100<<10/16)
+	for i := 25; i < 27; i++ {
+		if err := write(i); err != nil {
+			t.Fatalf("write %d of 100 KiB: %v", i, err)
+		}
+	}
+	if r, err := st.load(ctx, k); err != nil || r == nil || r.Token != "t26" || !bytes.Equal(r.State, state) || !bytes.Equal(r.Prev, state) {
+		t.Fatalf("record after the large writes: token %q, %d bytes, %v", r.Token, len(r.State), err)
 	}
 }
