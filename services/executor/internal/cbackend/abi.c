@@ -653,6 +653,7 @@ TRITONSERVER_Error* TRITONBACKEND_ResponseOutput(TRITONBACKEND_Response* r, TRIT
   o->shape = (int64_t*)(o + 1);
   o->name = (char*)(o->shape + (dims ? dims : 1));
   memcpy(o->name, name, n);
+  o->name_len = (uint32_t)(n - 1);
   o->datatype = dt;
   o->dims_count = dims;
   if (dims) memcpy(o->shape, shape, dims * sizeof(int64_t));

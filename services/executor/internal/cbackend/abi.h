@@ -171,6 +171,7 @@ struct TRITONBACKEND_ResponseFactory {
 
 struct TRITONBACKEND_Output {
   char* name;
+  uint32_t name_len; /* strlen(name), for Go to match it without a scan */
   TRITONSERVER_DataType datatype;
   int64_t* shape;
   uint32_t dims_count;

@@ -411,10 +411,27 @@ func steady(ns C.uint64_t) time.Time {
 	return baseWall.Add(time.Duration(int64(uint64(ns) - baseSteady)))
 }
 
-func stamps(a, b, c, d C.uint64_t) backend.Timestamps {
+// startMemo remembers an execution's last converted start stamp: a
+// backend that reads the clock once as its execution starts reports that
+// reading as the start of each request and of the batch.
+type startMemo struct {
+	ns C.uint64_t
+	t  time.Time
+}
+
+func stamps(m *startMemo, a, b, c, d C.uint64_t) backend.Timestamps {
 	// Backends often pass one reading for two of them (exec and compute
 	// start, compute and exec end): each is converted once.
-	t := backend.Timestamps{ExecStart: steady(a)}
+	var t backend.Timestamps
+	switch {
+	case m == nil:
+		t.ExecStart = steady(a)
+	case m.ns == a && !m.t.IsZero():
+		t.ExecStart = m.t
+	default:
+		t.ExecStart = steady(a)
+		m.ns, m.t = a, t.ExecStart
+	}
 	t.ComputeStart = t.ExecStart
 	if b != a {
 		t.ComputeStart = steady(b)
@@ -454,7 +471,7 @@ func nereid_report_statistics(i *C.TRITONBACKEND_ModelInstance, r *C.TRITONBACKE
 	if !cr.live() {
 		return newError(tritonerr.InvalidArgf("request is no longer valid"))
 	}
-	in.info.Stats.ReportStatistics(cr.r, bool(success), stamps(a, b, c, d))
+	in.info.Stats.ReportStatistics(cr.r, bool(success), stamps(nil, a, b, c, d))
 	return nil
 }
 
@@ -468,7 +485,7 @@ func nereid_report_batch_statistics(i *C.TRITONBACKEND_ModelInstance, n, a, b, c
 	if in == nil {
 		return newError(tritonerr.InvalidArgf("model instance must not be null"))
 	}
-	in.info.Stats.ReportBatchStatistics(int(n), stamps(a, b, c, d))
+	in.info.Stats.ReportBatchStatistics(int(n), stamps(nil, a, b, c, d))
 	return nil
 }
 

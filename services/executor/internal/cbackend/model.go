@@ -327,6 +327,7 @@ type cInstance struct {
 	levels C.uint32_t
 	logAt  uint64
 
+	start   startMemo       // the executions' start stamp, converted
 	layouts []requestLayout // the last execution's, cleared
 	spare   []*cRequest     // request objects for the next executions (keepRequests)
 }
@@ -477,7 +478,7 @@ func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error
 	err := takeError(C.nereid_execute(C.uintptr_t(uintptr(unsafe.Pointer(in.c))), C.uint32_t(n), C.uint64_t(gen), in.levels, C.uint64_t(in.logAt)))
 	if gen != 0 {
 		for _, cr := range crs {
-			cr.replay()
+			cr.endedHere = cr.replay(&in.start)
 		}
 		in.replayBatch()
 	}
@@ -496,6 +497,9 @@ func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error
 		return nil
 	}
 	for _, cr := range crs {
+		if cr.endedHere {
+			continue // the usual case, without a lock
+		}
 		ch := cr.finishedChan()
 		if ch == closedChan {
 			continue // the usual case, without a select
@@ -541,6 +545,7 @@ func (in *cInstance) spareRequest() *cRequest {
 // replayBatch gives the instance's statistics the batch statistics the
 // last execution recorded.
 func (in *cInstance) replayBatch() {
+	memo := &in.start
 	x := in.c.exec
 	if x.batch_first == 0 {
 		return
@@ -554,7 +559,7 @@ func (in *cInstance) replayBatch() {
 			target = instance(ev.instance)
 		}
 		if target != nil {
-			target.info.Stats.ReportBatchStatistics(int(ev.batch_size), stamps(ev.ts[0], ev.ts[1], ev.ts[2], ev.ts[3]))
+			target.info.Stats.ReportBatchStatistics(int(ev.batch_size), stamps(memo, ev.ts[0], ev.ts[1], ev.ts[2], ev.ts[3]))
 		}
 	}
 }
@@ -563,7 +568,7 @@ func (in *cInstance) replayBatch() {
 // request is still the backend's: a call made after the record ended it
 // finds it gone, as it would have without the record.
 func (cr *cRequest) live() bool {
-	cr.replay()
+	cr.replay(nil)
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
 	return !cr.gone
@@ -572,15 +577,19 @@ func (cr *cRequest) live() bool {
 // replay gives the executor, in order, what the backend did to the
 // request while its execution was recorded (exec.c): responses sent, the
 // release, statistics. It runs once, when Execute has returned, or before
-// a call on the request that came after that and got to Go first.
-func (cr *cRequest) replay() {
+// a call on the request that came after that and got to Go first (memo
+// is the execution's, nil there). It reports whether the record it
+// replayed ended the request (released and answered), which the replay
+// has then done.
+func (cr *cRequest) replay(memo *startMemo) (ended bool) {
 	cr.replayMu.Lock()
 	defer cr.replayMu.Unlock()
 	if !cr.recorded {
-		return
+		return false
 	}
 	cr.recorded = false
 	c := cr.c // nil once disposed of, which the events may do
+	ended = bool(c.ended)
 	x := c.exec
 	events := unsafe.Slice(x.events, int(x.n_events))
 	for at := c.first; at != 0; {
@@ -608,10 +617,11 @@ func (cr *cRequest) replay() {
 				target = instance(ev.instance)
 			}
 			if target != nil {
-				target.info.Stats.ReportStatistics(cr.r, bool(ev.success), stamps(ev.ts[0], ev.ts[1], ev.ts[2], ev.ts[3]))
+				target.info.Stats.ReportStatistics(cr.r, bool(ev.success), stamps(memo, ev.ts[0], ev.ts[1], ev.ts[2], ev.ts[3]))
 			}
 		}
 	}
+	return ended
 }
 
 // cRequest is a request while a backend holds it.
@@ -641,6 +651,10 @@ type cRequest struct {
 	// that only its execution holds it; written by that execution's
 	// goroutine alone.
 	reusable bool
+	// endedHere: the execution's replay of the record ended the request,
+	// so that it need not wait for it; the execution's goroutine alone
+	// reads and writes it.
+	endedHere bool
 }
 
 // crExtra is what a request needs only when its backend asks Go for
@@ -854,22 +868,17 @@ func (cr *cRequest) deviceOutput(name *C.char, size int) (backend.Device, bool) 
 	return cr.r.OutputDevice(C.GoString(name), size)
 }
 
-// goName is the C string c as a Go string: one of known when it is one
-// (an output's name is usually a requested output's), without a copy.
-func goName(c *C.char, known []string) string {
-	p := unsafe.Pointer(c)
+// goName is the C string c of n bytes as a Go string: one of known when
+// it is one (an output's name is usually a requested output's), without a
+// copy.
+func goName(c *C.char, n int, known []string) string {
+	s := unsafe.String((*byte)(unsafe.Pointer(c)), n)
 	for _, k := range known {
-		i := 0
-		for ; i < len(k); i++ {
-			if b := *(*byte)(unsafe.Add(p, i)); b == 0 || b != k[i] {
-				break
-			}
-		}
-		if i == len(k) && *(*byte)(unsafe.Add(p, i)) == 0 {
+		if k == s {
 			return k
 		}
 	}
-	return C.GoString(c)
+	return C.GoStringN(c, C.int(n))
 }
 
 // shapeAndBytes returns a shape of dims dimensions and, with bytes, a
@@ -927,7 +936,7 @@ func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.T
 		}
 		cr.mu.Lock()
 		for _, o := range routs {
-			name := goName(o.name, cr.r.RequestedOutputs)
+			name := goName(o.name, int(o.name_len), cr.r.RequestedOutputs)
 			owned := o.buffer != nil && bool(o.owned)
 			var shape []int64
 			var copied []byte
