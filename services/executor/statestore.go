@@ -135,8 +135,8 @@ func (m *memStates) close() error { return nil }
 //
 // Writes and drops, on the path of a sequence's answers, go over
 // connections of the store's own (writeConn: RESP without go-redis's
-// per-command machinery, read in blocking mode), kept between batches,
-// each used by one batch at a time; loads, rare, use the client.
+// per-command machinery), kept between batches, each used by one batch at
+// a time; loads, rare, use the client.
 type redisStates struct {
 	rdb   *redis.Client
 	conns chan *writeConn
