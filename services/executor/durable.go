@@ -37,6 +37,15 @@ func (s *seqRunner) stateKey(id seqbatch.ID) string {
 	return stateKey(bus.ModelKey(s.mv.name, s.mv.vstr), id.Key())
 }
 
+// recordKey is st's stateKey, made on the sequence's first write rather
+// than on every one.
+func (s *seqRunner) recordKey(st *slotState) string {
+	if st.key == "" {
+		st.key = s.stateKey(st.id)
+	}
+	return st.key
+}
+
 // retrying runs op until it succeeds, durableWait passes or ctx ends,
 // backing off between tries.
 func (s *seqRunner) retrying(ctx context.Context, what string, op func(context.Context) error) error {
@@ -67,7 +76,7 @@ func (s *seqRunner) persist(ctx context.Context, idx int, items []*seqItem, fenc
 		if it.next == nil {
 			continue
 		}
-		ws = append(ws, keyedWrite{key: s.stateKey(it.state.id), w: seqstate.Write{
+		ws = append(ws, keyedWrite{key: s.recordKey(it.state), w: seqstate.Write{
 			Fence: fence, Token: it.w.GetToken(), After: it.state.after, Start: it.w.GetStart(), State: seqstate.Encode(it.next)}})
 		its = append(its, it)
 	}
@@ -152,7 +161,7 @@ func (s *seqRunner) dropDurable() {
 	for _, slots := range s.states {
 		for _, st := range slots {
 			if st.after != "" {
-				ds = append(ds, keyedDrop{key: s.stateKey(st.id), fence: st.fence, token: st.after, after: st.after})
+				ds = append(ds, keyedDrop{key: s.recordKey(st), fence: st.fence, token: st.after, after: st.after})
 			}
 		}
 	}

@@ -101,6 +101,9 @@ type slotState struct {
 	// the durable record st is ("" before the first write).
 	after string
 	fence uint64
+	// key is where its durable record lives, made once per sequence
+	// (recordKey).
+	key string
 }
 
 // startSequence starts one puller per instance. ctx is the executions'
@@ -464,7 +467,7 @@ func (s *seqRunner) execute(ctx context.Context, idx int, in *instance, batch *b
 		}
 		if it.state != nil && it.w.GetEnd() {
 			if s.durable && it.state.after != "" {
-				drops = append(drops, keyedDrop{key: s.stateKey(it.state.id), fence: fence, token: it.w.GetToken(), after: it.state.after})
+				drops = append(drops, keyedDrop{key: s.recordKey(it.state), fence: fence, token: it.w.GetToken(), after: it.state.after})
 			}
 			delete(s.states[idx], int(it.w.GetSlot()))
 		}

@@ -191,6 +191,9 @@ func (c *writeConn) close() error { return c.nc.Close() }
 // isConnError reports whether err leaves the connection unusable (all but
 // Redis's error replies, after which the replies still line up).
 func isConnError(err error) bool {
+	if err == nil {
+		return false
+	}
 	var r replyError
-	return err != nil && !errors.As(err, &r)
+	return !errors.As(err, &r)
 }
