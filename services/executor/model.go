@@ -36,7 +36,11 @@ type modelVersion struct {
 	state   string
 	reason  string
 
-	model     backend.Model
+	model backend.Model
+	// noGuard and hostIns are unguarded() and hostInputs' answer for the
+	// loaded model, asked once rather than for every request.
+	noGuard   bool
+	hostIns   bool
 	instances []*instance
 	sched     *scheduler
 	seq       *seqRunner       // sequence models: fed by the sequence router
@@ -86,6 +90,8 @@ func (mv *modelVersion) load(ctx context.Context) (err error) {
 			mv.cfg = cfg
 		}
 	}
+	mv.noGuard = mv.unguarded()
+	mv.hostIns = hostInputs(mv.cfg, mv.noGuard)
 	if mv.decoupled() {
 		mv.stats.first = newHistogram(firstResponseBuckets(mv.cfg))
 	}
@@ -231,14 +237,14 @@ func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trac
 		return nil, err
 	}
 	defer releaseHandoff(hand, p)
-	sh, err := mv.e.shm.attach(req, hostInputs(mv.cfg, mv.unguarded())) // tensors in registered shared memory (shm.go)
+	sh, err := mv.e.shm.attach(req, mv.hostIns) // tensors in registered shared memory (shm.go)
 	if err != nil {
 		mv.stats.failed(received, reasonOther)
 		return nil, err
 	}
 	defer sh.release(p)
 	p.sh = sh
-	if mv.unguarded() {
+	if mv.noGuard {
 		if err := sh.privatize(req); err != nil {
 			mv.stats.failed(received, reasonOther)
 			return nil, err

@@ -733,10 +733,10 @@ func (s *seqRunner) decode(ctx context.Context, now time.Time, w, template *busv
 func (s *seqRunner) attach(it *seqItem) error {
 	mv := s.mv
 	var err error
-	if it.sh, err = mv.e.shm.attach(it.req, hostInputs(mv.cfg, mv.unguarded())); err != nil {
+	if it.sh, err = mv.e.shm.attach(it.req, mv.hostIns); err != nil {
 		return err
 	}
-	if mv.unguarded() {
+	if mv.noGuard {
 		if err := it.sh.privatize(it.req); err != nil {
 			return err
 		}
