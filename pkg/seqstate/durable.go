@@ -132,7 +132,14 @@ func Resume(r *Record, token string) (state []byte, after string, ok bool) {
 // and number little-endian, the tensors in name order so that equal states
 // encode equally.
 func Encode(s *Slot) []byte {
-	names := slices.Sorted(maps.Keys(s.tensors))
+	// Names gathered on the stack: a state of a few tensors, written on
+	// every durable request, allocates only its bytes.
+	var buf [4]string
+	names := buf[:0]
+	for name := range s.tensors {
+		names = append(names, name)
+	}
+	slices.Sort(names)
 	n := 4
 	for _, name := range names {
 		t := s.tensors[name]

@@ -113,6 +113,11 @@ func TestEncodeDecode(t *testing.T) {
 	if _, err := Decode(append(b, 0)); err == nil {
 		t.Fatal("trailing bytes decoded")
 	}
+	// Encoding runs on every durable request: its bytes are its only
+	// allocation.
+	if n := testing.AllocsPerRun(100, func() { b = Encode(s) }); n != 1 {
+		t.Fatalf("Encode of 3 tensors: %.0f allocations, want 1", n)
+	}
 }
 
 func TestNextLeavesTheSlot(t *testing.T) {
