@@ -22,24 +22,27 @@ type HandlerFunc func(ctx context.Context, req []byte) (proto.Message, error)
 // Handle serves requests on subject, as a member of queue when queue is not
 // empty (each request then reaches one member). Each request runs in its own
 // goroutine; a request whose deadline has passed is refused without running
-// h, and a panic in h becomes an INTERNAL error reply.
+// h, and a panic in h becomes an INTERNAL error reply. Its subscription
+// holds fewer requests waiting for a reader than HandleBody's (it is for
+// control and admin subjects: controlChanLen).
 func (c *Conn) Handle(subject, queue string, h HandlerFunc) (*Subscription, error) {
-	return c.handle(subject, queue, func(ctx context.Context, b Body) (proto.Message, error) { return h(ctx, b.Data) }, true)
+	return c.handle(subject, queue, func(ctx context.Context, b Body) (proto.Message, error) { return h(ctx, b.Data) }, true, controlChanLen)
 }
 
 // HandleBody is Handle for a handler that takes the request message of a
 // requester in this process as it is (Local), without its encoding.
 func (c *Conn) HandleBody(subject, queue string, h BodyFunc) (*Subscription, error) {
-	return c.handle(subject, queue, h, false)
+	return c.handle(subject, queue, h, false, handleChanLen)
 }
 
-func (c *Conn) handle(subject, queue string, h BodyFunc, bytes bool) (*Subscription, error) {
+// handle subscribes readers with a channel of chanLen requests.
+func (c *Conn) handle(subject, queue string, h BodyFunc, bytes bool, chanLen int) (*Subscription, error) {
 	if err := c.listenCancels(); err != nil {
 		return nil, tritonerr.Unavailablef("bus: cannot subscribe to %s: %v", CancelSubject, err)
 	}
 	s := &Subscription{}
 	c.registerLocal(s, subject, queue, h, bytes)
-	if err := c.subscribeReaders(s, subject, queue, newReaders(c, s, h)); err != nil {
+	if err := c.subscribeReaders(s, subject, queue, newReaders(c, s, h, chanLen)); err != nil {
 		s.stopLocal()
 		return nil, err
 	}

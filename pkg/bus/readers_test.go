@@ -56,3 +56,19 @@ func TestReadersConcurrency(t *testing.T) {
 	}
 	idle(t, client, srv)
 }
+
+// TestHandleChanLen: an inference subject (HandleBody) keeps room for a
+// burst of requests waiting for readers; a control subject (Handle) a
+// small channel, whose buffer every garbage collection scans.
+func TestHandleChanLen(t *testing.T) {
+	s := startServer(t, 0)
+	c := connect(t, s)
+	control := mustHandle(t, c, "test.chanlen.control", "", func(context.Context, []byte) (proto.Message, error) { return nil, nil })
+	infer := mustHandleBody(t, c, "test.chanlen.infer", "", func(context.Context, Body) (proto.Message, error) { return nil, nil })
+	if got := cap(control.reading.ch); got != controlChanLen {
+		t.Fatalf("Handle's channel holds %d requests, want %d", got, controlChanLen)
+	}
+	if got := cap(infer.reading.ch); got != handleChanLen {
+		t.Fatalf("HandleBody's channel holds %d requests, want %d", got, handleChanLen)
+	}
+}
