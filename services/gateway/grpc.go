@@ -135,7 +135,7 @@ func modelInferHandler(srv any, ctx context.Context, dec func(any) error, interc
 // grpcSmallBody is the size up to which a unary infer request's message is
 // copied out of gRPC's buffers into its grpcRequest rather than a buffer
 // of its own: a few small tensors and their names.
-const grpcSmallBody = 512
+const grpcSmallBody = 256
 
 // grpcRequest is a unary infer request in one allocation with what its
 // decoding and forwarding would otherwise allocate apart: its message's

@@ -72,6 +72,59 @@ func TestCodecRequest(t *testing.T) {
 	}
 }
 
+// TestCodecUnaryRequest: a unary request (modelInferHandler's grpcRequest)
+// decodes as protobuf does, a small one from its own bytes with its lists
+// in its room, at the cost of its input tensor and shape; a large one as
+// any request, its raw inputs in a region.
+func TestCodecUnaryRequest(t *testing.T) {
+	c := newCodec(1000)
+	for _, sizes := range [][]int{{10}, {}, {10, 20}, {200}, {600, 600}, {5000}} {
+		want := inferRequest(sizes...)
+		b, _ := proto.Marshal(want)
+		for _, step := range []int{1, 7, len(b)} {
+			r := new(grpcRequest)
+			if err := c.Unmarshal(pieces(b, step), r); err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(&r.req, want) {
+				t.Fatalf("sizes %v step %d: decoded request differs", sizes, step)
+			}
+			if len(b) <= len(r.body) && len(sizes) > 0 {
+				// A small request's raw input aliases its own bytes.
+				raw := r.req.RawInputContents[0]
+				i := bytes.Index(r.body[:len(b)], raw)
+				if i < 0 {
+					t.Fatalf("sizes %v: raw input not in the request's bytes", sizes)
+				}
+				r.body[i] ^= 0xff
+				if raw[0] != r.body[i] {
+					t.Fatalf("sizes %v: the raw input is a copy", sizes)
+				}
+			}
+			if reg := handoff.TakeRegion(&r.req); (reg != nil) != (len(b) >= 1000) {
+				t.Fatalf("sizes %v: region %v", sizes, reg)
+			} else {
+				reg.Release()
+			}
+		}
+	}
+	if raceEnabled {
+		return
+	}
+	small := inferRequest(64)
+	small.Parameters = nil // a map costs its own
+	b, _ := proto.Marshal(small)
+	data := pieces(b, len(b))
+	n := testing.AllocsPerRun(100, func() {
+		if err := c.Unmarshal(data, new(grpcRequest)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 3 {
+		t.Fatalf("a small unary request: %v allocations, want 3 (the request, its tensor and shape)", n)
+	}
+}
+
 // TestCodecResponse: a response written without copying its large outputs,
 // alone or in a stream response, is protobuf's encoding of it.
 func TestCodecResponse(t *testing.T) {
