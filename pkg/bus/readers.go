@@ -21,9 +21,9 @@ const handleChanLen = 4096
 // statistics, settings and catalogs, asked by a few services at a time.
 // A channel's buffer is scanned whole at every garbage collection, empty
 // or not, and a server handles a dozen such subjects: at 4096 pointers
-// each they were a fifth of a small standalone server's live heap, and
-// scanning them every cycle cost a 64-byte HTTP request through it 17k
-// instructions of 380k (BenchmarkAlone under callgrind).
+// each they were most of a quarter of a small standalone server's live
+// heap, and scanning them every cycle cost a 64-byte HTTP request through
+// it 17k instructions of 380k (BenchmarkAlone under callgrind).
 const controlChanLen = 256
 
 // readersKept is how many readers of a subject wait for requests without
