@@ -163,11 +163,14 @@ func (s *redisStates) conn(ctx context.Context) (*writeConn, error) {
 
 // release keeps c for the next write unless err says the connection
 // failed (after an error reply from Redis, NOSCRIPT or a script's, the
-// replies still line up): a failed one is closed, and the retry dials
-// anew.
+// replies still line up). A failed one is closed with every kept one:
+// what broke it (Redis restarted, the network) most likely broke them
+// too, and the retry should dial anew rather than fail once per kept
+// connection, backing off each time.
 func (s *redisStates) release(c *writeConn, err error) {
 	if isConnError(err) {
 		_ = c.close()
+		s.closeIdle()
 		return
 	}
 	select {
@@ -335,13 +338,19 @@ func (s *redisStates) drop(ctx context.Context, ds []keyedDrop) error {
 	}, answers)
 }
 
-func (s *redisStates) close() error {
+// closeIdle closes the kept connections.
+func (s *redisStates) closeIdle() {
 	for {
 		select {
 		case c := <-s.conns:
 			_ = c.close()
 		default:
-			return s.rdb.Close()
+			return
 		}
 	}
+}
+
+func (s *redisStates) close() error {
+	s.closeIdle()
+	return s.rdb.Close()
 }
