@@ -151,22 +151,12 @@ func newRedisStates(rdb *redis.Client) *redisStates {
 	return &redisStates{rdb: rdb, conns: make(chan *writeConn, idleWriteConns)}
 }
 
-// conn returns a kept connection, or dials one.
-func (s *redisStates) conn(ctx context.Context) (*writeConn, error) {
-	select {
-	case c := <-s.conns:
-		return c, nil
-	default:
-		return dialWrite(ctx, s.rdb.Options())
-	}
-}
-
 // release keeps c for the next write unless err says the connection
 // failed (after an error reply from Redis, NOSCRIPT or a script's, the
 // replies still line up). A failed one is closed with every kept one:
 // what broke it (Redis restarted, the network) most likely broke them
-// too, and the retry should dial anew rather than fail once per kept
-// connection, backing off each time.
+// too, and the next try should dial anew rather than meet them one by
+// one.
 func (s *redisStates) release(c *writeConn, err error) {
 	if isConnError(err) {
 		_ = c.close()
@@ -251,12 +241,36 @@ func (s *redisStates) load(ctx context.Context, key string) (*seqstate.Record, e
 // nargs arguments add writes for the i-th), and all again with their text
 // (EVAL) if Redis did not know the script (NOSCRIPT: a restarted server),
 // and puts their integer answers in out. Under ctx's deadline.
-func (s *redisStates) scripts(ctx context.Context, script luaScript, nargs, n int, add func(c *writeConn, i int), out []int64) (err error) {
-	c, err := s.conn(ctx)
+//
+// A kept connection can have been closed by Redis while it waited (a
+// restart, an idle timeout): then the scripts go again at once over a new
+// one. Running them twice is harmless: a write Redis already applied
+// finds its own token in the record and leaves it as it is, a drop finds
+// nothing to delete, and a newer batch's write in between makes either
+// stale as it would anyway.
+func (s *redisStates) scripts(ctx context.Context, script luaScript, nargs, n int, add func(c *writeConn, i int), out []int64) error {
+	var c *writeConn
+	select {
+	case c = <-s.conns:
+		err := exchange(ctx, c, script, nargs, n, add, out)
+		if !isConnError(err) {
+			s.release(c, err)
+			return err
+		}
+		s.release(c, err)
+	default:
+	}
+	c, err := dialWrite(ctx, s.rdb.Options())
 	if err != nil {
 		return err
 	}
-	defer func() { s.release(c, err) }()
+	err = exchange(ctx, c, script, nargs, n, add, out)
+	s.release(c, err)
+	return err
+}
+
+// exchange is one try of scripts over c.
+func exchange(ctx context.Context, c *writeConn, script luaScript, nargs, n int, add func(c *writeConn, i int), out []int64) (err error) {
 	dl, _ := ctx.Deadline() // none: zero, no deadline
 	if err := c.nc.SetDeadline(dl); err != nil {
 		return err
