@@ -17,8 +17,9 @@ import (
 // RESP2 itself instead of going through go-redis, whose every command
 // checks a connection out of its pool (a health-check syscall, recvfrom),
 // runs its hooks, peeks for RESP3 push notifications and boxes each
-// argument: a write is one write and the reads of its answer, with three
-// allocations. One batch uses it at a time.
+// argument: a write is one write and the reads of its answer, and its
+// commands are built in a buffer kept with the connection. One batch uses
+// it at a time.
 //
 // It reads through Go's poller like any connection. Blocking reads (the
 // socket in blocking mode, the batch's thread asleep in the kernel until
