@@ -2,6 +2,7 @@ package kserve
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"sync"
 
@@ -101,6 +102,7 @@ type decoded struct {
 	out       [1]inference.ModelInferRequest_InferRequestedOutputTensor
 	outPtrs   [1]*inference.ModelInferRequest_InferRequestedOutputTensor
 	requested [1]RequestedOutput
+	shape     [4]int64 // the input's shape, of up to four dimensions
 }
 
 // parsers are parsers to reuse: one would otherwise be allocated per
@@ -145,6 +147,9 @@ type parser struct {
 	hasInputs     bool
 	inputs        []inputSpec
 	outputs       []outputSpec
+	// shape0 is where the first input's shape is read; buildInputs
+	// copies it into the request (the parser is reused).
+	shape0 [4]int64
 }
 
 type inputSpec struct {
@@ -485,7 +490,11 @@ func (p *parser) input(t jsonlex.Token) error {
 		case keyIs(k, "shape") && seen&4 == 0:
 			seen |= 4
 			in.hasShape = true
-			in.shape = make([]int64, 0, 4)
+			if len(p.inputs) == 0 {
+				in.shape = p.shape0[:0]
+			} else {
+				in.shape = make([]int64, 0, 4)
+			}
 			bad := false
 			return p.array(v, "shape", func(d jsonlex.Token) error {
 				u, ok := jsonlex.Uint64(d)
@@ -697,8 +706,17 @@ func (p *parser) buildInputs(d *decoded, bin []byte, headerGiven bool) error {
 				return err
 			}
 		}
+		shape := in.shape
+		if cap(shape) > 0 && &shape[:1][0] == &p.shape0[0] {
+			// Out of the parser, into the request's arena when it has one.
+			if n <= len(d.in) {
+				shape = d.shape[:copy(d.shape[:], shape):len(shape)]
+			} else {
+				shape = slices.Clone(shape)
+			}
+		}
 		tin := &tins[i]
-		tin.Name, tin.Datatype, tin.Shape, tin.Parameters = in.name, in.datatype, in.shape, in.params
+		tin.Name, tin.Datatype, tin.Shape, tin.Parameters = in.name, in.datatype, shape, in.params
 		var data []byte
 		switch {
 		case in.hasBinary:

@@ -223,7 +223,9 @@ func (g *Gateway) readInferBody(r *http.Request, enc string, limit int64, model 
 }
 
 // inferHeaderValues are the values of an infer response's headers that
-// vary: the JSON header's length and the body's.
+// vary: the JSON header's length and the body's, in one allocation with
+// the request's forwarding (httpInfer) rather than one slice each
+// (Header.Set's).
 type inferHeaderValues struct{ length, size [1]string }
 
 // The values of the Content-Type headers of infer responses, shared
@@ -237,23 +239,20 @@ var (
 // writeInferResponse writes an infer response: the JSON header, then the
 // binary outputs straight from where they lie (no copy into one body),
 // then releases the hand-off memory they may lie in.
-func (g *Gateway) writeInferResponse(w http.ResponseWriter, r *http.Request, resp *inference.ModelInferResponse, outs *kserve.OutputOptions) {
+func (g *Gateway) writeInferResponse(w http.ResponseWriter, r *http.Request, resp *inference.ModelInferResponse, outs *kserve.OutputOptions, vals *inferHeaderValues) {
 	defer handoff.TakeResponse(resp).Release()
 	header, blobs, err := kserve.EncodeInferResponseParts(resp, outs)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	g.writeInferParts(w, r, header, blobs)
+	g.writeInferParts(w, r, header, blobs, vals)
 }
 
 // writeInferParts writes an infer response's JSON header and the binary
 // outputs after it (EncodeInferResponseParts), compressed if the client
-// asks for it.
-func (g *Gateway) writeInferParts(w http.ResponseWriter, r *http.Request, header []byte, blobs [][]byte) {
-	// The header values lie in one allocation rather than one slice each
-	// (Header.Set's).
-	vals := new(inferHeaderValues)
+// asks for it. The headers' values go into vals (the request's: httpInfer).
+func (g *Gateway) writeInferParts(w http.ResponseWriter, r *http.Request, header []byte, blobs [][]byte, vals *inferHeaderValues) {
 	h := w.Header()
 	if blobs != nil {
 		vals.length[0] = strconv.Itoa(len(header))

@@ -81,7 +81,8 @@ func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v str
 
 	// The executor's encoding of the response, when it comes as it is, is
 	// written out without being decoded first.
-	resp, encoded, err := g.forwardInfer(g.withClientHeaders(r.Context(), name, r.Header), vv, req, true, nil)
+	hi := new(httpInfer)
+	resp, encoded, err := g.forwardInfer(g.withClientHeaders(r.Context(), name, r.Header), vv, req, true, &hi.fw)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -89,7 +90,7 @@ func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v str
 	if encoded != nil {
 		var buf [4][]byte // the binary outputs' list, on the stack
 		if header, blobs, ok := kserve.EncodeInferResponseEncoded(encoded.reply.Bytes, outs, buf[:0]); ok {
-			g.writeInferParts(w, r, header, blobs)
+			g.writeInferParts(w, r, header, blobs, &hi.vals)
 			return
 		}
 		resp = &inference.ModelInferResponse{}
@@ -98,5 +99,12 @@ func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v str
 			return
 		}
 	}
-	g.writeInferResponse(w, r, resp, outs)
+	g.writeInferResponse(w, r, resp, outs, &hi.vals)
+}
+
+// httpInfer is what an HTTP infer request allocates once decoded: its
+// forwarding and its response's header values, together.
+type httpInfer struct {
+	fw   forwarding
+	vals inferHeaderValues
 }

@@ -55,7 +55,7 @@ func (b *inflightBudget) give(n int64) { b.used.Add(-n) }
 type intakeBody struct {
 	body    io.ReadCloser
 	g       *Gateway
-	rc      *http.ResponseController
+	w       http.ResponseWriter // its read deadlines are set through rc
 	start   time.Time
 	n       int64 // bytes received
 	charged int64 // bytes counted in the budget: received or reserved
@@ -70,7 +70,7 @@ func (g *Gateway) limitBodies(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		b := &intakeBody{body: r.Body, g: g, rc: http.NewResponseController(w), start: time.Now()}
+		b := &intakeBody{body: r.Body, g: g, w: w, start: time.Now()}
 		r.Body = b
 		defer b.done()
 		next.ServeHTTP(w, r)
@@ -86,7 +86,7 @@ func (b *intakeBody) Read(p []byte) (int, error) {
 		// By now the body must have delivered rate × (elapsed − grace)
 		// bytes: the next read may wait until that holds for one byte more.
 		due := lim.HTTPBodyGrace + time.Duration(float64(b.n+1)/float64(lim.HTTPBodyMinRate)*float64(time.Second))
-		_ = b.rc.SetReadDeadline(b.start.Add(due))
+		_ = b.rc().SetReadDeadline(b.start.Add(due))
 	}
 	n, err := b.body.Read(p)
 	if n > 0 {
@@ -108,12 +108,17 @@ func (b *intakeBody) Read(p []byte) (int, error) {
 		// Done with the body: the server's own reads (the next request,
 		// or noticing that the client went away) must not inherit the
 		// deadline.
-		_ = b.rc.SetReadDeadline(time.Time{})
+		_ = b.rc().SetReadDeadline(time.Time{})
 	}
 	return n, err
 }
 
 func (b *intakeBody) Close() error { return b.body.Close() }
+
+// rc is the response's controller, made where it is used (on the stack:
+// most bodies never set a deadline, and a controller kept in b would be an
+// allocation of every request's).
+func (b *intakeBody) rc() *http.ResponseController { return http.NewResponseController(b.w) }
 
 // done gives the body's bytes back to the budget when its request ends.
 func (b *intakeBody) done() {
@@ -123,9 +128,9 @@ func (b *intakeBody) done() {
 	case b.slow:
 		// The rest of a slow body is not worth waiting for: a deadline in
 		// the past makes the server drop the connection after the answer.
-		_ = b.rc.SetReadDeadline(time.Unix(1, 0))
+		_ = b.rc().SetReadDeadline(time.Unix(1, 0))
 	case b.g.cfg.Limits.HTTPBodyMinRate > 0:
-		_ = b.rc.SetReadDeadline(time.Time{})
+		_ = b.rc().SetReadDeadline(time.Time{})
 	}
 }
 

@@ -1,0 +1,40 @@
+package kserve
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+)
+
+// TestDecodeInferRequestAllocs: a small request of one binary input, as
+// clients send them, decodes into the request's one allocation with its
+// shape (no slice of its own for it), and a later decoding, which reuses
+// the parser the shape was read into, leaves it alone.
+func TestDecodeInferRequestAllocs(t *testing.T) {
+	header := []byte(`{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,16],"parameters":{"binary_data_size":64}}]}`)
+	body := append(slices.Clone(header), bytes.Repeat([]byte{1}, 64)...)
+	req, _, err := DecodeInferRequest(body, len(header), "m", "1", DecodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := []byte(`{"inputs":[{"name":"B","datatype":"INT8","shape":[1,1,1,1],"data":[3]}]}`)
+	if _, _, err := DecodeInferRequest(other, -1, "m", "1", DecodeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := req.Inputs[0].Shape; !slices.Equal(got, []int64{1, 16}) {
+		t.Fatalf("the first request's shape became %v with the next decoding", got)
+	}
+	if raceEnabled {
+		return
+	}
+	n := testing.AllocsPerRun(100, func() {
+		if _, _, err := DecodeInferRequest(body, len(header), "m", "1", DecodeOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The request (with its lists, output options and shape) and the
+	// strings the JSON's names and values are copied into.
+	if n > 4 {
+		t.Fatalf("%v allocations, want at most 4", n)
+	}
+}
