@@ -267,6 +267,20 @@ func (p *parser) array(t jsonlex.Token, field string, elem func(v jsonlex.Token)
 	}
 }
 
+// knownDataType returns the name of one of Triton's datatypes when t is
+// that string, without copying it: every input names one.
+func knownDataType(t jsonlex.Token) (string, bool) {
+	if t.Kind != jsonlex.String || t.Escaped {
+		return "", false
+	}
+	for dt := tensor.Bool; dt <= tensor.Bytes; dt++ {
+		if name := dt.String(); string(t.Raw) == name {
+			return name, true
+		}
+	}
+	return "", false
+}
+
 func (p *parser) stringVal(t jsonlex.Token, field string) (string, bool, error) {
 	if t.Kind != jsonlex.String {
 		return "", false, p.wrongType(field, jsonNotString, t)
@@ -484,6 +498,10 @@ func (p *parser) input(t jsonlex.Token) error {
 			return err
 		case keyIs(k, "datatype") && seen&2 == 0:
 			seen |= 2
+			if dt, ok := knownDataType(v); ok {
+				in.datatype, in.hasDatatype = dt, true
+				return nil
+			}
 			s, ok, err := p.stringVal(v, "datatype")
 			in.datatype, in.hasDatatype = s, ok
 			return err
