@@ -8,11 +8,12 @@ import (
 
 // TestDecodeInferRequestAllocs: a small request of one binary input, as
 // clients send them, decodes into the request's one allocation with its
-// shape (no slice of its own for it) and its datatype's name (no string of
-// its own), and a later decoding, which reuses the parser the shape was
+// shape (no slice of its own for it), its datatype's and parameters' names
+// (no strings of their own), and a later decoding, which reuses the parser the shape was
 // read into, leaves it alone.
 func TestDecodeInferRequestAllocs(t *testing.T) {
-	header := []byte(`{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,16],"parameters":{"binary_data_size":64}}]}`)
+	header := []byte(`{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,16],"parameters":{"binary_data_size":64}}],` +
+		`"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}}]}`)
 	body := append(slices.Clone(header), bytes.Repeat([]byte{1}, 64)...)
 	req, _, err := DecodeInferRequest(body, len(header), "m", "1", DecodeOptions{})
 	if err != nil {
@@ -33,11 +34,12 @@ func TestDecodeInferRequestAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	// The request (with its lists, output options and shape) and the
-	// strings the JSON's names are copied into (the datatype is one of
-	// the protocol's names, not a copy).
-	if n > 3 {
-		t.Fatalf("%v allocations, want at most 3", n)
+	// The request (with its lists, output options and shape), the
+	// input's and output's names, copied out of the JSON, and the
+	// output's binary_data flag; the datatype and the parameters' names
+	// are the protocol's own strings, not copies.
+	if n > 4 {
+		t.Fatalf("%v allocations, want at most 4", n)
 	}
 	if dt := req.Inputs[0].Datatype; dt != "FP32" {
 		t.Fatalf("datatype %q", dt)

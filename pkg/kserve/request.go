@@ -314,7 +314,24 @@ func keyIs(k jsonlex.Token, name string) bool {
 	return jsonlex.StringValue(k) == name
 }
 
-func keyName(k jsonlex.Token) string { return jsonlex.StringValue(k) }
+// keyName is a member's name: one of the parameters the protocol names
+// (knownKeys) without a copy of the JSON's text (a request's parameters
+// are looked up by name and then dropped), any other a copy.
+func keyName(k jsonlex.Token) string {
+	if !k.Escaped {
+		for _, name := range knownKeys {
+			if string(k.Raw) == name {
+				return name
+			}
+		}
+	}
+	return jsonlex.StringValue(k)
+}
+
+var knownKeys = [...]string{
+	paramBinaryDataSize, paramBinaryData, paramBinaryDataOutput, paramClassification,
+	paramShmRegion, paramShmOffset, paramShmByteSize,
+}
 
 // document parses the request header.
 func (p *parser) document() error {
