@@ -103,3 +103,35 @@ func TestHandOverDurable(t *testing.T) {
 		wantBatch(t, m, t0, b, "_ 2ER")
 	}
 }
+
+// One instance's word that its executor drains keeps new sequences off all
+// of that executor's instances (of that generation), not only the one that
+// said so: the others may be busy and pull only later.
+func TestDrainExecutor(t *testing.T) {
+	m := NewModel(Config{Model: "m", SlotsPerInstance: 1, MaxBatch: 1, Idle: time.Second}, nil, quiet)
+	a0, a1 := InstanceKey{Executor: "a", Index: 0}, InstanceKey{Executor: "a", Index: 1}
+	later := InstanceKey{Executor: "a", Generation: 2, Index: 0} // a restarted "a"
+	b := InstanceKey{Executor: "b", Index: 0}
+	for _, k := range []InstanceKey{a0, a1, later, b} {
+		m.AddInstance(t0, k)
+	}
+	if n := m.DrainExecutor(a1); n != 2 {
+		t.Fatalf("%d instances drained, want a's two of its generation", n)
+	}
+	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false), req(3, true, false))
+	for _, in := range m.Usage().Instances {
+		switch in.Key {
+		case a0, a1:
+			if !in.Draining || in.Active != 0 {
+				t.Errorf("instance %+v of the draining executor: %+v", in.Key, in)
+			}
+		case later, b:
+			if in.Draining || in.Active != 1 {
+				t.Errorf("instance %+v of a serving executor: %+v, want one sequence", in.Key, in)
+			}
+		}
+	}
+	if u := m.Usage(); u.Backlog != 1 {
+		t.Fatalf("usage %+v: the third sequence must wait in the backlog", u)
+	}
+}

@@ -222,6 +222,23 @@ func (m *Model) DrainInstance(k InstanceKey) bool {
 	return true
 }
 
+// DrainExecutor marks every instance of k's executor (its executor id and
+// generation) draining, as DrainInstance does for one. A drain is the whole
+// executor's, but each instance says so in its own pull, and an instance
+// busy with a batch pulls only when it is done: marking its siblings as
+// soon as the first pull says so keeps new sequences off all of them from
+// that moment. It reports how many instances it marked.
+func (m *Model) DrainExecutor(k InstanceKey) int {
+	n := 0
+	for _, in := range m.instances {
+		if in.key.Executor == k.Executor && in.key.Generation == k.Generation {
+			m.DrainInstance(in.key)
+			n++
+		}
+	}
+	return n
+}
+
 // HandOver moves the sequences bound to draining instance k to free slots
 // of instances that do not drain, when the model's state is durable
 // (Config.Durable): their next request there is marked Resume and reads

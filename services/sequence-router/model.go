@@ -458,7 +458,9 @@ func (m *model) pull(now time.Time, reply string, p *busv1.SequencePull) {
 		m.core.AddInstance(now, key)
 	}
 	if p.GetDraining() {
-		m.core.DrainInstance(key)
+		// The executor drains as a whole: its other instances, whose
+		// pulls may be held or not yet sent, take no new sequence either.
+		m.core.DrainExecutor(key)
 		if !m.flying(key) {
 			// The instance runs nothing (it pulls): with durable state its
 			// sequences move to instances that stay.
