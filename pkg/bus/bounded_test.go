@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/nereid-io/nereid/pkg/racebuild"
 )
 
 var errClientGone = errors.New("client went away")
@@ -179,7 +181,7 @@ func TestBoundedDeadline(t *testing.T) {
 // TestBoundedAwaitAllocs: awaiting a reply under a Bounded makes neither
 // its Done channel nor its timer: the Bounded is the one allocation.
 func TestBoundedAwaitAllocs(t *testing.T) {
-	if raceEnabled {
+	if racebuild.Enabled {
 		t.Skip("allocation counts are not those of a plain build under the race detector")
 	}
 	parent, cancel := context.WithCancel(context.Background())

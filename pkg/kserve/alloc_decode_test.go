@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"slices"
 	"testing"
+
+	"github.com/nereid-io/nereid/pkg/racebuild"
 )
 
 // TestDecodeInferRequestAllocs: a small request of one binary input, as
@@ -26,7 +28,7 @@ func TestDecodeInferRequestAllocs(t *testing.T) {
 	if got := req.Inputs[0].Shape; !slices.Equal(got, []int64{1, 16}) {
 		t.Fatalf("the first request's shape became %v with the next decoding", got)
 	}
-	if raceEnabled {
+	if racebuild.Enabled {
 		return
 	}
 	n := testing.AllocsPerRun(100, func() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/handoff"
+	"github.com/nereid-io/nereid/pkg/racebuild"
 )
 
 // pieces cuts b into buffers of step bytes (the last shorter), as gRPC
@@ -108,7 +109,7 @@ func TestCodecUnaryRequest(t *testing.T) {
 			}
 		}
 	}
-	if raceEnabled {
+	if racebuild.Enabled {
 		return
 	}
 	small := inferRequest(64)

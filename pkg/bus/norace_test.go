@@ -1,5 +1,0 @@
-//go:build !race
-
-package bus
-
-const raceEnabled = false

@@ -1,5 +1,0 @@
-//go:build !race
-
-package kserve
-
-const raceEnabled = false

@@ -1,7 +1,0 @@
-//go:build race
-
-package gateway
-
-// raceEnabled: the race detector's instrumentation allocates on its own, so
-// allocation counts are asserted only in plain builds.
-const raceEnabled = true
