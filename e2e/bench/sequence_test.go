@@ -344,31 +344,36 @@ func BenchmarkSequence(b *testing.B) {
 			implicitMid(c, implicitPlainModel, nextBase(), 16), implicitMid(c, implicitModel, nextBase(), 16))
 	})
 	// Durable state: the run's Redis is loopback, without persistence.
-	durable := func(b *testing.B, baseKey, key, durableModel, statelessModel string, n, warmup int) {
+	durableClient := func(b *testing.B) inference.GRPCInferenceServiceClient {
 		f := seqNereid(b)
 		if f.redis == nil {
 			b.Skip("redis-server is not installed: durable state would stay in memory")
 		}
-		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, f.grpcAddr))
+		return inference.NewGRPCInferenceServiceClient(fx.conn(b, f.grpcAddr))
+	}
+	// durable measures a durable request against a stateless request of
+	// its shape.
+	durable := func(b *testing.B, baseKey, key, durableModel, statelessModel string, n, warmup int) {
+		c := durableClient(b)
 		stateless := &inference.ModelInferRequest{ModelName: statelessModel,
 			Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, int64(n)}}},
 			RawInputContents: [][]byte{make([]byte, 4*n)}}
 		measurePair(b, baseKey, key, 1, warmup, InferUnary(c, stateless), implicitMid(c, durableModel, nextBase(), n))
 	}
+	// durableVsSequence measures a durable request against the same
+	// sequence request to a model without durability: both take the
+	// router's hop, so the ratio is durability's own cost.
+	durableVsSequence := func(b *testing.B, baseKey, key, plainModel, durableModel string, n, warmup int) {
+		c := durableClient(b)
+		measurePair(b, baseKey, key, 1, warmup,
+			implicitMid(c, plainModel, nextBase(), n), implicitMid(c, durableModel, nextBase(), n))
+	}
 	b.Run("durable-state-vs-stateless/c=1", func(b *testing.B) {
 		durable(b, "stateless-64B-grpc-unary/c1", "durable-state-64B-grpc-unary/c1", durableModel, stateless16Model, 16, warmSmall)
 	})
-	// The same durable request against the sequence request of the same
-	// shape without state: both take the router's hop, so the ratio is
-	// durability's own cost.
+	// Against the model of the same shape without state.
 	b.Run("durable-state-vs-no-state/c=1", func(b *testing.B) {
-		f := seqNereid(b)
-		if f.redis == nil {
-			b.Skip("redis-server is not installed: durable state would stay in memory")
-		}
-		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, f.grpcAddr))
-		measurePair(b, "seq-no-state-vs-durable/c1", "durable-state-64B-vs-no-state/c1", 1, warmSmall,
-			implicitMid(c, implicitPlainModel, nextBase(), 16), implicitMid(c, durableModel, nextBase(), 16))
+		durableVsSequence(b, "seq-no-state-vs-durable/c1", "durable-state-64B-vs-no-state/c1", implicitPlainModel, durableModel, 16, warmSmall)
 	})
 	b.Run("durable-state-1MiB-vs-stateless/c=1", func(b *testing.B) {
 		durable(b, "stateless-1MiB-grpc-unary/c1", "durable-state-1MiB-grpc-unary/c1", durable1MModel, stateless1MModel, elems1M, warmLarge)
@@ -376,13 +381,7 @@ func BenchmarkSequence(b *testing.B) {
 	// What durability adds at 1 MiB: the same sequence without it (the
 	// megabyte rides NATS through the router either way).
 	b.Run("durable-state-1MiB-vs-implicit/c=1", func(b *testing.B) {
-		f := seqNereid(b)
-		if f.redis == nil {
-			b.Skip("redis-server is not installed: durable state would stay in memory")
-		}
-		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, f.grpcAddr))
-		measurePair(b, "implicit-state-1MiB-grpc-unary/c1", "durable-state-1MiB-vs-implicit/c1", 1, warmLarge,
-			implicitMid(c, implicit1MModel, nextBase(), elems1M), implicitMid(c, durable1MModel, nextBase(), elems1M))
+		durableVsSequence(b, "implicit-state-1MiB-grpc-unary/c1", "durable-state-1MiB-vs-implicit/c1", implicit1MModel, durable1MModel, elems1M, warmLarge)
 	})
 	b.Run(fmt.Sprintf("%dx%d-on-2-executors", seqConc, seqLength), func(b *testing.B) {
 		f := seqNereid(b)
