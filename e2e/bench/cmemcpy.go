@@ -19,13 +19,17 @@ import (
 // Go's copy and the C library's memcpy differ on some processors by as
 // much as twice (the C library's choice of rep movsb or non-temporal
 // stores for large copies), which Memcpy against CMemcpy reports.
-func CMemcpy(size int) Worker {
+func CMemcpy(size int) Worker { return copying(size, cmemcpy) }
+
+// copying is a Worker that copies size bytes between two buffers with
+// cp, comparing them on full runs.
+func copying(size int, cp func(dst, src []byte)) Worker {
 	return func(int) (Op, func(), error) {
 		src := FP32Payload(size)
 		dst := make([]byte, len(src))
-		cmemcpy(dst, src)
+		cp(dst, src)
 		return func(full bool) error {
-			cmemcpy(dst, src)
+			cp(dst, src)
 			if full && !bytes.Equal(dst, src) {
 				return errors.New("memcpy lost bytes")
 			}

@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -171,19 +169,7 @@ func shmInferModel(c inference.GRPCInferenceServiceClient, s *shmServer, model s
 
 // Memcpy copies 64 MiB between two buffers faulted in beforehand: the
 // baseline of the shared-memory path, measured in alternation with it.
-func Memcpy(size int) Worker {
-	return func(int) (Op, func(), error) {
-		src, dst := FP32Payload(size), make([]byte, size)
-		copy(dst, src)
-		return func(full bool) error {
-			copy(dst, src)
-			if full && !bytes.Equal(dst, src) {
-				return errors.New("memcpy lost bytes")
-			}
-			return nil
-		}, nil, nil
-	}
-}
+func Memcpy(size int) Worker { return copying(size, func(dst, src []byte) { copy(dst, src) }) }
 
 // BenchmarkSharedMemory measures the 64 MiB identity inference in shared
 // memory against memcpy, HTTP binary and gRPC.
