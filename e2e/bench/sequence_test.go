@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -46,7 +47,11 @@ import (
 //   - the 64-byte durable request against the same sequence request on the
 //     model of that shape without state, c=1 (target: p50 <= 1.6x): what
 //     durability adds to a sequence request, apart from the router's hop
-//     that every sequence request takes.
+//     that every sequence request takes;
+//   - the floor of any write made before an answer leaves: the stateless
+//     request and the sequence request without state each followed by one
+//     bare Redis round trip (a 64-byte SET on a connection of its own),
+//     against the request alone (reported beside the two durable ratios).
 
 const (
 	seqModel       = "seq_bench"
@@ -76,6 +81,8 @@ func init() {
 		comparison{"durable-state-64B-vs-no-state/c1", "seq-no-state-vs-durable/c1", latency, 1.6, 0},
 		comparison{"durable-state-1MiB-grpc-unary/c1", "stateless-1MiB-grpc-unary/c1", latency, 0, 0},
 		comparison{"durable-state-1MiB-vs-implicit/c1", "implicit-state-1MiB-grpc-unary/c1", latency, 0, 0},
+		comparison{"stateless-then-redis-64B/c1", "stateless-64B-vs-redis/c1", latency, 0, 0},
+		comparison{"seq-no-state-then-redis/c1", "seq-no-state-vs-redis/c1", latency, 0, 0},
 	)
 }
 
@@ -383,6 +390,22 @@ func BenchmarkSequence(b *testing.B) {
 	b.Run("durable-state-1MiB-vs-implicit/c=1", func(b *testing.B) {
 		durableVsSequence(b, "implicit-state-1MiB-grpc-unary/c1", "durable-state-1MiB-vs-implicit/c1", implicit1MModel, durable1MModel, elems1M, warmLarge)
 	})
+	// The floor under the durable ratios: each request followed by one
+	// Redis round trip (a 64-byte SET, Redis idle in between as it is
+	// between durable writes), against the request alone.
+	b.Run("redis-floor-vs-stateless/c=1", func(b *testing.B) {
+		c := durableClient(b)
+		stateless := &inference.ModelInferRequest{ModelName: stateless16Model,
+			Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, 16}}},
+			RawInputContents: [][]byte{make([]byte, 64)}}
+		measurePair(b, "stateless-64B-vs-redis/c1", "stateless-then-redis-64B/c1", 1, warmSmall,
+			InferUnary(c, stateless), thenRedisSet(InferUnary(c, stateless), seqNereid(b).redis.addr(), 64))
+	})
+	b.Run("redis-floor-vs-no-state/c=1", func(b *testing.B) {
+		c := durableClient(b)
+		measurePair(b, "seq-no-state-vs-redis/c1", "seq-no-state-then-redis/c1", 1, warmSmall,
+			implicitMid(c, implicitPlainModel, nextBase(), 16), thenRedisSet(implicitMid(c, implicitPlainModel, nextBase(), 16), seqNereid(b).redis.addr(), 64))
+	})
 	b.Run(fmt.Sprintf("%dx%d-on-2-executors", seqConc, seqLength), func(b *testing.B) {
 		f := seqNereid(b)
 		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, f.grpcAddr))
@@ -486,6 +509,8 @@ func startRedis() (*redisServer, error) {
 
 func (r *redisServer) url() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
 
+func (r *redisServer) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
+
 func (r *redisServer) stop() {
 	_ = r.cmd.Process.Kill()
 	_ = r.cmd.Wait()
@@ -527,4 +552,63 @@ func (r *redisServer) commands() (commandCount, error) {
 		}
 	}
 	return c, nil
+}
+
+// thenRedisSet is w followed, in each op, by one Redis round trip: a SET
+// of a size-byte value over a TCP connection of the worker's own (RESP by
+// hand), its answer checked; full runs read the value back.
+func thenRedisSet(w Worker, addr string, size int) Worker {
+	return func(id int) (Op, func(), error) {
+		op, cleanup, err := w(id)
+		if err != nil {
+			return nil, nil, err
+		}
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			if cleanup != nil {
+				cleanup()
+			}
+			return nil, nil, fmt.Errorf("dialing Redis: %w", err)
+		}
+		key := fmt.Sprintf("nereid-bench-rtt-%d", id)
+		val := strings.Repeat("v", size)
+		set := []byte(fmt.Sprintf("*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(key), key, size, val))
+		get := []byte(fmt.Sprintf("*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", len(key), key))
+		want := fmt.Sprintf("$%d\r\n%s\r\n", size, val)
+		rd := bufio.NewReader(nc)
+		return func(full bool) error {
+				if err := op(full); err != nil {
+					return err
+				}
+				if _, err := nc.Write(set); err != nil {
+					return err
+				}
+				line, err := rd.ReadSlice('\n')
+				if err != nil {
+					return err
+				}
+				if string(line) != "+OK\r\n" {
+					return fmt.Errorf("redis SET answered %q", line)
+				}
+				if !full {
+					return nil
+				}
+				if _, err := nc.Write(get); err != nil {
+					return err
+				}
+				got := make([]byte, len(want))
+				if _, err := io.ReadFull(rd, got); err != nil {
+					return err
+				}
+				if string(got) != want {
+					return fmt.Errorf("redis GET answered %q", got)
+				}
+				return nil
+			}, func() {
+				_ = nc.Close()
+				if cleanup != nil {
+					cleanup()
+				}
+			}, nil
+	}
 }
