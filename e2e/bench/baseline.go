@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/kserve"
 )
 
 // NATS subjects of the baseline responders.
@@ -86,6 +88,11 @@ type Baselines struct {
 	HTTPEchoAddr  string // bare net/http echo
 	ChainGRPCAddr string // GRPCInferenceService proxy: ModelInfer and ModelStreamInfer over NATS
 	ChainHTTPAddr string // HTTP proxy: request body over NATS and back
+	// ProtocolHTTPAddr is the HTTP chain with the protocol's translation:
+	// the proxy decodes KServe's request into the bus's message, the
+	// executor's floor (inferResponder) answers it, and the proxy encodes
+	// the answer as KServe's response.
+	ProtocolHTTPAddr string
 
 	conns   []*nats.Conn
 	grpcs   []*grpc.Server
@@ -221,7 +228,77 @@ func StartBaselines() (_ *Baselines, err error) {
 	})); err != nil {
 		return nil, err
 	}
+
+	// The protocol chain client -HTTP-> translating proxy -NATS-> executor floor.
+	kserveConn, err := inproc("chain-kserve-proxy")
+	if err != nil {
+		return nil, err
+	}
+	if b.ProtocolHTTPAddr, err = b.serveHTTP(kserveProxy{nc: kserveConn}); err != nil {
+		return nil, err
+	}
 	return b, nil
+}
+
+// kserveProxy is the floor of the gateway's HTTP side: KServe's request
+// decoded into the bus's message (pkg/kserve, the gateway's codec), one
+// NATS request-reply to inferResponder, the reply decoded and encoded as
+// KServe's response, JSON or binary as the request asked. It does none of
+// the gateway's checks against the model's configuration, and no
+// statistics, tracing or cancellation.
+type kserveProxy struct{ nc *nats.Conn }
+
+func (p kserveProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	headerLen := len(body)
+	if v := r.Header.Get("Inference-Header-Content-Length"); v != "" {
+		if headerLen, err = kserve.ParseHeaderLength(v, len(body)); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
+	req, opts, err := kserve.DecodeInferRequest(body, headerLen, "identity", "", kserve.DecodeOptions{})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	data, err := proto.Marshal(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	msg, err := p.nc.Request(SubjectInfer, data, 30*time.Second)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if e := msg.Header.Get("Bench-Error"); e != "" {
+		http.Error(w, e, http.StatusInternalServerError)
+		return
+	}
+	resp := new(inference.ModelInferResponse)
+	if err := proto.Unmarshal(msg.Data, resp); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	out, jsonLen, err := kserve.EncodeInferResponse(resp, opts)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	if jsonLen < len(out) {
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("Inference-Header-Content-Length", strconv.Itoa(jsonLen))
+	} else {
+		h.Set("Content-Type", "application/json")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(out)))
+	_, _ = w.Write(out)
 }
 
 // Close stops every server and connection.

@@ -173,6 +173,16 @@ var comparisons = []comparison{
 	{"nereid-grpc-stream/c16", "chain-grpc-stream/c16", throughput, 0.85, 0},
 	{"nereid-http-binary/c16", "chain-http-binary/c16", throughput, 0.85, 0},
 	{"nereid-http-json/c16", "chain-http-json/c16", throughput, 0.85, 0},
+	// The HTTP chain's proxy and responder move bytes only; the protocol
+	// chain adds the translation between KServe's HTTP protocol and the
+	// bus's messages that any gateway and executor make (reported: where
+	// the HTTP paths' time goes beyond the transport).
+	{"protocol-chain-http-binary/c1", "chain-http-binary-vs-protocol/c1", latency, 0, 0},
+	{"protocol-chain-http-json/c1", "chain-http-json-vs-protocol/c1", latency, 0, 0},
+	{"nereid-http-binary-vs-protocol/c1", "protocol-http-binary/c1", latency, 0, 0},
+	{"nereid-http-json-vs-protocol/c1", "protocol-http-json/c1", latency, 0, 0},
+	{"nereid-http-binary-vs-protocol/c16", "protocol-http-binary/c16", throughput, 0, 0},
+	{"nereid-http-json-vs-protocol/c16", "protocol-http-json/c16", throughput, 0, 0},
 	// The standalone server's in-process path against the bare transports
 	// (goals: p50 <= 1.6x, req/s >= 0.6x), each echo measured in
 	// alternation with its path.

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 
@@ -101,6 +102,32 @@ func BenchmarkInfer(b *testing.B) {
 		for _, c := range concurrencies {
 			b.Run(fmt.Sprintf("%s/c=%d", p.key, c), func(b *testing.B) {
 				measurePair(b, fmt.Sprintf("chain-%s/c%d", p.key, c), fmt.Sprintf("nereid-%s/c%d", p.key, c), c, warmSmall, p.chain(b), p.nereid(b))
+			})
+		}
+	}
+	// The HTTP paths against the protocol chain (Baselines.ProtocolHTTPAddr),
+	// and that chain against the HTTP chain.
+	protocol := []struct {
+		key          string
+		body         []byte
+		header       http.Header
+		check, chain func() HTTPCheck
+	}{
+		{"http-binary", binBody, binHeader, BinaryInferCheck(payload), EchoCheck(binBody)},
+		{"http-json", jsonBody, jsonHeader, JSONInferCheck(payload), EchoCheck(jsonBody)},
+	}
+	for _, p := range protocol {
+		proto := func(b *testing.B) Worker {
+			return HTTPPost(fx.httpClient(), "http://"+fx.baselines(b).ProtocolHTTPAddr+InferPath, p.header, p.body, p.check)
+		}
+		b.Run(fmt.Sprintf("%s/protocol-vs-chain/c=1", p.key), func(b *testing.B) {
+			measurePair(b, fmt.Sprintf("chain-%s-vs-protocol/c1", p.key), fmt.Sprintf("protocol-chain-%s/c1", p.key), 1, warmSmall,
+				HTTPPost(fx.httpClient(), "http://"+fx.baselines(b).ChainHTTPAddr+InferPath, p.header, p.body, p.chain), proto(b))
+		})
+		for _, c := range concurrencies {
+			b.Run(fmt.Sprintf("%s/vs-protocol/c=%d", p.key, c), func(b *testing.B) {
+				measurePair(b, fmt.Sprintf("protocol-%s/c%d", p.key, c), fmt.Sprintf("nereid-%s-vs-protocol/c%d", p.key, c), c, warmSmall,
+					proto(b), HTTPPost(fx.httpClient(), "http://"+nereid(b).HTTPAddr+InferPath, p.header, p.body, p.check))
 			})
 		}
 	}
