@@ -103,6 +103,7 @@ func TestBaselines(t *testing.T) {
 	bs := fx.baselines(t)
 	payload := FP32Payload(small)
 	binBody, binHeader := HTTPBinaryRequest(payload)
+	jsonBody, jsonHeader := HTTPJSONRequest(payload)
 	req := InferRequest(payload)
 	chain := inference.NewGRPCInferenceServiceClient(fx.conn(t, bs.ChainGRPCAddr))
 	for _, tc := range []struct {
@@ -117,6 +118,8 @@ func TestBaselines(t *testing.T) {
 		{"chain-grpc-unary", InferUnary(chain, req)},
 		{"chain-grpc-stream", InferStream(chain, req)},
 		{"chain-http-binary", HTTPPost(fx.httpClient(), "http://"+bs.ChainHTTPAddr+InferPath, binHeader, binBody, EchoCheck(binBody))},
+		{"protocol-chain-http-binary", HTTPPost(fx.httpClient(), "http://"+bs.ProtocolHTTPAddr+InferPath, binHeader, binBody, BinaryInferCheck(payload))},
+		{"protocol-chain-http-json", HTTPPost(fx.httpClient(), "http://"+bs.ProtocolHTTPAddr+InferPath, jsonHeader, jsonBody, JSONInferCheck(payload))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := Drive(nil, 3, 2, 1, tc.w); err != nil {

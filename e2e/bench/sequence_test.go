@@ -612,3 +612,34 @@ func thenRedisSet(w Worker, addr string, size int) Worker {
 			}, nil
 	}
 }
+
+// TestThenRedisSet drives the durable floor's worker against a real
+// redis-server: the inner op runs once per op, and full ops read the value
+// back.
+func TestThenRedisSet(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not installed")
+	}
+	r, err := startRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.stop()
+	var inner int
+	count := func(int) (Op, func(), error) {
+		return func(bool) error { inner++; return nil }, nil, nil
+	}
+	if _, err := Drive(nil, 5, 1, 2, thenRedisSet(count, r.addr(), 64)); err != nil {
+		t.Fatal(err)
+	}
+	if inner != 7 {
+		t.Errorf("inner op ran %d times, want 7 (2 warm-up, 5 timed)", inner)
+	}
+	out, err := exec.Command("redis-cli", "-p", strconv.Itoa(r.port), "STRLEN", "nereid-bench-rtt-0").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out)); got != "64" {
+		t.Errorf("the worker's key holds %s bytes, want 64", got)
+	}
+}
