@@ -26,6 +26,11 @@ const (
 	SubjectEchoTCP    = "bench.echo.tcp"    // echo responder on a TCP connection
 	SubjectEchoInproc = "bench.echo.inproc" // echo responder on an in-process connection
 	SubjectInfer      = "bench.infer"       // identity responder speaking ModelInferRequest/Response
+	// SubjectInferRouted reaches the identity responder through a
+	// forwarder on a connection of its own, which passes each request on
+	// with the requester's reply subject: one NATS leg more, as a sequence
+	// request takes through the sequence router.
+	SubjectInferRouted = "bench.infer.routed"
 )
 
 // GRPC echo service, written by hand (no .proto): unary and bidirectional
@@ -87,7 +92,10 @@ type Baselines struct {
 	GRPCEchoAddr  string // bare grpc-go echo (unary and stream)
 	HTTPEchoAddr  string // bare net/http echo
 	ChainGRPCAddr string // GRPCInferenceService proxy: ModelInfer and ModelStreamInfer over NATS
-	ChainHTTPAddr string // HTTP proxy: request body over NATS and back
+	// RoutedGRPCAddr is the gRPC chain through the forwarder
+	// (SubjectInferRouted): the floor of a sequence request.
+	RoutedGRPCAddr string
+	ChainHTTPAddr  string // HTTP proxy: request body over NATS and back
 	// ProtocolHTTPAddr is the HTTP chain with the protocol's translation:
 	// the proxy decodes KServe's request into the bus's message, the
 	// executor's floor (inferResponder) answers it, and the proxy encodes
@@ -203,8 +211,36 @@ func StartBaselines() (_ *Baselines, err error) {
 		return nil, err
 	}
 	cs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage))
-	inference.RegisterGRPCInferenceServiceServer(cs, &chainProxy{nc: gwConn})
+	inference.RegisterGRPCInferenceServiceServer(cs, &chainProxy{nc: gwConn, subject: SubjectInfer})
 	if b.ChainGRPCAddr, err = b.serveGRPC(cs); err != nil {
+		return nil, err
+	}
+
+	// The routed chain client -gRPC-> proxy -NATS-> forwarder -NATS->
+	// responder, answered straight to the proxy.
+	fwd, err := inproc("chain-forwarder")
+	if err != nil {
+		return nil, err
+	}
+	fsub, err := fwd.Subscribe(SubjectInferRouted, func(m *nats.Msg) {
+		_ = fwd.PublishMsg(&nats.Msg{Subject: SubjectInfer, Reply: m.Reply, Data: m.Data})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := fsub.SetPendingLimits(-1, -1); err != nil {
+		return nil, err
+	}
+	if err := fwd.Flush(); err != nil {
+		return nil, err
+	}
+	routedConn, err := inproc("chain-routed-grpc-proxy")
+	if err != nil {
+		return nil, err
+	}
+	rs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage))
+	inference.RegisterGRPCInferenceServiceServer(rs, &chainProxy{nc: routedConn, subject: SubjectInferRouted})
+	if b.RoutedGRPCAddr, err = b.serveGRPC(rs); err != nil {
 		return nil, err
 	}
 
@@ -398,7 +434,8 @@ func IdentityResponse(req *inference.ModelInferRequest) *inference.ModelInferRes
 // the client. Nothing in our architecture can do less for a unary call.
 type chainProxy struct {
 	inference.UnimplementedGRPCInferenceServiceServer
-	nc *nats.Conn
+	nc      *nats.Conn
+	subject string // SubjectInfer, or SubjectInferRouted
 }
 
 func (p *chainProxy) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
@@ -434,7 +471,7 @@ func (p *chainProxy) forward(_ context.Context, req *inference.ModelInferRequest
 	if err != nil {
 		return nil, err
 	}
-	msg, err := p.nc.Request(SubjectInfer, data, 30*time.Second)
+	msg, err := p.nc.Request(p.subject, data, 30*time.Second)
 	if err != nil {
 		return nil, err
 	}

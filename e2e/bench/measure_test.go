@@ -117,6 +117,7 @@ func TestBaselines(t *testing.T) {
 		{"nats-inproc", NATSRequest(bs.NATSInproc, SubjectEchoInproc, payload)},
 		{"chain-grpc-unary", InferUnary(chain, req)},
 		{"chain-grpc-stream", InferStream(chain, req)},
+		{"routed-chain-grpc-unary", InferUnary(inference.NewGRPCInferenceServiceClient(fx.conn(t, bs.RoutedGRPCAddr)), req)},
 		{"chain-http-binary", HTTPPost(fx.httpClient(), "http://"+bs.ChainHTTPAddr+InferPath, binHeader, binBody, EchoCheck(binBody))},
 		{"protocol-chain-http-binary", HTTPPost(fx.httpClient(), "http://"+bs.ProtocolHTTPAddr+InferPath, binHeader, binBody, BinaryInferCheck(payload))},
 		{"protocol-chain-http-json", HTTPPost(fx.httpClient(), "http://"+bs.ProtocolHTTPAddr+InferPath, jsonHeader, jsonBody, JSONInferCheck(payload))},

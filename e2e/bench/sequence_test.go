@@ -32,7 +32,10 @@ import (
 // the run:
 //
 //   - a request in the middle of a sequence against a stateless request to
-//     a model of the same shape, c=1, alternating (target: p50 <= 1.3x);
+//     a model of the same shape, c=1, alternating (target: p50 <= 1.3x),
+//     and its floor: the gRPC chain with one NATS leg more (a forwarder
+//     between the proxy and the responder, as the router is between the
+//     gateway and the executor) against the chain (reported);
 //   - 64 concurrent sequences of 20 requests on the two executors
 //     (sequences per second);
 //   - Redis commands per request over that run (INFO commandstats before
@@ -76,6 +79,7 @@ const (
 func init() {
 	comparisons = append(comparisons,
 		comparison{"seq-mid-grpc-unary/c1", "stateless-grpc-unary/c1", latency, 1.30, 0},
+		comparison{"routed-chain-grpc-unary/c1", "chain-grpc-unary-vs-routed/c1", latency, 0, 0},
 		comparison{"implicit-state-64B-grpc-unary/c1", "seq-no-state-grpc-unary/c1", latency, 1.15, 0},
 		comparison{"durable-state-64B-grpc-unary/c1", "stateless-64B-grpc-unary/c1", latency, 1.6, 0},
 		comparison{"durable-state-64B-vs-no-state/c1", "seq-no-state-vs-durable/c1", latency, 1.6, 0},
@@ -343,6 +347,15 @@ func BenchmarkSequence(b *testing.B) {
 		stateless, _ := int32Request(statelessModel, 7, 0, false, false)
 		measurePair(b, "stateless-grpc-unary/c1", "seq-mid-grpc-unary/c1", 1, warmSmall,
 			InferUnary(c, stateless), midSequence(c, nextBase()))
+	})
+	// The floor under that ratio: the gRPC chain with the sequence path's
+	// extra NATS leg (Baselines.RoutedGRPCAddr) against the chain.
+	b.Run("routed-chain-vs-chain/c=1", func(b *testing.B) {
+		bs := fx.baselines(b)
+		req := InferRequest(FP32Payload(small))
+		measurePair(b, "chain-grpc-unary-vs-routed/c1", "routed-chain-grpc-unary/c1", 1, warmSmall,
+			InferUnary(inference.NewGRPCInferenceServiceClient(fx.conn(b, bs.ChainGRPCAddr)), req),
+			InferUnary(inference.NewGRPCInferenceServiceClient(fx.conn(b, bs.RoutedGRPCAddr)), req))
 	})
 	b.Run("implicit-state-vs-none/c=1", func(b *testing.B) {
 		f := seqNereid(b)
