@@ -19,9 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/services/executor"
 	"github.com/nereid-io/nereid/services/standalone"
 )
@@ -120,7 +119,10 @@ func seqNereid(b *testing.B) *seqFixture {
 }
 
 // startSeqNereid starts Redis (if installed), the standalone server with its
-// NATS open on loopback, and a second executor joining it.
+// NATS, and a second executor joining it in this process (connected to the
+// embedded NATS as the server's own executor is, so that a sequence request
+// and a stateless one take the same kind of connections whichever executor
+// runs them).
 func startSeqNereid() (f *seqFixture, err error) {
 	f = &seqFixture{}
 	var closers []func()
@@ -150,7 +152,6 @@ func startSeqNereid() (f *seqFixture, err error) {
 	cfg.Host = "127.0.0.1"
 	cfg.HTTPPort, cfg.GRPCPort = 0, 0
 	cfg.AllowMetrics = false
-	cfg.NATSListen = "127.0.0.1:-1"
 	// Sequence requests go through the router over NATS in any case; the
 	// stateless requests they are compared with take the same bus, as
 	// between the constellation's services.
@@ -166,7 +167,7 @@ func startSeqNereid() (f *seqFixture, err error) {
 	closers = append(closers, stop)
 	f.grpcAddr = srv.Gateway().GRPCAddr()
 
-	nc, err := nats.Connect(srv.NATSURL())
+	nc, err := srv.Connect(bus.RoleExecutor)
 	if err != nil {
 		return nil, err
 	}

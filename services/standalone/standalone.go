@@ -170,6 +170,27 @@ func (s *Server) NATSURL() string {
 	return s.ns.ClientURL()
 }
 
+// Connect opens a connection to the embedded NATS server for a service of
+// role that joins this process (a second executor in tests and
+// benchmarks): in-process, without a socket, as the server's own services
+// are connected, with the role's inbox prefix and credentials. Call it
+// once the server is ready; the connection is the caller's to close.
+func (s *Server) Connect(role bus.Role) (*nats.Conn, error) {
+	if s.ns == nil {
+		return nil, errors.New("the standalone server is not running")
+	}
+	return s.connect(s.ns, role)
+}
+
+func (s *Server) connect(ns *server.Server, role bus.Role) (*nats.Conn, error) {
+	o := []nats.Option{nats.InProcessServer(ns), nats.Name(string(role)), nats.MaxReconnects(-1),
+		nats.CustomInboxPrefix(bus.InboxPrefix(role))}
+	if pw := s.cfg.NATSPasswords[role]; pw != "" {
+		o = append(o, nats.UserInfo(string(role), pw))
+	}
+	return nats.Connect("", o...)
+}
+
 func addr(host string, port int, allowed bool) string {
 	if !allowed || port < 0 {
 		return ""
@@ -215,14 +236,6 @@ func (s *Server) Run(ctx context.Context) error {
 		return errors.New("embedded nats did not start")
 	}
 
-	connect := func(role bus.Role) (*nats.Conn, error) {
-		o := []nats.Option{nats.InProcessServer(ns), nats.Name(string(role)), nats.MaxReconnects(-1),
-			nats.CustomInboxPrefix(bus.InboxPrefix(role))}
-		if pw := s.cfg.NATSPasswords[role]; pw != "" {
-			o = append(o, nats.UserInfo(string(role), pw))
-		}
-		return nats.Connect("", o...)
-	}
 	var conns []*nats.Conn
 	defer func() {
 		for _, c := range conns {
@@ -234,7 +247,7 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		}
 		var c *nats.Conn
-		c, err = connect(role)
+		c, err = s.connect(ns, role)
 		conns = append(conns, c)
 		return c
 	}

@@ -134,3 +134,52 @@ func TestNATSListenBeyondLoopbackNeedsCredentials(t *testing.T) {
 		t.Fatalf("Run = %v, want a refusal to listen without credentials", err)
 	}
 }
+
+// TestConnectJoinsUnderItsRole: Connect gives a service joining the
+// process an in-process connection as its role, credentials and
+// permissions included, once the server runs.
+func TestConnectJoinsUnderItsRole(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.NATSPasswords = map[bus.Role]string{}
+	for _, r := range bus.Roles() {
+		cfg.NATSPasswords[r] = "pw-" + string(r) + "-9c2d"
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc, err := srv.Connect(bus.RoleExecutor); err == nil {
+		nc.Close()
+		t.Fatal("Connect before Run gave a connection")
+	}
+	_, done := run(t, srv)
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		t.Fatalf("standalone ended: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("standalone not ready")
+	}
+	nc, err := srv.Connect(bus.RoleExecutor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if got := nc.NewRespInbox(); !strings.HasPrefix(got, bus.InboxPrefix(bus.RoleExecutor)) {
+		t.Errorf("inbox %q lacks the executor's prefix %q", got, bus.InboxPrefix(bus.RoleExecutor))
+	}
+	errs := make(chan error, 4)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })
+	if err := nc.Publish(bus.ShmRegisterSubject, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(err.Error(), "Permissions Violation") {
+			t.Fatalf("joined executor publishing a registry subject: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the joined connection is not held to the executor's permissions")
+	}
+}
