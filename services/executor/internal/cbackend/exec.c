@@ -197,15 +197,18 @@ void nereid_exec_free(nereid_exec* x) {
  * recorded; x locked. */
 static bool recording(const nereid_exec* x, uint64_t gen) { return gen != 0 && x->gen == gen; }
 
-/* add appends an event for r (NULL: the instance's) to the record; x
- * locked. */
+/* add appends an event for r (NULL: the instance's) to the record, with
+ * its kind, request and link set, the fields of its kind for the caller to
+ * set (nereid_event); x locked. */
 static nereid_event* add(nereid_exec* x, TRITONBACKEND_Request* r, uint32_t kind) {
   if (x->n_events == x->cap_events) {
     x->cap_events = x->cap_events ? 2 * x->cap_events : 32;
     x->events = realloc(x->events, x->cap_events * sizeof *x->events);
   }
   nereid_event* e = &x->events[x->n_events++];
-  *e = (nereid_event){.kind = kind, .request = r};
+  e->kind = kind;
+  e->next = 0;
+  e->request = r;
   uint32_t at = x->n_events;
   uint32_t* first = r ? &r->first : &x->batch_first;
   uint32_t* last = r ? &r->last : &x->batch_last;
@@ -290,7 +293,7 @@ static TRITONSERVER_Error* send(nereid_exec* x, TRITONBACKEND_Request* r, TRITON
   nereid_event* ev = add(x, r, resp ? NEREID_EVENT_SEND : NEREID_EVENT_FLAGS);
   ev->flags = flags;
   ev->response = resp;
-  if (err != NULL) ev->error = nereid_error(err->code, err->msg); /* err stays the backend's */
+  ev->error = err != NULL ? nereid_error(err->code, err->msg) : NULL; /* err stays the backend's */
   if (final) {
     r->final = true;
     settle(r);

@@ -421,30 +421,31 @@ type startMemo struct {
 
 func stamps(m *startMemo, a, b, c, d C.uint64_t) backend.Timestamps {
 	// Backends often pass one reading for two of them (exec and compute
-	// start, compute and exec end): each is converted once.
-	var t backend.Timestamps
+	// start, compute and exec end): each is converted once. Locals rather
+	// than the fields of a zeroed result, copied once.
+	var es time.Time
 	switch {
 	case m == nil:
-		t.ExecStart = steady(a)
+		es = steady(a)
 	case m.ns == a && !m.t.IsZero():
-		t.ExecStart = m.t
+		es = m.t
 	default:
-		t.ExecStart = steady(a)
-		m.ns, m.t = a, t.ExecStart
+		es = steady(a)
+		m.ns, m.t = a, es
 	}
-	t.ComputeStart = t.ExecStart
+	cs := es
 	if b != a {
-		t.ComputeStart = steady(b)
+		cs = steady(b)
 	}
-	t.ComputeEnd = t.ComputeStart
+	ce := cs
 	if c != b {
-		t.ComputeEnd = steady(c)
+		ce = steady(c)
 	}
-	t.ExecEnd = t.ComputeEnd
+	ee := ce
 	if d != c {
-		t.ExecEnd = steady(d)
+		ee = steady(d)
 	}
-	return t
+	return backend.Timestamps{ExecStart: es, ComputeStart: cs, ComputeEnd: ce, ExecEnd: ee}
 }
 
 func instance(i *C.TRITONBACKEND_ModelInstance) *cInstance {

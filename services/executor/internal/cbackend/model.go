@@ -329,7 +329,10 @@ type cInstance struct {
 
 	start   startMemo       // the executions' start stamp, converted
 	layouts []requestLayout // the last execution's, cleared
-	spare   []*cRequest     // request objects for the next executions (keepRequests)
+	// laid are the last execution's requests, in mem: the next one's when
+	// they have the same layout (layOut).
+	laid  []*C.TRITONBACKEND_Request
+	spare []*cRequest // request objects for the next executions (keepRequests)
 }
 
 // logCacheNs is how long an answer of the executor's log levels serves:
@@ -359,12 +362,14 @@ func (in *cInstance) memory(size uintptr) *C.nereid_arena {
 	return in.mem
 }
 
-// dropMemory gives up the instance's reference to its arena.
+// dropMemory gives up the instance's reference to its arena, and with it
+// the requests laid out there.
 func (in *cInstance) dropMemory() {
 	if in.mem != nil {
 		unrefArena(in.mem)
 		in.mem = nil
 	}
+	in.laid = in.laid[:0]
 }
 
 // unrefArena drops a reference to arena a, freeing it with the last.
@@ -372,6 +377,47 @@ func unrefArena(a *C.nereid_arena) {
 	if atomic.AddUint32((*uint32)(unsafe.Pointer(&a.refs)), ^uint32(0)) == 0 {
 		C.free(unsafe.Pointer(a))
 	}
+}
+
+// layOut lays the C side of reqs out in the instance's arena, which it
+// returns, and sets in.laid to their places there. When the last
+// execution's requests, all disposed of, lie there in the layout reqs
+// need (sameLayout: the usual steady stream of one model's requests),
+// only what differs is written again (relayout); else they are laid out
+// afresh.
+func (in *cInstance) layOut(reqs []*backend.Request, gpu bool) *C.nereid_arena {
+	if in.mem != nil && len(in.laid) == len(reqs) && atomic.LoadUint32((*uint32)(unsafe.Pointer(&in.mem.refs))) == 1 {
+		same := true
+		for i, r := range reqs {
+			if same = sameLayout(in.laid[i], r, gpu, unsafe.Pointer(in.mem), in.memCap); !same {
+				break
+			}
+		}
+		if same {
+			for i, r := range reqs {
+				relayout(in.laid[i], r, gpu)
+			}
+			return in.mem
+		}
+	}
+	// The layouts are the instance's, reused (executions never overlap),
+	// and cleared once laid out: they would keep the requests alive.
+	ls := in.layouts[:0]
+	size := uintptr(C.NEREID_ARENA_HEADER)
+	for _, r := range reqs {
+		ls = append(ls, newLayout(r, gpu))
+		size = ls[len(ls)-1].size(size)
+	}
+	in.layouts = ls
+	mem := in.memory(size)
+	clear(unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(mem), C.NEREID_ARENA_HEADER)), size-C.NEREID_ARENA_HEADER))
+	a := arena{base: unsafe.Pointer(mem), off: C.NEREID_ARENA_HEADER}
+	in.laid = in.laid[:0]
+	for i := range ls {
+		in.laid = append(in.laid, ls[i].place(&a))
+		ls[i].clearRefs()
+	}
+	return mem
 }
 
 // logLevels are the TRITONSERVER_LogLevel values the executor's log takes
@@ -441,33 +487,19 @@ func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error
 	if n > len(few) {
 		crs = make([]*cRequest, 0, n)
 	}
-	// The layouts are the instance's, reused (executions never overlap),
-	// and cleared once laid out: they would keep the requests alive.
-	ls := in.layouts[:0]
 	gpu := in.info.Kind == inference.ModelInstanceGroup_KIND_GPU
-	size := uintptr(C.NEREID_ARENA_HEADER)
-	for _, r := range reqs {
-		ls = append(ls, newLayout(r, gpu))
-		size = ls[len(ls)-1].size(size)
-	}
-	in.layouts = ls
 	// A model that is not decoupled has its requests recorded (exec.c):
 	// its responses reach the client once Execute has returned anyway.
 	var gen uint64
 	if !in.m.decoupled() {
 		gen = generations.Add(1)
 	}
-	mem := in.memory(size)
-	clear(unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(mem), C.NEREID_ARENA_HEADER)), size-C.NEREID_ARENA_HEADER))
+	mem := in.layOut(reqs, gpu)
 	atomic.AddUint32((*uint32)(unsafe.Pointer(&mem.refs)), uint32(n))
-	a := arena{base: unsafe.Pointer(mem), off: C.NEREID_ARENA_HEADER}
 	crs = crs[:n]
 	for i, r := range reqs {
-		crs[i] = newCRequest(in, r, &ls[i], ls[i].place(&a), mem, i, gen)
+		crs[i] = newCRequest(in, r, gpu, in.laid[i], mem, i, gen)
 		arr[i] = crs[i].c
-	}
-	for i := range ls {
-		ls[i].clearRefs()
 	}
 	// Asked again at half the answers' life: an execution that starts
 	// with them near the end of it would find them stale in C and call

@@ -91,8 +91,12 @@ func (l *requestLayout) clearRefs() {
 
 // copied reports whether input x is given to the backend as a copy in the
 // request's C memory.
-func (l *requestLayout) copied(x *backend.Input) bool {
-	return len(x.Data) > 0 && len(x.Data) <= smallInput && !(x.Device != nil && l.gpu)
+func (l *requestLayout) copied(x *backend.Input) bool { return copiedInput(x, l.gpu) }
+
+// copiedInput reports whether input x is given to an instance (gpu: on a
+// GPU) as a copy in the request's C memory.
+func copiedInput(x *backend.Input, gpu bool) bool {
+	return len(x.Data) > 0 && len(x.Data) <= smallInput && !(x.Device != nil && gpu)
 }
 
 // place lays the request out in a; in the filling pass it returns the
@@ -119,19 +123,9 @@ func (l *requestLayout) place(a *arena) *C.TRITONBACKEND_Request {
 		}
 		ci := &ins[i]
 		ci.name = name
-		ci.datatype = C.TRITONSERVER_DataType(dataTypeToC(x.DataType))
-		ci.dims_count = C.uint32_t(len(x.Shape))
-		for j, d := range x.Shape {
-			shape[j] = C.int64_t(d)
-		}
 		ci.shape = &shape[0]
-		ci.byte_size = C.uint64_t(len(x.Data))
-		ci.attributes.memory_type = C.TRITONSERVER_MEMORY_CPU
-		ci.attributes.byte_size = C.size_t(len(x.Data))
-		if data != nil {
-			copy(unsafe.Slice((*byte)(data), len(x.Data)), x.Data)
-			ci.buffer = data
-		}
+		ci.buffer = data
+		fillInput(ci, x, data != nil)
 	}
 	outs := array[*C.char](a, len(l.outputs))
 	for i, o := range l.outputs {
@@ -158,13 +152,7 @@ func (l *requestLayout) place(a *arena) *C.TRITONBACKEND_Request {
 	c.id = id
 	c.correlation_is_string = C.bool(l.isStr)
 	c.correlation_id_string = corrStr
-	c.correlation_id = C.uint64_t(l.corr)
-	c.flags = C.uint32_t(r.Flags)
-	if dl, ok := r.Context().Deadline(); ok {
-		if us := timeUntilMicros(dl); us > 0 {
-			c.timeout_us = C.uint64_t(us)
-		}
-	}
+	fillRequest(c, r, l.corr)
 	if len(ins) > 0 {
 		c.inputs = &ins[0]
 		c.n_inputs = C.uint32_t(len(ins))
@@ -178,6 +166,108 @@ func (l *requestLayout) place(a *arena) *C.TRITONBACKEND_Request {
 		c.n_params = C.uint32_t(len(ps))
 	}
 	return c
+}
+
+// fillRequest writes what of request r varies between requests of the same
+// layout into c: the numeric correlation id (corr), flags and timeout.
+func fillRequest(c *C.TRITONBACKEND_Request, r *backend.Request, corr uint64) {
+	c.correlation_id = C.uint64_t(corr)
+	c.flags = C.uint32_t(r.Flags)
+	if dl, ok := r.Context().Deadline(); ok {
+		if us := timeUntilMicros(dl); us > 0 {
+			c.timeout_us = C.uint64_t(us)
+		}
+	}
+}
+
+// fillInput writes what of input x varies between requests of the same
+// layout into ci, whose name, shape array and buffer are placed: its data
+// type, shape, size, attributes, and its bytes when they are copied into
+// the request's memory.
+func fillInput(ci *C.TRITONBACKEND_Input, x *backend.Input, copied bool) {
+	ci.datatype = C.TRITONSERVER_DataType(dataTypeToC(x.DataType))
+	ci.dims_count = C.uint32_t(len(x.Shape))
+	shape := unsafe.Slice(ci.shape, len(x.Shape))
+	for j, d := range x.Shape {
+		shape[j] = C.int64_t(d)
+	}
+	ci.byte_size = C.uint64_t(len(x.Data))
+	ci.attributes = C.TRITONSERVER_BufferAttributes{memory_type: C.TRITONSERVER_MEMORY_CPU, byte_size: C.size_t(len(x.Data))}
+	if copied {
+		copy(unsafe.Slice((*byte)(ci.buffer), len(x.Data)), x.Data)
+	}
+}
+
+// sameLayout reports whether request r, for an instance on a GPU or not,
+// lays out as c, a request an earlier execution laid out in arena mem of
+// size bytes, that is still there: the same id and string correlation id,
+// inputs of the same names and dimension counts (with the same bytes
+// copied into mem, or none), the same requested outputs, no parameters.
+// Then c is r's but for what relayout writes.
+func sameLayout(c *C.TRITONBACKEND_Request, r *backend.Request, gpu bool, mem unsafe.Pointer, size uintptr) bool {
+	end := uintptr(mem) + size
+	if len(r.Parameters) != 0 || c.n_params != 0 || int(c.n_inputs) != len(r.Inputs) || int(c.n_outputs) != len(r.RequestedOutputs) {
+		return false
+	}
+	if !cStringIs(c.id, r.ID, end) {
+		return false
+	}
+	if r.CorrelationID.IsString() {
+		s, _ := r.CorrelationID.StringID()
+		if !bool(c.correlation_is_string) || !cStringIs(c.correlation_id_string, s, end) {
+			return false
+		}
+	} else if c.correlation_is_string {
+		return false
+	}
+	ins := unsafe.Slice(c.inputs, len(r.Inputs))
+	for i := range r.Inputs {
+		x, ci := &r.Inputs[i], &ins[i]
+		// A copy lies in the arena; any other buffer (the request's own
+		// bytes, device memory, the empty buffer) is elsewhere.
+		inArena := uintptr(ci.buffer)-uintptr(mem) < size
+		copied := copiedInput(x, gpu)
+		if int(ci.dims_count) != len(x.Shape) || inArena != copied || copied && int(ci.byte_size) != len(x.Data) || !cStringIs(ci.name, x.Name, end) {
+			return false
+		}
+	}
+	outs := unsafe.Slice(c.outputs, len(r.RequestedOutputs))
+	for i, o := range r.RequestedOutputs {
+		// Names not in strictly increasing order are laid out sorted and
+		// without duplicates (sortedCopy): not compared here.
+		if i > 0 && r.RequestedOutputs[i-1] >= o || !cStringIs(outs[i], o, end) {
+			return false
+		}
+	}
+	return true
+}
+
+// relayout makes c, which sameLayout matched with r, request r's: its
+// strings, arrays and copies' places stay, the rest is written again as
+// place writes it into zeroed memory.
+func relayout(c *C.TRITONBACKEND_Request, r *backend.Request, gpu bool) {
+	*c = C.TRITONBACKEND_Request{id: c.id, correlation_is_string: c.correlation_is_string, correlation_id_string: c.correlation_id_string,
+		n_inputs: c.n_inputs, inputs: c.inputs, n_outputs: c.n_outputs, outputs: c.outputs}
+	var corr uint64
+	if !r.CorrelationID.IsString() {
+		corr, _ = r.CorrelationID.Uint64()
+	}
+	fillRequest(c, r, corr)
+	ins := unsafe.Slice(c.inputs, len(r.Inputs))
+	for i := range r.Inputs {
+		x := &r.Inputs[i]
+		fillInput(&ins[i], x, copiedInput(x, gpu))
+	}
+}
+
+// cStringIs reports whether the NUL-terminated c, which lies in an arena
+// that ends at end, is s, reading nothing past end.
+func cStringIs(c *C.char, s string, end uintptr) bool {
+	if c == nil || uintptr(unsafe.Pointer(c))+uintptr(len(s)) >= end {
+		return false
+	}
+	p := (*byte)(unsafe.Pointer(c))
+	return unsafe.String(p, len(s)) == s && *(*byte)(unsafe.Add(unsafe.Pointer(p), len(s))) == 0
 }
 
 // size is the arena's offset after the request is placed at offset off:
@@ -227,7 +317,7 @@ func isNumber(v any) bool {
 // the C side carries, the inputs' buffers not copied into c (the request's
 // bytes, pinned while the backend holds them, or device memory), and the
 // record of the execution gen of exec, 0 for none.
-func newCRequest(in *cInstance, r *backend.Request, l *requestLayout, c *C.TRITONBACKEND_Request, mem *C.nereid_arena, index int, gen uint64) *cRequest {
+func newCRequest(in *cInstance, r *backend.Request, gpu bool, c *C.TRITONBACKEND_Request, mem *C.nereid_arena, index int, gen uint64) *cRequest {
 	cr := in.spareRequest()
 	cr.in, cr.r, cr.c, cr.recorded = in, r, c, gen != 0
 	cr.h = register(cr)
@@ -248,14 +338,14 @@ func newCRequest(in *cInstance, r *backend.Request, l *requestLayout, c *C.TRITO
 		x := &r.Inputs[i]
 		ci := &ins[i]
 		switch {
-		case x.Device != nil && l.gpu:
+		case x.Device != nil && gpu:
 			// An input that came in CUDA shared memory, for an instance on
 			// a GPU: its device memory, as Triton gives it (the host copy
 			// in Data serves CPU instances).
 			ci.buffer = C.nereid_ptr(C.uintptr_t(x.Device.Ptr))
 			ci.attributes.memory_type = C.TRITONSERVER_MEMORY_GPU
 			ci.attributes.memory_type_id = C.int64_t(x.Device.ID)
-		case l.copied(x):
+		case copiedInput(x, gpu):
 			// in c already
 		case len(x.Data) > 0:
 			p := unsafe.Pointer(unsafe.SliceData(x.Data))
