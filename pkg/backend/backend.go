@@ -94,6 +94,36 @@ type Timestamps struct {
 	ExecStart, ComputeStart, ComputeEnd, ExecEnd time.Time
 }
 
+// SteadyStamps are Timestamps as durations after Base, on Base's monotonic
+// clock. A backend that reads a steady clock of its own (a C backend's
+// std::chrono::steady_clock) has them without making a time.Time of each
+// reading, which costs more than what the statistics do with it: they
+// need durations, and one time.Time (Base) to place them.
+type SteadyStamps struct {
+	Base                                         time.Time
+	ExecStart, ComputeStart, ComputeEnd, ExecEnd time.Duration
+}
+
+// Timestamps returns the same points as Timestamps.
+func (s SteadyStamps) Timestamps() Timestamps {
+	return Timestamps{ExecStart: s.Base.Add(s.ExecStart), ComputeStart: s.Base.Add(s.ComputeStart),
+		ComputeEnd: s.Base.Add(s.ComputeEnd), ExecEnd: s.Base.Add(s.ExecEnd)}
+}
+
+// Steady returns the same points as SteadyStamps, after ExecStart.
+func (t Timestamps) Steady() SteadyStamps {
+	return SteadyStamps{Base: t.ExecStart, ComputeStart: t.ComputeStart.Sub(t.ExecStart),
+		ComputeEnd: t.ComputeEnd.Sub(t.ExecStart), ExecEnd: t.ExecEnd.Sub(t.ExecStart)}
+}
+
+// SteadyStatsReporter is a StatsReporter that also takes SteadyStamps, with
+// the same meaning. A backend that has them reports through it when its
+// StatsReporter implements it (the executor's does).
+type SteadyStatsReporter interface {
+	ReportSteadyStatistics(r *Request, success bool, t SteadyStamps)
+	ReportSteadyBatchStatistics(totalBatchSize int, t SteadyStamps)
+}
+
 // StatsReporter is where an instance reports what it did. It mirrors
 // TRITONBACKEND_ModelInstanceReportStatistics and
 // TRITONBACKEND_ModelInstanceReportBatchStatistics.

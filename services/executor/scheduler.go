@@ -509,7 +509,7 @@ func (in *instance) execute(ctx context.Context, reqs []*backend.Request, batch 
 	clear(current)
 	in.spare = current
 
-	ts := backend.Timestamps{ExecStart: start, ComputeStart: start, ComputeEnd: end, ExecEnd: end}
+	ts := backend.SteadyStamps{Base: start, ComputeEnd: end.Sub(start), ExecEnd: end.Sub(start)}
 	total := 0
 	st := in.mv.stats
 	for _, p := range batch {
@@ -634,6 +634,16 @@ func (in *instance) faulted(ctx context.Context, batch []*pending, f *shm.Fault,
 
 // ReportStatistics implements backend.StatsReporter.
 func (in *instance) ReportStatistics(r *backend.Request, success bool, t backend.Timestamps) {
+	in.ReportSteadyStatistics(r, success, t.Steady())
+}
+
+// ReportBatchStatistics implements backend.StatsReporter.
+func (in *instance) ReportBatchStatistics(total int, t backend.Timestamps) {
+	in.ReportSteadyBatchStatistics(total, t.Steady())
+}
+
+// ReportSteadyStatistics implements backend.SteadyStatsReporter.
+func (in *instance) ReportSteadyStatistics(r *backend.Request, success bool, t backend.SteadyStamps) {
 	in.mu.Lock()
 	p := in.current[r]
 	in.mu.Unlock()
@@ -649,8 +659,8 @@ func (in *instance) ReportStatistics(r *backend.Request, success bool, t backend
 	}
 }
 
-// ReportBatchStatistics implements backend.StatsReporter.
-func (in *instance) ReportBatchStatistics(total int, t backend.Timestamps) {
+// ReportSteadyBatchStatistics implements backend.SteadyStatsReporter.
+func (in *instance) ReportSteadyBatchStatistics(total int, t backend.SteadyStamps) {
 	in.mu.Lock()
 	in.batchReported = true
 	in.mu.Unlock()

@@ -136,9 +136,10 @@ func (s *stats) response(index int, kind responseKind, t responseTimes) {
 
 // request records one request's outcome (TRITONBACKEND_ModelInstance
 // ReportStatistics). A failure counts only its total duration.
-func (s *stats) request(p *pending, success bool, t backend.Timestamps) {
+func (s *stats) request(p *pending, success bool, t backend.SteadyStamps) {
 	if p.span != nil && success {
-		tracing.RecordTimestamps(p.span, tracing.Timestamps{QueueStart: p.queued, ExecStart: t.ExecStart, ComputeStart: t.ComputeStart, ComputeEnd: t.ComputeEnd, ExecEnd: t.ExecEnd})
+		ts := t.Timestamps()
+		tracing.RecordTimestamps(p.span, tracing.Timestamps{QueueStart: p.queued, ExecStart: ts.ExecStart, ComputeStart: ts.ComputeStart, ComputeEnd: ts.ComputeEnd, ExecEnd: ts.ExecEnd})
 	}
 	end := time.Now()
 	s.mu.Lock()
@@ -148,8 +149,8 @@ func (s *stats) request(p *pending, success bool, t backend.Timestamps) {
 		s.failures[reasonBackend]++
 		return
 	}
-	phases := [numSummaries]time.Duration{end.Sub(p.received), t.ExecStart.Sub(p.queued),
-		t.ComputeStart.Sub(t.ExecStart), t.ComputeEnd.Sub(t.ComputeStart), t.ExecEnd.Sub(t.ComputeEnd)}
+	phases := [numSummaries]time.Duration{end.Sub(p.received), t.Base.Sub(p.queued) + t.ExecStart,
+		t.ComputeStart - t.ExecStart, t.ComputeEnd - t.ComputeStart, t.ExecEnd - t.ComputeEnd}
 	s.success.add(phases[sumRequest])
 	s.queue.add(phases[sumQueue])
 	s.computeInput.add(phases[sumComputeInput])
@@ -190,14 +191,14 @@ func (s *stats) metricsProto(name, version string) *busv1.VersionMetrics {
 
 // batch records one execution (ReportBatchStatistics): it is what
 // execution_count, inference_count and batch_stats count.
-func (s *stats) batch(total int, t backend.Timestamps) {
+func (s *stats) batch(total int, t backend.SteadyStamps) {
 	s.execution(total, total, t)
 }
 
 // execution records one execution of size entries, of which real are
 // requests and the rest padding (the direct sequence strategy's empty
 // slots): batch_stats counts size, inference_count only real.
-func (s *stats) execution(real, size int, t backend.Timestamps) {
+func (s *stats) execution(real, size int, t backend.SteadyStamps) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.executionCount++
@@ -207,9 +208,9 @@ func (s *stats) execution(real, size int, t backend.Timestamps) {
 		b = &batchStats{}
 		s.batches[uint64(size)] = b
 	}
-	b.input.add(t.ComputeStart.Sub(t.ExecStart))
-	b.infer.add(t.ComputeEnd.Sub(t.ComputeStart))
-	b.output.add(t.ExecEnd.Sub(t.ComputeEnd))
+	b.input.add(t.ComputeStart - t.ExecStart)
+	b.infer.add(t.ComputeEnd - t.ComputeStart)
+	b.output.add(t.ExecEnd - t.ComputeEnd)
 	s.touch(time.Now())
 }
 

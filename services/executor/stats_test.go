@@ -81,7 +81,7 @@ func TestFailureReasonsAndSummaries(t *testing.T) {
 	t0 := time.Now()
 	p := &pending{received: t0, queued: t0.Add(time.Millisecond)}
 	ts := backend.Timestamps{ExecStart: t0.Add(3 * time.Millisecond), ComputeStart: t0.Add(4 * time.Millisecond),
-		ComputeEnd: t0.Add(6 * time.Millisecond), ExecEnd: t0.Add(7 * time.Millisecond)}
+		ComputeEnd: t0.Add(6 * time.Millisecond), ExecEnd: t0.Add(7 * time.Millisecond)}.Steady()
 	s.request(p, true, ts)
 	s.request(p, true, ts)
 	s.request(p, false, ts)

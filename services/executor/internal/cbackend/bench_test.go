@@ -77,11 +77,14 @@ func cInstance64B(b testing.TB, cfg *inference.ModelConfig) backend.Instance {
 }
 
 // discardStats takes statistics and keeps nothing: the loops measure the
-// backends, not a recorder's growing slices.
+// backends, not a recorder's growing slices. It takes SteadyStamps, as the
+// executor's statistics do.
 type discardStats struct{}
 
-func (discardStats) ReportStatistics(*backend.Request, bool, backend.Timestamps) {}
-func (discardStats) ReportBatchStatistics(int, backend.Timestamps)               {}
+func (discardStats) ReportStatistics(*backend.Request, bool, backend.Timestamps)         {}
+func (discardStats) ReportBatchStatistics(int, backend.Timestamps)                       {}
+func (discardStats) ReportSteadyStatistics(*backend.Request, bool, backend.SteadyStamps) {}
+func (discardStats) ReportSteadyBatchStatistics(int, backend.SteadyStamps)               {}
 
 func benchExecute(b *testing.B, in backend.Instance) {
 	data := make([]byte, 64)

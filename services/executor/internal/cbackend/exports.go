@@ -407,8 +407,35 @@ func steadyNow() uint64 { return baseSteady + uint64(time.Since(baseWall)) }
 
 // steady turns a steady-clock reading in ns (std::chrono::steady_clock,
 // CLOCK_MONOTONIC) into a time.Time on the same monotonic clock.
-func steady(ns C.uint64_t) time.Time {
-	return baseWall.Add(time.Duration(int64(uint64(ns) - baseSteady)))
+func steady(ns C.uint64_t) time.Time { return baseWall.Add(sinceBase(ns)) }
+
+// sinceBase is a steady-clock reading in ns as the time after baseWall.
+func sinceBase(ns C.uint64_t) time.Duration { return time.Duration(int64(uint64(ns) - baseSteady)) }
+
+// steadyStamps are a backend's four steady-clock readings as
+// SteadyStamps: no time.Time made.
+func steadyStamps(a, b, c, d C.uint64_t) backend.SteadyStamps {
+	return backend.SteadyStamps{Base: baseWall, ExecStart: sinceBase(a), ComputeStart: sinceBase(b), ComputeEnd: sinceBase(c), ExecEnd: sinceBase(d)}
+}
+
+// reportStatistics gives the instance's statistics a request's readings:
+// as SteadyStamps when they take them (the executor's do), else as
+// Timestamps (memo: the execution's start, or nil).
+func (in *cInstance) reportStatistics(r *backend.Request, success bool, memo *startMemo, a, b, c, d C.uint64_t) {
+	if in.steady != nil {
+		in.steady.ReportSteadyStatistics(r, success, steadyStamps(a, b, c, d))
+		return
+	}
+	in.info.Stats.ReportStatistics(r, success, stamps(memo, a, b, c, d))
+}
+
+// reportBatchStatistics is reportStatistics for an execution's batch.
+func (in *cInstance) reportBatchStatistics(n int, memo *startMemo, a, b, c, d C.uint64_t) {
+	if in.steady != nil {
+		in.steady.ReportSteadyBatchStatistics(n, steadyStamps(a, b, c, d))
+		return
+	}
+	in.info.Stats.ReportBatchStatistics(n, stamps(memo, a, b, c, d))
 }
 
 // startMemo remembers an execution's last converted start stamp: a
@@ -472,7 +499,7 @@ func nereid_report_statistics(i *C.TRITONBACKEND_ModelInstance, r *C.TRITONBACKE
 	if !cr.live() {
 		return newError(tritonerr.InvalidArgf("request is no longer valid"))
 	}
-	in.info.Stats.ReportStatistics(cr.r, bool(success), stamps(nil, a, b, c, d))
+	in.reportStatistics(cr.r, bool(success), nil, a, b, c, d)
 	return nil
 }
 
@@ -486,7 +513,7 @@ func nereid_report_batch_statistics(i *C.TRITONBACKEND_ModelInstance, n, a, b, c
 	if in == nil {
 		return newError(tritonerr.InvalidArgf("model instance must not be null"))
 	}
-	in.info.Stats.ReportBatchStatistics(int(n), stamps(nil, a, b, c, d))
+	in.reportBatchStatistics(int(n), nil, a, b, c, d)
 	return nil
 }
 

@@ -259,6 +259,7 @@ func runnerFor(kind inference.ModelInstanceGroup_Kind) runner {
 // instance's executions run (runnerFor).
 func (m *cModel) NewInstance(ctx context.Context, info backend.InstanceInfo) (backend.Instance, error) {
 	in := &cInstance{m: m, info: info, thread: runnerFor(info.Kind)}
+	in.steady, _ = info.Stats.(backend.SteadyStatsReporter)
 	ci := (*C.TRITONBACKEND_ModelInstance)(C.calloc(1, C.sizeof_TRITONBACKEND_ModelInstance))
 	ci.name = C.CString(info.Name)
 	switch info.Kind {
@@ -305,6 +306,7 @@ func (m *cModel) NewInstance(ctx context.Context, info backend.InstanceInfo) (ba
 type cInstance struct {
 	m      *cModel
 	info   backend.InstanceInfo
+	steady backend.SteadyStatsReporter // info.Stats, when it takes SteadyStamps
 	c      *C.TRITONBACKEND_ModelInstance
 	h      uintptr
 	thread runner
@@ -591,7 +593,7 @@ func (in *cInstance) replayBatch() {
 			target = instance(ev.instance)
 		}
 		if target != nil {
-			target.info.Stats.ReportBatchStatistics(int(ev.batch_size), stamps(memo, ev.ts[0], ev.ts[1], ev.ts[2], ev.ts[3]))
+			target.reportBatchStatistics(int(ev.batch_size), memo, ev.ts[0], ev.ts[1], ev.ts[2], ev.ts[3])
 		}
 	}
 }
@@ -649,7 +651,7 @@ func (cr *cRequest) replay(memo *startMemo) (ended bool) {
 				target = instance(ev.instance)
 			}
 			if target != nil {
-				target.info.Stats.ReportStatistics(cr.r, bool(ev.success), stamps(memo, ev.ts[0], ev.ts[1], ev.ts[2], ev.ts[3]))
+				target.reportStatistics(cr.r, bool(ev.success), memo, ev.ts[0], ev.ts[1], ev.ts[2], ev.ts[3])
 			}
 		}
 	}
