@@ -743,9 +743,11 @@ func (cr *cRequest) release() (free bool) {
 	}
 	cr.released = true
 	cr.c.released = true
-	done := cr.ended()
-	cr.mu.Unlock()
-	return done && cr.disposeGo()
+	if !cr.ended() {
+		cr.mu.Unlock()
+		return false
+	}
+	return cr.disposeGoLocked()
 }
 
 // ended reports, once, that the request is released and its final
@@ -798,6 +800,13 @@ func (cr *cRequest) dispose() {
 // leaves to the caller when it reports true (the first time).
 func (cr *cRequest) disposeGo() bool {
 	cr.mu.Lock()
+	return cr.disposeGoLocked()
+}
+
+// disposeGoLocked is disposeGo with cr.mu held, which it unlocks: the
+// release or final send that ends the request disposes of it under the
+// lock it took.
+func (cr *cRequest) disposeGoLocked() bool {
 	if cr.gone {
 		cr.mu.Unlock()
 		return false
@@ -1026,10 +1035,10 @@ func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.T
 	if final {
 		cr.mu.Lock()
 		cr.final = true
-		done := cr.ended()
-		cr.mu.Unlock()
-		if done {
-			cr.dispose()
+		if !cr.ended() {
+			cr.mu.Unlock()
+		} else if c := cr.c; cr.disposeGoLocked() {
+			unrefArena(c.arena)
 		}
 	}
 	return err
