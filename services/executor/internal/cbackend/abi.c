@@ -657,6 +657,7 @@ TRITONSERVER_Error* TRITONBACKEND_ResponseOutput(TRITONBACKEND_Response* r, TRIT
   o->datatype = dt;
   o->dims_count = dims;
   if (dims) memcpy(o->shape, shape, dims * sizeof(int64_t));
+  else o->shape[0] = 0;
   o->response = r;
   if (r->n_outputs == r->cap_outputs) {
     TRITONBACKEND_Output** grown = malloc(2 * r->cap_outputs * sizeof *r->outputs);

@@ -83,7 +83,7 @@ static void recycle(nereid_exec* x, TRITONBACKEND_Response* r) {
       continue;
     }
     if (o->owned) {
-      free(o->spare);
+      if (o->spare != NULL) free(o->spare); /* the usual spare became the buffer */
       o->spare = o->buffer;
       o->spare_cap = o->byte_size > 0 ? o->byte_size : 1;
     }
@@ -118,7 +118,8 @@ TRITONBACKEND_Response* nereid_exec_take_response(nereid_exec* x) {
 }
 
 /* nereid_exec_take_output returns a spare output of at least size bytes,
- * zeroed but for its size and spare buffer; NULL when the next spare is
+ * its struct zeroed but for its size and spare buffer (the shape and name
+ * that follow are the caller's to write); NULL when the next spare is
  * smaller. */
 TRITONBACKEND_Output* nereid_exec_take_output(nereid_exec* x, size_t size) {
   lock(x);
@@ -133,7 +134,7 @@ TRITONBACKEND_Output* nereid_exec_take_output(nereid_exec* x, size_t size) {
   if (o != NULL) {
     size_t n = o->size, cap = o->spare_cap;
     void* spare = o->spare;
-    memset(o, 0, n);
+    memset(o, 0, sizeof *o);
     o->size = n;
     o->spare = spare;
     o->spare_cap = cap;

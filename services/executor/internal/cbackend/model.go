@@ -384,21 +384,17 @@ func unrefArena(a *C.nereid_arena) {
 // layOut lays the C side of reqs out in the instance's arena, which it
 // returns, and sets in.laid to their places there. When the last
 // execution's requests, all disposed of, lie there in the layout reqs
-// need (sameLayout: the usual steady stream of one model's requests),
-// only what differs is written again (relayout); else they are laid out
-// afresh.
+// need (the usual steady stream of one model's requests), only what
+// differs is written again (relayOut); else they are laid out afresh.
 func (in *cInstance) layOut(reqs []*backend.Request, gpu bool) *C.nereid_arena {
 	if in.mem != nil && len(in.laid) == len(reqs) && atomic.LoadUint32((*uint32)(unsafe.Pointer(&in.mem.refs))) == 1 {
 		same := true
 		for i, r := range reqs {
-			if same = sameLayout(in.laid[i], r, gpu, unsafe.Pointer(in.mem), in.memCap); !same {
+			if same = relayOut(in.laid[i], r, gpu, unsafe.Pointer(in.mem), in.memCap); !same {
 				break
 			}
 		}
 		if same {
-			for i, r := range reqs {
-				relayout(in.laid[i], r, gpu)
-			}
 			return in.mem
 		}
 	}
@@ -517,12 +513,7 @@ func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error
 		in.replayBatch()
 	}
 	if err != nil {
-		// Ownership of the requests is the server's again.
-		for _, cr := range crs {
-			cr.abandon()
-		}
-		in.keepRequests(crs)
-		return err
+		return in.failed(crs, err)
 	}
 	// A model that is not decoupled answers during Execute (Triton's
 	// blocking policy); a decoupled one may go on from its own threads, and
@@ -531,8 +522,36 @@ func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error
 		return nil
 	}
 	for _, cr := range crs {
+		if !cr.endedHere { // the usual case: ended, without a lock
+			return in.awaitEnded(ctx, crs)
+		}
+	}
+	in.keepRequests(crs)
+	return nil
+}
+
+// The rare ends of an execution are functions of their own: kept out of
+// execute, they leave the code every execution runs smaller, which is
+// most of what a small request's execution costs when that code has
+// left the processor's caches since the last one.
+
+// failed ends an execution whose Execute returned err: ownership of the
+// requests is the server's again.
+func (in *cInstance) failed(crs []*cRequest, err error) error {
+	for _, cr := range crs {
+		cr.abandon()
+	}
+	in.keepRequests(crs)
+	return err
+}
+
+// awaitEnded waits until the backend has released and answered each of
+// the execution's requests that its own replay did not end, then keeps
+// the reusable request objects as execute does.
+func (in *cInstance) awaitEnded(ctx context.Context, crs []*cRequest) error {
+	for _, cr := range crs {
 		if cr.endedHere {
-			continue // the usual case, without a lock
+			continue
 		}
 		ch := cr.finishedChan()
 		if ch == closedChan {
@@ -965,74 +984,31 @@ const oneOutputWords = 11
 
 // send is TRITONBACKEND_ResponseSend (resp nil: ResponseFactorySendFlags).
 func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.TRITONSERVER_Error) error {
-	final := flags&C.TRITONSERVER_RESPONSE_COMPLETE_FINAL != 0
-	var outs []backend.Output
-	var missing string
-	if resp != nil && errp == nil && resp.n_outputs > 0 {
-		routs := unsafe.Slice(resp.outputs, int(resp.n_outputs))
-		var spare []int64
-		if o := routs[0]; len(routs) == 1 && int(o.dims_count)+(int(o.byte_size)+7)/8 <= oneOutputWords {
-			x := new(oneOutput)
-			outs, spare = x.out[:0:1], x.words[:]
-		} else {
-			outs = make([]backend.Output, 0, len(routs))
-		}
-		cr.mu.Lock()
-		for _, o := range routs {
-			name := goName(o.name, int(o.name_len), cr.r.RequestedOutputs)
-			owned := o.buffer != nil && bool(o.owned)
-			var shape []int64
-			var copied []byte
-			shape, copied, spare = shapeAndBytes(int(o.dims_count), int(o.byte_size), owned, spare)
-			if o.dims_count > 0 {
-				for j, d := range unsafe.Slice(o.shape, int(o.dims_count)) {
-					shape[j] = int64(d)
-				}
-			}
-			data, ok := cr.buffers().find(o.buffer)
-			switch {
-			case o.buffer == nil:
-				data = []byte{}
-			case owned:
-				// C memory (exec.c), freed with the response.
-				data = copied
-				copy(data, unsafe.Slice((*byte)(o.buffer), int(o.byte_size)))
-			case o.attributes.memory_type == C.TRITONSERVER_MEMORY_GPU:
-				// Written in its CUDA region (deviceOutput): the region
-				// holds it, the response carries its shape alone.
-				data = []byte{}
-			case !ok:
-				missing = name
-			}
-			outs = append(outs, backend.Output{Name: name, DataType: dataTypeFromC(int(o.datatype)), Shape: shape, Data: data})
-		}
-		cr.mu.Unlock()
-	}
-	var params map[string]any
-	if resp != nil && resp.n_params > 0 {
-		params = make(map[string]any, int(resp.n_params))
-		for _, p := range unsafe.Slice(resp.params, int(resp.n_params)) {
-			params[C.GoString(p.name)] = parameterValue(p)
-		}
-	}
 	f := backend.ResponseFlags(0)
-	if final {
+	if flags&C.TRITONSERVER_RESPONSE_COMPLETE_FINAL != 0 {
 		f = backend.ResponseFinal
 	}
-	// Sends may block for flow control: no lock held.
-	s := cr.r.ResponseSender()
 	var err error
-	switch {
-	case resp == nil:
-		err = s.SendFlags(f)
-	case errp != nil:
-		err = s.SendError(f, tritonerr.New(kindOf(errp.code), "%s", C.GoString(errp.msg)))
-	case missing != "":
-		err = s.SendError(f, tritonerr.Internalf("output '%s' has no buffer from TRITONBACKEND_OutputBuffer", missing))
-	default:
-		err = s.SendResponse(f, backend.Response{Outputs: outs, Parameters: params})
+	if resp != nil && errp == nil {
+		var outs []backend.Output
+		var missing string
+		if resp.n_outputs > 0 {
+			outs, missing = cr.outputs(resp)
+		}
+		if missing == "" {
+			var params map[string]any
+			if resp.n_params > 0 {
+				params = responseParams(resp)
+			}
+			// Sends may block for flow control: no lock held.
+			err = cr.r.ResponseSender().SendResponse(f, backend.Response{Outputs: outs, Parameters: params})
+		} else {
+			err = cr.sendWithout(resp, f, nil, missing)
+		}
+	} else {
+		err = cr.sendWithout(resp, f, errp, "")
 	}
-	if final {
+	if f == backend.ResponseFinal {
 		cr.mu.Lock()
 		cr.final = true
 		if !cr.ended() {
@@ -1042,4 +1018,75 @@ func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.T
 		}
 	}
 	return err
+}
+
+// The rarer sends and a response's parameters are functions of their own,
+// as execute's rare ends are: send's code stays small.
+
+// sendWithout sends what is not a response's outputs: the flags alone
+// (resp nil), the backend's error errp, or the error of the output named
+// missing, which has no buffer.
+func (cr *cRequest) sendWithout(resp *C.TRITONBACKEND_Response, f backend.ResponseFlags, errp *C.TRITONSERVER_Error, missing string) error {
+	s := cr.r.ResponseSender()
+	switch {
+	case resp == nil:
+		return s.SendFlags(f)
+	case errp != nil:
+		return s.SendError(f, tritonerr.New(kindOf(errp.code), "%s", C.GoString(errp.msg)))
+	default:
+		return s.SendError(f, tritonerr.Internalf("output '%s' has no buffer from TRITONBACKEND_OutputBuffer", missing))
+	}
+}
+
+// responseParams are the parameters the backend set on resp.
+func responseParams(resp *C.TRITONBACKEND_Response) map[string]any {
+	params := make(map[string]any, int(resp.n_params))
+	for _, p := range unsafe.Slice(resp.params, int(resp.n_params)) {
+		params[C.GoString(p.name)] = parameterValue(p)
+	}
+	return params
+}
+
+// outputs are resp's outputs as the executor takes them, and the name of
+// one that has no buffer ("" when each has one).
+func (cr *cRequest) outputs(resp *C.TRITONBACKEND_Response) (outs []backend.Output, missing string) {
+	routs := unsafe.Slice(resp.outputs, int(resp.n_outputs))
+	var spare []int64
+	if o := routs[0]; len(routs) == 1 && int(o.dims_count)+(int(o.byte_size)+7)/8 <= oneOutputWords {
+		x := new(oneOutput)
+		outs, spare = x.out[:0:1], x.words[:]
+	} else {
+		outs = make([]backend.Output, 0, len(routs))
+	}
+	cr.mu.Lock()
+	for _, o := range routs {
+		name := goName(o.name, int(o.name_len), cr.r.RequestedOutputs)
+		owned := o.buffer != nil && bool(o.owned)
+		var shape []int64
+		var copied []byte
+		shape, copied, spare = shapeAndBytes(int(o.dims_count), int(o.byte_size), owned, spare)
+		if o.dims_count > 0 {
+			for j, d := range unsafe.Slice(o.shape, int(o.dims_count)) {
+				shape[j] = int64(d)
+			}
+		}
+		data, ok := cr.buffers().find(o.buffer)
+		switch {
+		case o.buffer == nil:
+			data = []byte{}
+		case owned:
+			// C memory (exec.c), freed with the response.
+			data = copied
+			copy(data, unsafe.Slice((*byte)(o.buffer), int(o.byte_size)))
+		case o.attributes.memory_type == C.TRITONSERVER_MEMORY_GPU:
+			// Written in its CUDA region (deviceOutput): the region
+			// holds it, the response carries its shape alone.
+			data = []byte{}
+		case !ok:
+			missing = name
+		}
+		outs = append(outs, backend.Output{Name: name, DataType: dataTypeFromC(int(o.datatype)), Shape: shape, Data: data})
+	}
+	cr.mu.Unlock()
+	return outs, missing
 }

@@ -198,20 +198,24 @@ func fillInput(ci *C.TRITONBACKEND_Input, x *backend.Input, copied bool) {
 	}
 }
 
-// sameLayout reports whether request r, for an instance on a GPU or not,
-// lays out as c, a request an earlier execution laid out in arena mem of
-// size bytes, that is still there: the same id and string correlation id,
-// inputs of the same names and dimension counts (with the same bytes
-// copied into mem, or none), the same requested outputs, no parameters.
-// Then c is r's but for what relayout writes.
-func sameLayout(c *C.TRITONBACKEND_Request, r *backend.Request, gpu bool, mem unsafe.Pointer, size uintptr) bool {
-	end := uintptr(mem) + size
+// relayOut lays request r, for an instance on a GPU or not, out again in
+// c, a request an earlier execution laid out in arena mem of size bytes,
+// that is still there, when r's layout is c's: the same id and string
+// correlation id, inputs of the same names and dimension counts (with the
+// same bytes copied into mem, or none), the same requested outputs, no
+// parameters. It writes what may differ, as place writes it into zeroed
+// memory; its strings, arrays and the copies' places stay. It reports
+// false when the layouts differ, having written part of c maybe: the
+// request is then laid out afresh.
+func relayOut(c *C.TRITONBACKEND_Request, r *backend.Request, gpu bool, mem unsafe.Pointer, size uintptr) bool {
 	if len(r.Parameters) != 0 || c.n_params != 0 || int(c.n_inputs) != len(r.Inputs) || int(c.n_outputs) != len(r.RequestedOutputs) {
 		return false
 	}
+	end := uintptr(mem) + size
 	if !cStringIs(c.id, r.ID, end) {
 		return false
 	}
+	var corr uint64
 	if r.CorrelationID.IsString() {
 		s, _ := r.CorrelationID.StringID()
 		if !bool(c.correlation_is_string) || !cStringIs(c.correlation_id_string, s, end) {
@@ -219,6 +223,16 @@ func sameLayout(c *C.TRITONBACKEND_Request, r *backend.Request, gpu bool, mem un
 		}
 	} else if c.correlation_is_string {
 		return false
+	} else {
+		corr, _ = r.CorrelationID.Uint64()
+	}
+	outs := unsafe.Slice(c.outputs, len(r.RequestedOutputs))
+	for i, o := range r.RequestedOutputs {
+		// Names not in strictly increasing order are laid out sorted and
+		// without duplicates (sortedCopy): not compared here.
+		if i > 0 && r.RequestedOutputs[i-1] >= o || !cStringIs(outs[i], o, end) {
+			return false
+		}
 	}
 	ins := unsafe.Slice(c.inputs, len(r.Inputs))
 	for i := range r.Inputs {
@@ -230,34 +244,12 @@ func sameLayout(c *C.TRITONBACKEND_Request, r *backend.Request, gpu bool, mem un
 		if int(ci.dims_count) != len(x.Shape) || inArena != copied || copied && int(ci.byte_size) != len(x.Data) || !cStringIs(ci.name, x.Name, end) {
 			return false
 		}
+		fillInput(ci, x, copied)
 	}
-	outs := unsafe.Slice(c.outputs, len(r.RequestedOutputs))
-	for i, o := range r.RequestedOutputs {
-		// Names not in strictly increasing order are laid out sorted and
-		// without duplicates (sortedCopy): not compared here.
-		if i > 0 && r.RequestedOutputs[i-1] >= o || !cStringIs(outs[i], o, end) {
-			return false
-		}
-	}
-	return true
-}
-
-// relayout makes c, which sameLayout matched with r, request r's: its
-// strings, arrays and copies' places stay, the rest is written again as
-// place writes it into zeroed memory.
-func relayout(c *C.TRITONBACKEND_Request, r *backend.Request, gpu bool) {
 	*c = C.TRITONBACKEND_Request{id: c.id, correlation_is_string: c.correlation_is_string, correlation_id_string: c.correlation_id_string,
 		n_inputs: c.n_inputs, inputs: c.inputs, n_outputs: c.n_outputs, outputs: c.outputs}
-	var corr uint64
-	if !r.CorrelationID.IsString() {
-		corr, _ = r.CorrelationID.Uint64()
-	}
 	fillRequest(c, r, corr)
-	ins := unsafe.Slice(c.inputs, len(r.Inputs))
-	for i := range r.Inputs {
-		x := &r.Inputs[i]
-		fillInput(&ins[i], x, copiedInput(x, gpu))
-	}
+	return true
 }
 
 // cStringIs reports whether the NUL-terminated c, which lies in an arena
