@@ -31,10 +31,21 @@ const (
 // errUnsupportedEncoding is Triton's answer to an unknown Content-Encoding.
 var errUnsupportedEncoding = tritonerr.Unsupportedf("Unsupported compression type")
 
+// headerValue is h.Get(key) for a key in canonical form, which Get would
+// canonicalize again: a few hundred instructions per header of every
+// request. The keys of a request's Header were canonicalized when the
+// server read them, so both find the same values.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // requestEncoding returns the request's Content-Encoding, normalised, or
 // errUnsupportedEncoding.
 func requestEncoding(h http.Header) (string, error) {
-	v := strings.ToLower(strings.TrimSpace(h.Get("Content-Encoding")))
+	v := strings.ToLower(strings.TrimSpace(headerValue(h, "Content-Encoding")))
 	switch v {
 	case "", encIdentity:
 		return encIdentity, nil

@@ -262,7 +262,7 @@ func (g *Gateway) writeInferParts(w http.ResponseWriter, r *http.Request, header
 		h["Content-Type"] = contentTypeJSON
 	}
 	parts := blobs // written after header, unless compressed into it
-	if renc := responseEncoding(r.Header.Get("Accept-Encoding")); renc != encIdentity {
+	if renc := responseEncoding(headerValue(r.Header, "Accept-Encoding")); renc != encIdentity {
 		if c, err := compressParts(renc, append([][]byte{header}, blobs...)); err == nil {
 			header, parts = c, nil
 			h.Set("Content-Encoding", renc)

@@ -59,7 +59,7 @@ func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v str
 		outs *kserve.OutputOptions
 	)
 	headerLen := -1 // no header: the whole body is JSON
-	if hv, ok := r.Header[http.CanonicalHeaderKey(kserve.HeaderLength)]; ok && len(hv) > 0 {
+	if hv, ok := r.Header[headerLengthKey]; ok && len(hv) > 0 {
 		if headerLen, err = kserve.ParseHeaderLength(hv[0], len(body)); err != nil {
 			writeError(w, err)
 			return
