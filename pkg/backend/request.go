@@ -171,11 +171,12 @@ type Request struct {
 	// region holds it.
 	OutputDevice func(name string, size int) (Device, bool)
 
-	ctx      context.Context
-	complete func(*Request, *Response)
-	sendMu   sync.Mutex  // serializes sends so they arrive in order
-	final    atomic.Bool // the final response or flag has been sent
-	sent     atomic.Int64
+	ctx       context.Context
+	complete  func(*Request, *Response)
+	completer Completer   // InitRequest's, when complete is nil
+	sendMu    sync.Mutex  // serializes sends so they arrive in order
+	final     atomic.Bool // the final response or flag has been sent
+	sent      atomic.Int64
 
 	// Implicit state (state.go).
 	stateModel   string
@@ -192,6 +193,23 @@ func NewRequest(ctx context.Context, complete func(*Request, *Response)) *Reques
 		ctx = context.Background()
 	}
 	return &Request{ctx: ctx, complete: complete}
+}
+
+// Completer takes a request's answers, as NewRequest's complete does.
+type Completer interface {
+	Complete(*Request, *Response)
+}
+
+// InitRequest is NewRequest into r, a zero Request that a scheduler
+// allocated with its own entry for the request, answered through c: a
+// request then costs neither an allocation of its own nor one for a
+// method value as complete. r must not be copied afterwards.
+func InitRequest(r *Request, ctx context.Context, c Completer) *Request {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	r.ctx, r.completer = ctx, c
+	return r
 }
 
 // Context is the request's context: it ends when the client gives up
@@ -332,6 +350,8 @@ func (r *Request) send(resp *Response) error {
 	}
 	if r.complete != nil {
 		r.complete(r, resp) // may block: the executor's flow control
+	} else if r.completer != nil {
+		r.completer.Complete(r, resp)
 	}
 	if !resp.Final && r.IsCancelled() {
 		return tritonerr.New(tritonerr.Cancelled, "request cancelled: the client is gone")

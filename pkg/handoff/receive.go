@@ -36,20 +36,36 @@ type Incoming struct {
 // unlinked at once, since both sides have it mapped now) or taken from the
 // gateway of this process. Param is removed from req.
 func Accept(req *inference.ModelInferRequest) (*Incoming, error) {
-	p, ok := req.GetParameters()[Param]
-	if !ok {
-		return nil, nil
+	return AcceptInto(nil, req, "")
+}
+
+// AcceptInto is Accept with the Incoming it returns, when not nil, being
+// into (a zero Incoming, never used before, that the caller allocated
+// with other things of the request's; a nil into is allocated), and
+// descriptor, when not "", being req's Param, which its decoder took out
+// of req's parameters (infercodec.UnmarshalRequestTaking).
+func AcceptInto(into *Incoming, req *inference.ModelInferRequest, descriptor string) (*Incoming, error) {
+	if descriptor == "" {
+		p, ok := req.GetParameters()[Param]
+		if !ok {
+			return nil, nil
+		}
+		delete(req.Parameters, Param)
+		descriptor = p.GetStringParam()
 	}
-	delete(req.Parameters, Param)
 	raw := req.GetRawInputContents()
-	d, err := ParseDescriptor(p.GetStringParam(), len(req.GetInputs()), -1)
+	d, err := ParseDescriptor(descriptor, len(req.GetInputs()), -1)
 	if err != nil {
 		return nil, tritonerr.InvalidArgf("%v", err)
 	}
 	if len(raw) != len(req.GetInputs()) {
 		return nil, tritonerr.InvalidArgf("handoff: request has %d raw inputs for %d inputs", len(raw), len(req.GetInputs()))
 	}
-	in := &Incoming{mode: d.Mode}
+	in := into
+	if in == nil {
+		in = &Incoming{}
+	}
+	in.mode = d.Mode
 	switch d.Mode {
 	case ModeProcess:
 		ex := lookupExchange(d.Name)

@@ -166,7 +166,14 @@ func normalize(cfg *inference.ModelConfig, req *inference.ModelInferRequest, r *
 	}
 	r.BatchSize = int(batch)
 
-	r.Inputs = make([]backend.Input, len(inputs))
+	// A caller may lend room for the inputs (r.Inputs' capacity), as it
+	// may for the requested outputs: a scheduler's entry for the request.
+	if cap(r.Inputs) >= len(inputs) {
+		r.Inputs = r.Inputs[:len(inputs)]
+		clear(r.Inputs)
+	} else {
+		r.Inputs = make([]backend.Input, len(inputs))
+	}
 	for _, i := range order {
 		in, mi := inputs[i], configs[i]
 		dt, err := v.datatype(in, mi)

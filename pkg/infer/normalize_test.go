@@ -10,6 +10,7 @@ import (
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
+	"github.com/nereid-io/nereid/pkg/racebuild"
 	"github.com/nereid-io/nereid/pkg/tensor"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -317,5 +318,30 @@ func TestCheckUTF8Allocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = CheckUTF8(req) }); n != 0 {
 		t.Fatalf("CheckUTF8 of a valid request: %v allocations, want 0", n)
+	}
+}
+
+// TestNormalizeRoomAllocs: with room lent for the inputs and the requested
+// outputs, a request of one input costs its shape alone.
+func TestNormalizeRoomAllocs(t *testing.T) {
+	if racebuild.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	cfg := config(t, noBatchCfg)
+	req := request("", []in{{"IN", "FP32", []int64{3, 4}, zeros(48)}}, "OUT")
+	var inputs [1]backend.Input
+	var outputs [1]string
+	var r backend.Request
+	n := testing.AllocsPerRun(100, func() {
+		r.Inputs, r.RequestedOutputs = inputs[:0], outputs[:0]
+		if err := Normalize(cfg, req, &r); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 1 {
+		t.Fatalf("%v allocations, want 1 (the input's shape)", n)
+	}
+	if &r.Inputs[0] != &inputs[0] || &r.RequestedOutputs[0] != &outputs[0] || !slices.Equal(r.Inputs[0].Shape, []int64{3, 4}) || r.RequestedOutputs[0] != "OUT" {
+		t.Fatalf("inputs %+v, outputs %v: not in the room lent", r.Inputs, r.RequestedOutputs)
 	}
 }

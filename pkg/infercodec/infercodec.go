@@ -130,25 +130,30 @@ func (Codec) Unmarshal(b []byte, m proto.Message) error {
 }
 
 // RequestRoom is room for the lists a small request's decoding would
-// allocate apart: its inputs' and its raw contents' (one each). A caller
-// that decodes requests into memory of its own (a gRPC request and what
-// forwarding it takes, in one allocation) puts one beside the request
-// (UnmarshalRequestIn).
+// allocate apart: its inputs', its requested outputs' and its raw
+// contents' (one each). A caller that decodes requests into memory of its
+// own (a gRPC request and what forwarding it takes, in one allocation; an
+// executor's call) puts one beside the request (UnmarshalRequestIn).
 type RequestRoom struct {
-	inputs [1]*inference.ModelInferRequest_InferInputTensor
-	raw    [1][]byte
+	inputs  [1]*inference.ModelInferRequest_InferInputTensor
+	outputs [1]*inference.ModelInferRequest_InferRequestedOutputTensor
+	raw     [1][]byte
 }
 
-// UnmarshalRequestIn is UnmarshalRequest whose lists of inputs and raw
-// contents begin in room: a request with one input costs the generated
-// decoder's input tensor and shape, and nothing else. room must stay with
-// req (req's slices point into it).
+// UnmarshalRequestIn is UnmarshalRequest whose lists of inputs, requested
+// outputs and raw contents begin in room: a request with one input and
+// one output costs the generated decoder's input tensor, its shape and
+// the output, and nothing else. room must stay with req (req's slices
+// point into it).
 func UnmarshalRequestIn(b []byte, req *inference.ModelInferRequest, room *RequestRoom) error {
 	proto.Reset(req)
-	req.Inputs, req.RawInputContents = room.inputs[:0], room.raw[:0]
+	req.Inputs, req.Outputs, req.RawInputContents = room.inputs[:0], room.outputs[:0], room.raw[:0]
 	err := req.UnmarshalVTUnsafe(b)
 	if len(req.Inputs) == 0 {
 		req.Inputs = nil // as decoding without room leaves it
+	}
+	if len(req.Outputs) == 0 {
+		req.Outputs = nil
 	}
 	if len(req.RawInputContents) == 0 {
 		req.RawInputContents = nil

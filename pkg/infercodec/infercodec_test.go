@@ -146,19 +146,20 @@ func FuzzUnmarshalRequest(f *testing.F) {
 		if errC == nil && !proto.Equal(&c, &want) {
 			t.Fatal("decoder with room disagrees")
 		}
-		if errC == nil && ((c.Inputs == nil) != (want.Inputs == nil) || (c.RawInputContents == nil) != (want.RawInputContents == nil)) {
+		if errC == nil && ((c.Inputs == nil) != (want.Inputs == nil) || (c.Outputs == nil) != (want.Outputs == nil) || (c.RawInputContents == nil) != (want.RawInputContents == nil)) {
 			t.Fatal("decoder with room leaves lists empty rather than nil")
 		}
 	})
 }
 
-// TestUnmarshalRequestInAllocs: a request of one input decoded into room
-// of the caller's costs the input tensor and its shape alone.
+// TestUnmarshalRequestInAllocs: a request of one input and one output
+// decoded into room of the caller's costs the input tensor, its shape and
+// the output alone.
 func TestUnmarshalRequestInAllocs(t *testing.T) {
 	b, err := proto.Marshal(&inference.ModelInferRequest{
 		ModelName: "m", Id: "1",
 		Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "IN", Datatype: "FP32", Shape: []int64{1, 16}}},
-		Outputs:          nil,
+		Outputs:          []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUT"}},
 		RawInputContents: [][]byte{big(64, 3)},
 	})
 	if err != nil {
@@ -171,10 +172,10 @@ func TestUnmarshalRequestInAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if n > 2 {
-		t.Fatalf("%v allocations, want 2 (the tensor and its shape)", n)
+	if n > 3 {
+		t.Fatalf("%v allocations, want 3 (the input tensor, its shape and the output)", n)
 	}
-	if len(req.Inputs) != 1 || &req.Inputs[0] != &room.inputs[0] || len(req.RawInputContents) != 1 || &req.RawInputContents[0] != &room.raw[0] {
+	if len(req.Inputs) != 1 || &req.Inputs[0] != &room.inputs[0] || len(req.Outputs) != 1 || &req.Outputs[0] != &room.outputs[0] || len(req.RawInputContents) != 1 || &req.RawInputContents[0] != &room.raw[0] {
 		t.Fatal("the lists are not in the room")
 	}
 }

@@ -209,6 +209,9 @@ func canonicalParam(b []byte) bool {
 // consumeVarint is protowire.ConsumeVarint refusing a longer form than
 // the shortest.
 func consumeVarint(b []byte) (uint64, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return uint64(b[0]), 1 // tags and lengths of small messages: one byte, the shortest form
+	}
 	v, n := protowire.ConsumeVarint(b)
 	if n > 0 && n != protowire.SizeVarint(v) {
 		return 0, -1

@@ -206,12 +206,19 @@ func (mv *modelVersion) handleInfer(ctx context.Context, body bus.Body) (proto.M
 }
 
 // call is what serving a request from the bus allocates, in one
-// allocation: the request's place in the scheduler, the request decoded
-// from the bus, and its reply when encoded directly.
+// allocation: the request's place in the scheduler, the backend's request
+// with its lists of one input and requested output and its hand-off, the
+// request decoded from the bus with its lists of one input, output and
+// raw content, and its reply when encoded directly.
 type call struct {
 	pending
-	req inference.ModelInferRequest
-	enc infercodec.Encoded
+	r       backend.Request
+	inputs  [1]backend.Input // room for r's lists of one
+	outputs [1]string
+	hand    handoff.Incoming
+	req     inference.ModelInferRequest
+	room    infercodec.RequestRoom
+	enc     infercodec.Encoded
 }
 
 func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trace.Span) (proto.Message, error) {
@@ -220,9 +227,12 @@ func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trac
 	p := &c.pending
 	// A gateway in this process hands its request over as it is (bus.Local).
 	req, ok := body.Message.(*inference.ModelInferRequest)
+	var descriptor string // the hand-off's, taken out of the request's parameters
 	if !ok {
 		req = &c.req
-		if err := infercodec.UnmarshalRequest(body.Data, req); err != nil { // raw inputs alias the body: no copy
+		var err error
+		// Raw inputs alias the body: no copy.
+		if descriptor, err = infercodec.UnmarshalRequestTaking(body.Data, req, &c.room, handoff.Param); err != nil {
 			mv.stats.failed(received, reasonOther)
 			return nil, tritonerr.InvalidArgf("malformed inference request for model '%s': %v", mv.name, err)
 		}
@@ -231,7 +241,7 @@ func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trac
 		mv.stats.failed(received, reasonOther)
 		return nil, mv.seq.errNotDirect()
 	}
-	hand, err := handoff.Accept(req) // large inputs from a gateway of this node
+	hand, err := handoff.AcceptInto(&c.hand, req, descriptor) // large inputs from a gateway of this node
 	if err != nil {
 		mv.stats.failed(received, reasonOther)
 		return nil, err
@@ -250,7 +260,8 @@ func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trac
 			return nil, err
 		}
 	}
-	r := backend.NewRequest(ctx, p.complete)
+	r := backend.InitRequest(&c.r, ctx, p)
+	r.Inputs, r.RequestedOutputs = c.inputs[:0], c.outputs[:0] // Normalize fills them
 	sh.bindOutputs(r)
 	// Validation reads BYTES inputs, which may lie in a client's region.
 	if err := sh.guard(func() error { return infer.Normalize(mv.cfg, req, r) }); err != nil {

@@ -113,11 +113,11 @@ func (p *pending) whenDone(f func()) {
 	f()
 }
 
-// complete is the request's completion callback. The reply waits until
-// Execute has returned, so that the statistics of the execution (reported
-// after the responses by most backends) are in place when the client sees
-// the answer.
-func (p *pending) complete(_ *backend.Request, resp *backend.Response) {
+// Complete is the request's completion callback (a backend.Completer).
+// The reply waits until Execute has returned, so that the statistics of
+// the execution (reported after the responses by most backends) are in
+// place when the client sees the answer.
+func (p *pending) Complete(_ *backend.Request, resp *backend.Response) {
 	p.mu.Lock()
 	if p.resp == nil {
 		p.resp = resp
@@ -269,7 +269,7 @@ func (s *scheduler) stop() {
 	close(s.quit)
 	s.stopped.Wait()
 	for _, p := range left {
-		p.complete(p.req, &backend.Response{Err: tritonerr.Unavailablef("model '%s' version %s is unloading", s.mv.name, s.mv.vstr), Final: true})
+		p.Complete(p.req, &backend.Response{Err: tritonerr.Unavailablef("model '%s' version %s is unloading", s.mv.name, s.mv.vstr), Final: true})
 		s.mv.stats.failed(p.received, reasonOther)
 		p.finish()
 	}
