@@ -109,6 +109,7 @@ func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.Model
 		return nil, tritonerr.Unsupportedf("model '%s' is decoupled: its responses need a stream (gRPC ModelStreamInfer or HTTP generate)", mv.name)
 	}
 	final := mv.streamResponses(ctx, w, req, p, sh)
+	done := p.doneCh()
 	if err := mv.sched.enqueue(p); err != nil {
 		mv.stats.failed(p.received, reasonOther)
 		return nil, err
@@ -116,7 +117,7 @@ func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.Model
 	select {
 	case <-final:
 		return nil, nil
-	case <-p.done:
+	case <-done:
 	case <-ctx.Done():
 		// A request still queued is dropped; one executing sees the
 		// cancellation (Request.IsCancelled) and ends itself.
@@ -125,7 +126,7 @@ func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.Model
 		select {
 		case <-final:
 			return nil, nil
-		case <-p.done:
+		case <-done:
 		}
 	}
 	if !p.executed.Load() {

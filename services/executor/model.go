@@ -223,7 +223,7 @@ type call struct {
 
 func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trace.Span) (proto.Message, error) {
 	received := time.Now()
-	c := &call{pending: pending{received: received, done: make(chan struct{}), span: span}}
+	c := &call{pending: pending{received: received, span: span}}
 	p := &c.pending
 	// A gateway in this process hands its request over as it is (bus.Local).
 	req, ok := body.Message.(*inference.ModelInferRequest)
@@ -280,7 +280,7 @@ func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trac
 	}
 	if !p.answered() {
 		select {
-		case <-p.done:
+		case <-p.doneCh():
 		case <-ctx.Done():
 			// Nobody waits for the answer anymore; a request still queued is
 			// dropped, one executing finishes unseen.

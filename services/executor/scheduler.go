@@ -73,29 +73,45 @@ func (p *pending) execStart() time.Time {
 	return time.Now()
 }
 
-// finish closes p.done and runs what waited for it (whenDone).
+// finish marks p finished, closes its done channel if one was asked for
+// (doneCh) and runs what waited for it (whenDone).
 func (p *pending) finish() {
 	p.mu.Lock()
 	p.finished = true
 	after := p.after
 	p.after = nil
+	done := p.done
 	p.mu.Unlock()
-	close(p.done)
+	if done != nil {
+		close(done)
+	}
 	for _, f := range after {
 		f()
 	}
+}
+
+// doneCh is closed once p is finished. It is made when first asked for:
+// a request that an idle instance ran on its caller's goroutine is
+// finished before anyone waits (answered), and costs no channel.
+func (p *pending) doneCh() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		p.done = make(chan struct{})
+		if p.finished {
+			close(p.done)
+		}
+	}
+	return p.done
 }
 
 // answered reports whether p is finished already (an idle instance ran it
 // on the caller's goroutine), so that waiting for it does not ask for the
 // request context's Done channel, which would arm its deadline's timer.
 func (p *pending) answered() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.finished
 }
 
 // whenDone runs f once p is finished: at once if it is, else on the
@@ -193,7 +209,7 @@ func newScheduler(ctx context.Context, mv *modelVersion) *scheduler {
 
 // enqueue queues a request, or runs it at once on the caller's goroutine
 // when that is what the batcher would do; after stop it is refused. The
-// request is answered when p.done is closed.
+// request is answered when p is finished (doneCh).
 func (s *scheduler) enqueue(p *pending) error {
 	p.queued = time.Now()
 	s.mu.Lock()
@@ -472,8 +488,8 @@ func (in *instance) executeBatch(ctx context.Context, batch []*pending) {
 // direct sequence batch), and does what the backend left undone: an answer
 // for every request, and the statistics, timing the whole Execute as
 // compute. Padding counts in the batch size, not in inference_count, as
-// Triton reports a direct sequence batch with null requests. Every p.done
-// is closed when it returns.
+// Triton reports a direct sequence batch with null requests. Every p is
+// finished when it returns.
 //
 // A memory fault in a client's shared-memory region fails the requests
 // whose region it was (and poisons the region); with rerun, the requests

@@ -708,7 +708,7 @@ func (s *seqRunner) decode(ctx context.Context, now time.Time, w, template *busv
 		rctx, it.cctx = context.WithDeadline(rctx, time.Unix(0, d))
 	}
 	it.ctx = rctx
-	it.p = &pending{received: received, queued: received, size: 1, done: make(chan struct{})}
+	it.p = &pending{received: received, queued: received, size: 1}
 	if !w.GetPadding() && len(w.GetTraceContext()) > 0 {
 		_, it.p.span = s.mv.e.tracer.StartChild(tracing.Extract(ctx, w.GetTraceContext()), s.mv.name, s.mv.name)
 		if it.p.span != nil {
