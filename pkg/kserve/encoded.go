@@ -20,6 +20,13 @@ const (
 // dimensions, an output it cannot write); the caller then decodes msg and
 // calls EncodeInferResponseParts, which gives the answer or the error.
 func EncodeInferResponseEncoded(msg []byte, opts *OutputOptions, buf [][]byte) (header []byte, blobs [][]byte, ok bool) {
+	return EncodeInferResponseEncodedTo(nil, msg, opts, buf)
+}
+
+// EncodeInferResponseEncodedTo is EncodeInferResponseEncoded writing the
+// header into dst's memory when it has room enough (a buffer the caller
+// reuses once the header is written out), else into memory of its own.
+func EncodeInferResponseEncodedTo(dst, msg []byte, opts *OutputOptions, buf [][]byte) (header []byte, blobs [][]byte, ok bool) {
 	var outBuf, rawBuf [maxEncodedOutputs][]byte
 	v, good := infercodec.ViewResponse(msg, outBuf[:0], rawBuf[:0])
 	if !good || v.Parameters || len(v.Outputs) > maxEncodedOutputs || len(v.RawOutputContents) > maxEncodedOutputs {
@@ -46,7 +53,10 @@ func EncodeInferResponseEncoded(msg []byte, opts *OutputOptions, buf [][]byte) (
 		}
 	}
 
-	b := make([]byte, 0, size)
+	b := dst[:0]
+	if cap(b) < size {
+		b = make([]byte, 0, size)
+	}
 	b = appendResponseHead(b, v.ID, v.ModelName, v.ModelVersion)
 	b = append(b, `,"outputs":[`...)
 	var dims [maxEncodedDims]int64

@@ -124,6 +124,15 @@ func TestEncodeInferResponseEncodedAllocations(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { EncodeInferResponseEncoded(msg, opts, buf[:0]) }); n > 1 {
 		t.Fatalf("%v allocations per response, want at most 1", n)
 	}
+	// Into the caller's memory: none, and the same header.
+	want, _, _ := EncodeInferResponseEncoded(msg, opts, buf[:0])
+	dst := make([]byte, 0, 1024)
+	if n := testing.AllocsPerRun(100, func() { EncodeInferResponseEncodedTo(dst, msg, opts, buf[:0]) }); n > 0 {
+		t.Fatalf("%v allocations per response into the caller's memory, want 0", n)
+	}
+	if got, _, ok := EncodeInferResponseEncodedTo(dst, msg, opts, buf[:0]); !ok || !bytes.Equal(got, want) || &got[0] != &dst[:1][0] {
+		t.Fatalf("into the caller's memory: %q (ok %v), want %q in it", got, ok, want)
+	}
 }
 
 // FuzzEncodeInferResponseEncoded checks that whatever canonical response

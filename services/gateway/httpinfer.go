@@ -3,6 +3,7 @@ package gateway
 import (
 	"math"
 	"net/http"
+	"sync"
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/handoff"
@@ -89,10 +90,16 @@ func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v str
 	}
 	if encoded != nil {
 		var buf [4][]byte // the binary outputs' list, on the stack
-		if header, blobs, ok := kserve.EncodeInferResponseEncoded(encoded.reply.Bytes, outs, buf[:0]); ok {
+		hb := headerBufs.Get().(*[]byte)
+		if header, blobs, ok := kserve.EncodeInferResponseEncodedTo(*hb, encoded.reply.Bytes, outs, buf[:0]); ok {
 			g.writeInferParts(w, r, header, blobs, &hi.vals)
+			if cap(header) <= maxHeaderBuf {
+				*hb = header[:0]
+			}
+			headerBufs.Put(hb)
 			return
 		}
+		headerBufs.Put(hb)
 		resp = &inference.ModelInferResponse{}
 		if err := infercodec.UnmarshalResponse(encoded.reply.Bytes, resp); err != nil {
 			writeError(w, tritonerr.Internalf("gateway: cannot decode the reply of model '%s': %v", name, err))
@@ -101,6 +108,18 @@ func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v str
 	}
 	g.writeInferResponse(w, r, resp, outs, &hi.vals)
 }
+
+// headerBufs hold the JSON headers of responses written from the
+// executor's encoding: the response writer copies what it is given, so a
+// buffer serves the next response once writeInferParts returned.
+// Buffers grown beyond maxHeaderBuf (a response of many outputs or large
+// JSON data) are left to the collector.
+var headerBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, 512)
+	return &b
+}}
+
+const maxHeaderBuf = 16 << 10
 
 // httpInfer is what an HTTP infer request allocates once decoded: its
 // forwarding and its response's header values, together.
