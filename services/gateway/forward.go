@@ -46,8 +46,10 @@ func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *infere
 func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
 	// A string that is not UTF-8 could not be encoded for the bus: the
 	// client's mistake, said as such before anything is sent.
-	if err := infer.CheckUTF8(req); err != nil {
-		return nil, nil, err
+	if fw == nil || !fw.utf8Valid {
+		if err := infer.CheckUTF8(req); err != nil {
+			return nil, nil, err
+		}
 	}
 	if fw == nil {
 		fw = new(forwarding)
@@ -95,6 +97,9 @@ type forwarding struct {
 	out  handoff.Outgoing
 	resp inference.ModelInferResponse
 	enc  encodedResponse
+	// utf8Valid: the request's strings are UTF-8, checked as it was
+	// decoded (a small unary gRPC request, grpcRequest).
+	utf8Valid bool
 }
 
 // forwardEncoded sends req over the bus and returns the executor's

@@ -65,7 +65,9 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 		if n := data.Len(); n <= len(r.body) && n < c.threshold {
 			b := r.body[:n]
 			data.CopyTo(b)
-			return infercodec.UnmarshalRequestIn(b, &r.req, &r.room)
+			err := infercodec.UnmarshalRequestIn(b, &r.req, &r.room)
+			r.fw.utf8Valid = err == nil // the decoder checked every string
+			return err
 		}
 		v = &r.req
 	}
