@@ -348,11 +348,17 @@ func (v *validator) shape(cfg *inference.ModelConfig, in *inference.ModelInferRe
 			in.GetName(), v.model, tensor.DimsString(full), tensor.DimsString(orig))
 	}
 
+	rs := mi.GetReshape()
+	if rs == nil && len(orig) > 0 && (!batching || orig[0] == batch) {
+		// The shape as given, capped so that appending to it copies: no
+		// copy of its own (one allocation per input).
+		return orig[:len(orig):len(orig)], nil
+	}
 	out := make([]int64, 0, len(dims)+1)
 	if batching {
 		out = append(out, batch)
 	}
-	if rs := mi.GetReshape(); rs != nil {
+	if rs != nil {
 		// Variable dims of the input fill the reshape's -1s in order.
 		var vars []int64
 		for i, d := range cdims {
