@@ -15,7 +15,8 @@ const reqParameters = 4
 // UnmarshalRequestTaking is UnmarshalRequestIn for a request that may
 // carry a string parameter its sender added for its receiver alone (a
 // hand-off descriptor, pkg/handoff): when b holds key once, written as
-// protobuf writes a string parameter, its value is returned (aliasing b)
+// protobuf writes a string parameter, where protobuf writes the
+// parameters (before the inputs), its value is returned (aliasing b)
 // instead of decoded into req's parameters, so that a request without
 // parameters of its own needs no map (four allocations: the map, its
 // slots, the parameter and its oneof). Otherwise value is "" and req is
@@ -43,25 +44,28 @@ func UnmarshalRequestTaking(b []byte, req *inference.ModelInferRequest, room *Re
 	if len(req.RawInputContents) == 0 {
 		req.RawInputContents = nil
 	}
-	if err != nil || checkRequestUTF8(req) != nil || req.SizeVT() != len(b)-(end-start) {
-		// Malformed somewhere else: decoded whole, as it would have been.
+	if _, again := req.Parameters[key]; again || err != nil || checkRequestUTF8(req) != nil || req.SizeVT() != len(b)-(end-start) {
+		// The key given again after the entry taken (the last one counts),
+		// or malformed somewhere else: decoded whole, as it would have been.
 		return "", UnmarshalRequestIn(b, req, room)
 	}
 	capRaw(req.RawInputContents)
 	return value, nil
 }
 
-// findStringParam finds the one top-level parameters entry of b, an
+// findStringParam finds the first top-level parameters entry of b, an
 // encoded ModelInferRequest, named key, and reads its value when it is a
 // non-empty UTF-8 string written as protobuf writes it: start and end
 // are where the entry's field begins and ends in b. ok is false when
-// there is no such entry, more than one entry named key, or anything in
-// b's top level that is not well formed (for the full decoding to judge).
+// there is no such entry among the fields that precede the first field
+// after the parameters (protobuf writes fields in their order: the
+// inputs, their contents, need not be walked), or anything before it is
+// not well formed (for the full decoding to judge). An entry of the same
+// key after it is the decoding's to find.
 func findStringParam(b []byte, key string) (start, end int, value string, ok bool) {
-	found := false
 	for off := 0; off < len(b); {
 		num, typ, n := consumeTag(b[off:])
-		if n < 0 {
+		if n < 0 || num > reqParameters {
 			return 0, 0, "", false
 		}
 		if typ != protowire.BytesType {
@@ -79,15 +83,12 @@ func findStringParam(b []byte, key string) (start, end int, value string, ok boo
 		if num == reqParameters {
 			if k, rest, kok := entryKey(v); kok && string(k) == key {
 				s, sok := stringParamEntry(rest)
-				if found || !sok {
-					return 0, 0, "", false
-				}
-				found, start, end, value = true, off, off+n+m, s
+				return off, off + n + m, s, sok
 			}
 		}
 		off += n + m
 	}
-	return start, end, value, found
+	return 0, 0, "", false
 }
 
 // stringParamEntry reads the value of a parameters entry after its key:
