@@ -569,7 +569,12 @@ TRITONSERVER_Error* TRITONBACKEND_InputBufferAttributes(TRITONBACKEND_Input* in,
  * recorded (exec.c), the request itself. */
 static TRITONBACKEND_Response* response_new(uintptr_t h, TRITONBACKEND_Request* req, struct nereid_exec* x, uint64_t gen) {
   TRITONBACKEND_Response* r = x ? nereid_exec_take_response(x) : NULL;
-  if (r == NULL) r = calloc(1, sizeof *r);
+  if (r == NULL) r = malloc(sizeof *r);
+  /* Every field but the spare outputs' array, which n_outputs covers. */
+  r->n_outputs = 0;
+  r->n_params = r->cap_params = 0;
+  r->params = NULL;
+  r->next_spare = NULL;
   r->outputs = r->first_outputs;
   r->cap_outputs = sizeof r->first_outputs / sizeof r->first_outputs[0];
   r->h = h;

@@ -131,6 +131,21 @@ struct TRITONBACKEND_Request {
   uint64_t gen;
   uint32_t index;       /* in the execution's batch */
   uint32_t first, last; /* its events in exec->events, as index + 1; 0: none */
+  /* Its first send, its release and its first statistics are recorded
+   * here rather than as events: a request that is not decoupled has one
+   * of each. Go replays the first send, then its other sends in order
+   * (events), then the release, and the statistics first: what Go's side
+   * makes of them does not depend on the order of a send and the release,
+   * nor of statistics and either. */
+  bool has_send;
+  uint32_t send_flags;
+  TRITONBACKEND_Response* send_resp;   /* NULL for the factory's flags */
+  TRITONSERVER_Error* send_error;      /* a copy of the backend's, freed with the record */
+  bool release_recorded;
+  bool has_stats;
+  bool stats_success;
+  TRITONBACKEND_ModelInstance* stats_instance;
+  uint64_t stats_ts[4];
   /* What the executor's side knows once the record is replayed: the
    * responses sent and whether the final one was (backend.Request's sent
    * and final), whether a send with the final flag was made at all
@@ -221,13 +236,23 @@ struct TRITONBACKEND_State {
  * more than the call. */
 #define NEREID_SMALL_OUTPUT 4096
 
+/* The calls recorded as events: a request's sends after its first, its
+ * statistics after the first, the execution's batch statistics after the
+ * first (the firsts, and the release, are recorded in the request and the
+ * record themselves). */
 enum {
   NEREID_EVENT_SEND = 1,  /* TRITONBACKEND_ResponseSend */
   NEREID_EVENT_FLAGS,     /* TRITONBACKEND_ResponseFactorySendFlags */
-  NEREID_EVENT_RELEASE,   /* TRITONBACKEND_RequestRelease */
   NEREID_EVENT_STATS,     /* TRITONBACKEND_ModelInstanceReportStatistics */
   NEREID_EVENT_BATCH      /* TRITONBACKEND_ModelInstanceReportBatchStatistics */
 };
+
+/* A response sent in a recorded execution, and the copy of the error it
+ * carried: the server's, freed with the record. */
+typedef struct nereid_sent {
+  TRITONBACKEND_Response* response;
+  TRITONSERVER_Error* error;
+} nereid_sent;
 
 /* One call a backend made during a recorded execution. */
 typedef struct nereid_event {
@@ -236,8 +261,8 @@ typedef struct nereid_event {
   uint32_t next;  /* the next event of its request (of the instance for BATCH), index + 1; 0: none */
   bool success;   /* STATS */
   TRITONBACKEND_Request* request;          /* NULL for BATCH */
-  TRITONBACKEND_Response* response;        /* SEND: the server's, freed with the record */
-  TRITONSERVER_Error* error;               /* SEND: a copy of the backend's, freed with the record */
+  TRITONBACKEND_Response* response;        /* SEND: the server's (sent) */
+  TRITONSERVER_Error* error;               /* SEND: a copy of the backend's (sent) */
   TRITONBACKEND_ModelInstance* instance;   /* STATS, BATCH */
   uint64_t batch_size;                     /* BATCH */
   uint64_t ts[4];                          /* STATS, BATCH */
@@ -257,7 +282,18 @@ typedef struct nereid_exec {
   uint64_t gen; /* the execution being recorded, 0 when none */
   uint32_t n_events, cap_events;
   nereid_event* events;
+  uint32_t n_sent, cap_sent;
+  nereid_sent* sent; /* the responses the record's sends made, freed with it */
   uint32_t batch_first, batch_last; /* the instance's events (BATCH), as a request's */
+  /* The execution's first batch statistics, recorded here rather than as
+   * an event, as a request's first statistics are. */
+  bool has_batch;
+  TRITONBACKEND_ModelInstance* batch_instance;
+  uint64_t batch_size;
+  uint64_t batch_ts[4];
+  /* Set by TRITONSERVER_LogIsEnabled once an execution's answers are past
+   * half their life: Go asks its log again before the next execution. */
+  bool log_refresh;
   struct nereid_exec* next_free;
   /* Responses and outputs freed, kept for the next ones made from the
    * instance's requests: an execution then allocates no C memory for its
@@ -282,6 +318,7 @@ TRITONSERVER_Error* nereid_execute(uintptr_t instance, uint32_t n, uint64_t gen,
  * serves (exec.c). */
 #define LOG_CACHE_NS 1000000
 void nereid_arena_unref(nereid_arena* a);
+
 TRITONBACKEND_Response* nereid_exec_take_response(nereid_exec* x);
 TRITONBACKEND_Output* nereid_exec_take_output(nereid_exec* x, size_t size);
 void nereid_free_output(TRITONBACKEND_Output* o);

@@ -75,7 +75,7 @@ nereid_exec* nereid_exec_new(void) {
 #define MAX_SPARE 64
 
 /* recycle frees r into x's spares; x locked. */
-static void recycle(nereid_exec* x, TRITONBACKEND_Response* r) {
+static inline __attribute__((always_inline)) void recycle(nereid_exec* x, TRITONBACKEND_Response* r) {
   for (uint32_t i = 0; i < r->n_outputs; i++) {
     TRITONBACKEND_Output* o = r->outputs[i];
     if (x->n_spare_outputs >= MAX_SPARE) {
@@ -113,14 +113,14 @@ TRITONBACKEND_Response* nereid_exec_take_response(nereid_exec* x) {
     x->n_spare_responses--;
   }
   unlock(x);
-  if (r != NULL) memset(r, 0, sizeof *r);
-  return r;
+  return r; /* response_new writes each field a response starts with */
 }
 
 /* nereid_exec_take_output returns a spare output of at least size bytes,
- * its struct zeroed but for its size and spare buffer (the shape and name
- * that follow are the caller's to write); NULL when the next spare is
- * smaller. */
+ * with no buffer and its size and spare buffer kept (its name, type, shape
+ * and response are the caller's to write); NULL when the next spare is
+ * smaller. recycle left it without a buffer: the rest is cleared here
+ * field by field, cheaper than clearing the struct. */
 TRITONBACKEND_Output* nereid_exec_take_output(nereid_exec* x, size_t size) {
   lock(x);
   TRITONBACKEND_Output* o = x->spare_outputs;
@@ -132,12 +132,9 @@ TRITONBACKEND_Output* nereid_exec_take_output(nereid_exec* x, size_t size) {
   }
   unlock(x);
   if (o != NULL) {
-    size_t n = o->size, cap = o->spare_cap;
-    void* spare = o->spare;
-    memset(o, 0, sizeof *o);
-    o->size = n;
-    o->spare = spare;
-    o->spare_cap = cap;
+    o->byte_size = 0;
+    o->attributes = (TRITONSERVER_BufferAttributes){0};
+    o->next_spare = NULL;
   }
   return o;
 }
@@ -161,15 +158,14 @@ void nereid_free_response(TRITONBACKEND_Response* r) {
 /* clear frees what the last execution's record holds: the responses it
  * sent and the errors they carried (Go has replayed them); x locked. */
 static void clear(nereid_exec* x) {
-  for (uint32_t i = 0; i < x->n_events; i++) {
-    nereid_event* e = &x->events[i];
-    if (e->kind == NEREID_EVENT_SEND) {
-      recycle(x, e->response);
-      TRITONSERVER_ErrorDelete(e->error);
-    }
+  for (uint32_t i = 0; i < x->n_sent; i++) {
+    recycle(x, x->sent[i].response);
+    if (x->sent[i].error != NULL) TRITONSERVER_ErrorDelete(x->sent[i].error);
   }
+  x->n_sent = 0;
   x->n_events = 0;
   x->batch_first = x->batch_last = 0;
+  x->has_batch = false;
 }
 
 void nereid_exec_free(nereid_exec* x) {
@@ -201,7 +197,7 @@ static bool recording(const nereid_exec* x, uint64_t gen) { return gen != 0 && x
 /* add appends an event for r (NULL: the instance's) to the record, with
  * its kind, request and link set, the fields of its kind for the caller to
  * set (nereid_event); x locked. */
-static nereid_event* add(nereid_exec* x, TRITONBACKEND_Request* r, uint32_t kind) {
+static inline __attribute__((always_inline)) nereid_event* add(nereid_exec* x, TRITONBACKEND_Request* r, uint32_t kind) {
   if (x->n_events == x->cap_events) {
     x->cap_events = x->cap_events ? 2 * x->cap_events : 32;
     x->events = realloc(x->events, x->cap_events * sizeof *x->events);
@@ -231,9 +227,14 @@ static void settle(TRITONBACKEND_Request* r) {
 /* The thread's cached answers of TRITONSERVER_LogIsEnabled: the executor's
  * log settings can change at any time, so an answer is used for a
  * millisecond (LOG_CACHE_NS) at most from when Go asked its log, and only
- * within an execution it was given to. */
+ * within an execution it was given to. An answer past half its life marks
+ * the execution's instance (log_exec) for Go to ask its log again before
+ * the next execution: Go reads no clock per execution, and an execution
+ * finds the answers stale, and calls into Go for them, only when its
+ * instance has been idle or the execution is long. */
 static __thread uint64_t log_stamp;
 static __thread uint32_t log_levels;
+static __thread nereid_exec* log_exec;
 
 /* nereid_execute runs instance's Execute on the n requests of
  * i->exec->requests, recorded as execution gen (0: not recorded), with
@@ -249,11 +250,14 @@ TRITONSERVER_Error* nereid_execute(uintptr_t instance, uint32_t n, uint64_t gen,
   unlock(x);
   uint64_t stamp = log_stamp;
   uint32_t saved = log_levels;
+  nereid_exec* saved_exec = log_exec;
   log_levels = levels;
   log_stamp = levels_at;
+  log_exec = x;
   TRITONSERVER_Error* err = ((nereid_execute_fn)x->fn)(i, x->requests, n);
   log_stamp = stamp;
   log_levels = saved;
+  log_exec = saved_exec;
   lock(x);
   x->gen = 0;
   unlock(x);
@@ -262,8 +266,11 @@ TRITONSERVER_Error* nereid_execute(uintptr_t instance, uint32_t n, uint64_t gen,
 
 bool TRITONSERVER_LogIsEnabled(TRITONSERVER_LogLevel level) {
   uint64_t now;
-  if (log_stamp != 0 && (unsigned)level <= TRITONSERVER_LOG_VERBOSE && (now = nereid_steady_ns()) >= log_stamp && now - log_stamp < LOG_CACHE_NS)
-    return (log_levels >> level) & 1;
+  if (log_stamp != 0 && (unsigned)level <= TRITONSERVER_LOG_VERBOSE && (now = nereid_steady_ns()) >= log_stamp) {
+    uint64_t age = now - log_stamp;
+    if (age >= LOG_CACHE_NS / 2) log_exec->log_refresh = true;
+    if (age < LOG_CACHE_NS) return (log_levels >> level) & 1;
+  }
   return nereid_log_is_enabled(level);
 }
 
@@ -283,6 +290,7 @@ void nereid_free_request(TRITONBACKEND_Request* r) { nereid_arena_unref(r->arena
 static TRITONSERVER_Error* send(nereid_exec* x, TRITONBACKEND_Request* r, TRITONBACKEND_Response* resp, uint32_t flags, TRITONSERVER_Error* err) {
   bool final = flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL;
   TRITONSERVER_Error* e = NULL;
+  TRITONSERVER_Error* copy = err != NULL ? nereid_error(err->code, err->msg) : NULL; /* err stays the backend's */
   if (r->answered) e = ERR(TRITONSERVER_ERROR_INTERNAL, "response already sent for this request");
   else if (resp == NULL && r->sent == 0)
     e = ERR(TRITONSERVER_ERROR_INTERNAL, "model is not decoupled: the final flag alone cannot answer a request, it needs one response");
@@ -291,10 +299,24 @@ static TRITONSERVER_Error* send(nereid_exec* x, TRITONBACKEND_Request* r, TRITON
     r->answered = final;
     if (resp != NULL) r->sent++;
   }
-  nereid_event* ev = add(x, r, resp ? NEREID_EVENT_SEND : NEREID_EVENT_FLAGS);
-  ev->flags = flags;
-  ev->response = resp;
-  ev->error = err != NULL ? nereid_error(err->code, err->msg) : NULL; /* err stays the backend's */
+  if (resp != NULL) {
+    if (x->n_sent == x->cap_sent) {
+      x->cap_sent = x->cap_sent ? 2 * x->cap_sent : 16;
+      x->sent = realloc(x->sent, x->cap_sent * sizeof *x->sent);
+    }
+    x->sent[x->n_sent++] = (nereid_sent){resp, copy};
+  }
+  if (!r->has_send) {
+    r->has_send = true;
+    r->send_flags = flags;
+    r->send_resp = resp;
+    r->send_error = copy;
+  } else {
+    nereid_event* ev = add(x, r, resp ? NEREID_EVENT_SEND : NEREID_EVENT_FLAGS);
+    ev->flags = flags;
+    ev->response = resp;
+    ev->error = copy;
+  }
   if (final) {
     r->final = true;
     settle(r);
@@ -387,7 +409,7 @@ TRITONSERVER_Error* TRITONBACKEND_RequestRelease(TRITONBACKEND_Request* r, uint3
         e = ERR(TRITONSERVER_ERROR_INVALID_ARG, "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag.");
       else if (!r->released) {
         r->released = true;
-        add(x, r, NEREID_EVENT_RELEASE);
+        r->release_recorded = true;
         settle(r);
       }
       unlock(x);
@@ -459,6 +481,11 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportStatistics(TRITONBACKEND_Mo
       TRITONSERVER_Error* e = NULL;
       if (r->ended) {
         e = ERR(TRITONSERVER_ERROR_INVALID_ARG, "request is no longer valid");
+      } else if (!r->has_stats) {
+        r->has_stats = true;
+        r->stats_instance = i;
+        r->stats_success = success;
+        r->stats_ts[0] = a, r->stats_ts[1] = b, r->stats_ts[2] = c, r->stats_ts[3] = d;
       } else {
         nereid_event* ev = add(x, r, NEREID_EVENT_STATS);
         ev->instance = i;
@@ -478,10 +505,17 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportBatchStatistics(TRITONBACKE
     nereid_exec* x = i->exec;
     lock(x);
     if (x->gen != 0) {
-      nereid_event* ev = add(x, NULL, NEREID_EVENT_BATCH);
-      ev->instance = i;
-      ev->batch_size = n;
-      ev->ts[0] = a, ev->ts[1] = b, ev->ts[2] = c, ev->ts[3] = d;
+      if (!x->has_batch) {
+        x->has_batch = true;
+        x->batch_instance = i;
+        x->batch_size = n;
+        x->batch_ts[0] = a, x->batch_ts[1] = b, x->batch_ts[2] = c, x->batch_ts[3] = d;
+      } else {
+        nereid_event* ev = add(x, NULL, NEREID_EVENT_BATCH);
+        ev->instance = i;
+        ev->batch_size = n;
+        ev->ts[0] = a, ev->ts[1] = b, ev->ts[2] = c, ev->ts[3] = d;
+      }
       unlock(x);
       return NULL;
     }

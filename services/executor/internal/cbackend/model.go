@@ -52,6 +52,10 @@ func register(v any) uintptr { return objects.add(v) }
 func unregister(h uintptr) { objects.remove(h) }
 
 func lookup[T any](h C.uintptr_t) T {
+	if isRequestHandle(uintptr(h)) {
+		v, _ := any(requests.get(uintptr(h))).(T)
+		return v
+	}
 	v, _ := objects.get(uintptr(h)).(T)
 	return v
 }
@@ -324,8 +328,9 @@ type cInstance struct {
 	memCap uintptr
 
 	// levels are logLevels' answer at logAt (nereid_steady_ns's clock),
-	// reused by executions for up to logCacheNs, as exec.c's cache of
-	// TRITONSERVER_LogIsEnabled's answers is.
+	// reused by executions for up to LOG_CACHE_NS, as exec.c's cache of
+	// TRITONSERVER_LogIsEnabled's answers is, and asked again once an
+	// execution has found them past half of it.
 	levels C.uint32_t
 	logAt  uint64
 
@@ -335,11 +340,10 @@ type cInstance struct {
 	// they have the same layout (layOut).
 	laid  []*C.TRITONBACKEND_Request
 	spare []*cRequest // request objects for the next executions (keepRequests)
+	// spareSlots are the requestTable slots spare's objects hold, nil for
+	// none.
+	spareSlots []*reqSlot
 }
-
-// logCacheNs is how long an answer of the executor's log levels serves:
-// exec.c's LOG_CACHE_NS.
-const logCacheNs = C.LOG_CACHE_NS
 
 // generations numbers recorded executions, process-wide: a response that
 // outlives its execution never matches another's record.
@@ -440,7 +444,7 @@ func (in *cInstance) requestArray(n int) []*C.TRITONBACKEND_Request {
 		in.arr = C.calloc(C.size_t(in.narr), C.size_t(unsafe.Sizeof(uintptr(0))))
 		in.c.exec.requests = (**C.TRITONBACKEND_Request)(in.arr)
 	}
-	return unsafe.Slice((**C.TRITONBACKEND_Request)(in.arr), n)
+	return cArray((**C.TRITONBACKEND_Request)(in.arr), n)
 }
 
 // Finalize is TRITONBACKEND_ModelInstanceFinalize.
@@ -452,6 +456,10 @@ func (in *cInstance) Finalize() error {
 		}
 		in.thread.stop()
 		unregister(in.h)
+		for _, slot := range in.spareSlots {
+			requests.release(slot)
+		}
+		in.spare, in.spareSlots = nil, nil
 		in.dropMemory()
 		C.nereid_exec_free(in.c.exec)
 		C.free(in.arr)
@@ -499,16 +507,20 @@ func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error
 		crs[i] = newCRequest(in, r, gpu, in.laid[i], mem, i, gen)
 		arr[i] = crs[i].c
 	}
-	// Asked again at half the answers' life: an execution that starts
-	// with them near the end of it would find them stale in C and call
-	// into Go for each TRITONSERVER_LogIsEnabled.
-	if now := steadyNow(); in.logAt == 0 || now-in.logAt >= logCacheNs/2 {
-		in.levels, in.logAt = logLevels(), now
+	// Asked again once C has found them past half their life (exec.c):
+	// an execution that starts with them near the end of it would find
+	// them stale and call into Go for each TRITONSERVER_LogIsEnabled.
+	// No clock is read here for it.
+	if x := in.c.exec; in.logAt == 0 || bool(x.log_refresh) {
+		x.log_refresh = false
+		in.levels, in.logAt = logLevels(), steadyNow()
 	}
 	err := takeError(C.nereid_execute(C.uintptr_t(uintptr(unsafe.Pointer(in.c))), C.uint32_t(n), C.uint64_t(gen), in.levels, C.uint64_t(in.logAt)))
+	ended := true // by the replay, each request: the usual case, without a lock
 	if gen != 0 {
 		for _, cr := range crs {
 			cr.endedHere = cr.replay(&in.start)
+			ended = ended && cr.endedHere
 		}
 		in.replayBatch()
 	}
@@ -521,10 +533,8 @@ func (in *cInstance) execute(ctx context.Context, reqs []*backend.Request) error
 	if gen == 0 {
 		return nil
 	}
-	for _, cr := range crs {
-		if !cr.endedHere { // the usual case: ended, without a lock
-			return in.awaitEnded(ctx, crs)
-		}
+	if !ended {
+		return in.awaitEnded(ctx, crs)
 	}
 	in.keepRequests(crs)
 	return nil
@@ -562,6 +572,7 @@ func (in *cInstance) awaitEnded(ctx context.Context, crs []*cRequest) error {
 		case <-ctx.Done():
 			// Shutting down with a backend that holds a request: leave its
 			// memory to it rather than free what it may still touch.
+			in.dropRequests(crs)
 			return tritonerr.Unavailablef("model '%s' is unloading", in.m.info.Name)
 		}
 	}
@@ -574,25 +585,50 @@ const maxSpareRequests = 64
 
 // keepRequests keeps the reusable request objects of an execution that
 // is over for the instance's next ones, cleared: they would keep the
-// requests alive.
+// requests alive. A kept object keeps its handle's slot (requestTable)
+// for its next request; one not kept gives the slot up.
 func (in *cInstance) keepRequests(crs []*cRequest) {
 	for _, cr := range crs {
-		if cr.reusable && len(in.spare) < maxSpareRequests {
+		if !cr.reusable {
+			continue
+		}
+		if len(in.spare) < maxSpareRequests {
+			slot := cr.slot
 			*cr = cRequest{}
 			in.spare = append(in.spare, cr)
+			in.spareSlots = append(in.spareSlots, slot)
+		} else {
+			requests.release(cr.slot)
 		}
 	}
 }
 
-// spareRequest returns a request object kept by keepRequests, or a new one.
-func (in *cInstance) spareRequest() *cRequest {
-	if n := len(in.spare); n > 0 {
-		cr := in.spare[n-1]
-		in.spare[n-1] = nil
-		in.spare = in.spare[:n-1]
-		return cr
+// dropRequests leaves an execution's request objects behind: their
+// handles' slots are given up by the objects disposed of, and by the rest
+// when they are.
+func (in *cInstance) dropRequests(crs []*cRequest) {
+	for _, cr := range crs {
+		cr.mu.Lock()
+		cr.orphan = true
+		if cr.gone && cr.reusable {
+			cr.reusable = false
+			requests.release(cr.slot)
+		}
+		cr.mu.Unlock()
 	}
-	return new(cRequest)
+}
+
+// spareRequest returns a request object kept by keepRequests, or a new
+// one, and the slot its handle may take (nil: none).
+func (in *cInstance) spareRequest() (*cRequest, *reqSlot) {
+	if n := len(in.spare); n > 0 {
+		cr, slot := in.spare[n-1], in.spareSlots[n-1]
+		in.spare[n-1], in.spareSlots[n-1] = nil, nil
+		in.spare = in.spare[:n-1]
+		in.spareSlots = in.spareSlots[:n-1]
+		return cr, slot
+	}
+	return new(cRequest), nil
 }
 
 // replayBatch gives the instance's statistics the batch statistics the
@@ -600,20 +636,54 @@ func (in *cInstance) spareRequest() *cRequest {
 func (in *cInstance) replayBatch() {
 	memo := &in.start
 	x := in.c.exec
+	if x.has_batch {
+		in.replayBatchStatistics(x.batch_instance, int(x.batch_size), memo, &x.batch_ts)
+	}
 	if x.batch_first == 0 {
 		return
 	}
-	events := unsafe.Slice(x.events, int(x.n_events))
+	events := cArray(x.events, int(x.n_events))
 	for at := x.batch_first; at != 0; {
 		ev := &events[at-1]
 		at = ev.next
-		target := in
-		if ev.instance != in.c {
-			target = instance(ev.instance)
-		}
-		if target != nil {
-			target.reportBatchStatistics(int(ev.batch_size), memo, ev.ts[0], ev.ts[1], ev.ts[2], ev.ts[3])
-		}
+		in.replayBatchStatistics(ev.instance, int(ev.batch_size), memo, &ev.ts)
+	}
+}
+
+// replayBatchStatistics gives instance i's statistics a recorded
+// execution's batch statistics.
+func (in *cInstance) replayBatchStatistics(i *C.TRITONBACKEND_ModelInstance, n int, memo *startMemo, ts *[4]C.uint64_t) {
+	target := in
+	if i != in.c {
+		target = instance(i)
+	}
+	if target != nil {
+		target.reportBatchStatistics(n, memo, ts[0], ts[1], ts[2], ts[3])
+	}
+}
+
+// replaySend delivers a recorded send (resp nil: the factory's flags) and
+// reports whether it was final, leaving its bookkeeping to the caller.
+func (cr *cRequest) replaySend(resp *C.TRITONBACKEND_Response, flags C.uint32_t, errp *C.TRITONSERVER_Error) (final bool) {
+	_ = cr.deliver(resp, uint32(flags), errp)
+	// The response's memory stays until the next execution: it keeps no
+	// Go pointer that long (outputs, which a response without an error
+	// went through, drops them).
+	if resp != nil && errp != nil {
+		dropGoBuffers(resp)
+	}
+	return flags&C.TRITONSERVER_RESPONSE_COMPLETE_FINAL != 0
+}
+
+// replayStatistics gives instance i's statistics a recorded request's
+// statistics.
+func (cr *cRequest) replayStatistics(i *C.TRITONBACKEND_ModelInstance, success bool, memo *startMemo, ts *[4]C.uint64_t) {
+	target := cr.in
+	if i != cr.in.c {
+		target = instance(i)
+	}
+	if target != nil {
+		target.reportStatistics(cr.r, success, memo, ts[0], ts[1], ts[2], ts[3])
 	}
 }
 
@@ -634,47 +704,66 @@ func (cr *cRequest) live() bool {
 // is the execution's, nil there). It reports whether the record it
 // replayed ended the request (released and answered), which the replay
 // has then done.
+//
+// The record holds a request's first send, its release and its first
+// statistics in the request itself, its other calls as events (exec.c):
+// the replay gives the statistics first, then the first send, the events
+// in order, and the release last, which Go's side takes as it would in
+// the order the backend made them (a send does not depend on the
+// release, nor statistics on either). The final send's bookkeeping
+// (send's) waits for the release, or the record's end, so that the usual
+// request is marked answered, released and disposed of under one lock:
+// nothing sees the request between its calls but through live, which
+// waits for the replay.
 func (cr *cRequest) replay(memo *startMemo) (ended bool) {
-	cr.replayMu.Lock()
-	defer cr.replayMu.Unlock()
+	cr.replayMu.Lock() // no defer: nothing here panics, and a defer costs
 	if !cr.recorded {
+		cr.replayMu.Unlock()
 		return false
 	}
 	cr.recorded = false
 	c := cr.c // nil once disposed of, which the events may do
 	ended = bool(c.ended)
-	x := c.exec
-	events := unsafe.Slice(x.events, int(x.n_events))
-	for at := c.first; at != 0; {
-		ev := &events[at-1]
-		at = ev.next
-		switch ev.kind {
-		case C.NEREID_EVENT_SEND:
-			_ = cr.send(ev.response, uint32(ev.flags), ev.error)
-			// The response's memory stays until the next execution: it
-			// keeps no Go pointer that long.
-			for _, o := range unsafe.Slice(ev.response.outputs, int(ev.response.n_outputs)) {
-				if !o.owned {
-					o.buffer = nil
-				}
-			}
-		case C.NEREID_EVENT_FLAGS:
-			_ = cr.send(nil, uint32(ev.flags), nil)
-		case C.NEREID_EVENT_RELEASE:
-			if cr.release() {
-				unrefArena(c.arena)
-			}
-		case C.NEREID_EVENT_STATS:
-			target := cr.in
-			if ev.instance != cr.in.c {
-				target = instance(ev.instance)
-			}
-			if target != nil {
-				target.reportStatistics(cr.r, bool(ev.success), memo, ev.ts[0], ev.ts[1], ev.ts[2], ev.ts[3])
+	if c.has_stats {
+		cr.replayStatistics(c.stats_instance, bool(c.stats_success), memo, &c.stats_ts)
+	}
+	final := false // a final send made, its bookkeeping not yet done
+	if c.has_send {
+		final = cr.replaySend(c.send_resp, c.send_flags, c.send_error)
+	}
+	if c.first != 0 {
+		x := c.exec
+		events := cArray(x.events, int(x.n_events))
+		for at := c.first; at != 0; {
+			ev := &events[at-1]
+			at = ev.next
+			switch ev.kind {
+			case C.NEREID_EVENT_SEND, C.NEREID_EVENT_FLAGS:
+				final = cr.replaySend(ev.response, ev.flags, ev.error) || final
+			case C.NEREID_EVENT_STATS:
+				cr.replayStatistics(ev.instance, bool(ev.success), memo, &ev.ts)
 			}
 		}
 	}
+	if c.release_recorded {
+		if cr.releaseAnswered(final) {
+			unrefArena(c.arena)
+		}
+	} else if final {
+		cr.answered()
+	}
+	cr.replayMu.Unlock()
 	return ended
+}
+
+// dropGoBuffers forgets the buffers of resp's outputs that are not its
+// own: Go memory (or a client's), which C memory may not keep.
+func dropGoBuffers(resp *C.TRITONBACKEND_Response) {
+	for _, o := range unsafe.Slice(resp.outputs, int(resp.n_outputs)) {
+		if !o.owned {
+			o.buffer = nil
+		}
+	}
 }
 
 // cRequest is a request while a backend holds it.
@@ -704,6 +793,13 @@ type cRequest struct {
 	// that only its execution holds it; written by that execution's
 	// goroutine alone.
 	reusable bool
+	// orphan: its execution ended without waiting for it (dropRequests),
+	// so that its disposal gives up its handle's slot; cr.mu held.
+	orphan bool
+	// slot is h's slot in requestTable, nil when h is handleTable's (the
+	// table full); the object keeps it while the instance keeps the
+	// object (keepRequests).
+	slot *reqSlot
 	// endedHere: the execution's replay of the record ended the request,
 	// so that it need not wait for it; the execution's goroutine alone
 	// reads and writes it.
@@ -754,11 +850,21 @@ func parameterValue(p *C.TRITONSERVER_Parameter) any {
 // It reports whether the request is done with, its C side left for the
 // caller to free (TRITONBACKEND_RequestRelease frees it in C, once back
 // from Go).
-func (cr *cRequest) release() (free bool) {
+func (cr *cRequest) release() (free bool) { return cr.releaseAnswered(false) }
+
+// releaseAnswered is release, and with final the bookkeeping of a final
+// send made before it (answered's) under the same lock.
+func (cr *cRequest) releaseAnswered(final bool) (free bool) {
 	cr.mu.Lock()
+	if final {
+		cr.final = true
+	}
 	if cr.released {
-		cr.mu.Unlock()
-		return false
+		if !final || !cr.ended() {
+			cr.mu.Unlock()
+			return false
+		}
+		return cr.disposeGoLocked()
 	}
 	cr.released = true
 	cr.c.released = true
@@ -833,8 +939,20 @@ func (cr *cRequest) disposeGoLocked() bool {
 	// A request no lookup ever found is held by its execution alone: the
 	// instance reuses its object (see keepRequests). One that a call into
 	// Go found may still be in that call's hands.
-	if found := objects.remove(cr.h); !found && cr.more == nil && cr.trace == nil {
+	var found, exhausted bool
+	if cr.slot != nil {
+		found, exhausted = requests.remove(cr.slot, cr.h)
+	} else {
+		found = objects.remove(cr.h)
+	}
+	if !found && cr.more == nil && cr.trace == nil && !cr.orphan {
 		cr.reusable = true // unwritten otherwise: the execution may be reading it
+		if exhausted {
+			requests.release(cr.slot) // retired: the object goes on without it
+			cr.slot = nil
+		}
+	} else {
+		requests.release(cr.slot)
 	}
 	cr.c = nil
 	cr.gone = true
@@ -977,6 +1095,24 @@ type oneOutput struct {
 	words [oneOutputWords]int64
 }
 
+// ownedOutput is the usual response's outputs, as outputs makes them:
+// one small output in C memory (exec.c), which fits a oneOutput. Without
+// outputs' loop it costs less than half as much.
+func (cr *cRequest) ownedOutput(o *C.TRITONBACKEND_Output) []backend.Output {
+	x := new(oneOutput)
+	dims, size := int(o.dims_count), int(o.byte_size)
+	for j, d := range cArray(o.shape, dims) {
+		x.words[j] = int64(d)
+	}
+	data := []byte{}
+	if size > 0 {
+		data = unsafe.Slice((*byte)(unsafe.Pointer(&x.words[dims])), size)
+		copy(data, cArray((*byte)(o.buffer), size))
+	}
+	x.out[0] = backend.Output{Name: goName(o.name, int(o.name_len), cr.r.RequestedOutputs), DataType: dataTypeFromC(int(o.datatype)), Shape: x.words[:dims:dims], Data: data}
+	return x.out[:]
+}
+
 // oneOutputWords is oneOutput's room: a 64-byte output of up to three
 // dimensions fits, and the object fills the 160-byte size class, the bytes
 // the two allocations it replaces took.
@@ -984,6 +1120,27 @@ const oneOutputWords = 11
 
 // send is TRITONBACKEND_ResponseSend (resp nil: ResponseFactorySendFlags).
 func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.TRITONSERVER_Error) error {
+	err := cr.deliver(resp, flags, errp)
+	if flags&C.TRITONSERVER_RESPONSE_COMPLETE_FINAL != 0 {
+		cr.answered()
+	}
+	return err
+}
+
+// answered is the bookkeeping of a final send: the request is ended, and
+// disposed of, once it is released too.
+func (cr *cRequest) answered() {
+	cr.mu.Lock()
+	cr.final = true
+	if !cr.ended() {
+		cr.mu.Unlock()
+	} else if c := cr.c; cr.disposeGoLocked() {
+		unrefArena(c.arena)
+	}
+}
+
+// deliver is send but for the final send's bookkeeping (answered).
+func (cr *cRequest) deliver(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.TRITONSERVER_Error) error {
 	f := backend.ResponseFlags(0)
 	if flags&C.TRITONSERVER_RESPONSE_COMPLETE_FINAL != 0 {
 		f = backend.ResponseFinal
@@ -1007,15 +1164,6 @@ func (cr *cRequest) send(resp *C.TRITONBACKEND_Response, flags uint32, errp *C.T
 		}
 	} else {
 		err = cr.sendWithout(resp, f, errp, "")
-	}
-	if f == backend.ResponseFinal {
-		cr.mu.Lock()
-		cr.final = true
-		if !cr.ended() {
-			cr.mu.Unlock()
-		} else if c := cr.c; cr.disposeGoLocked() {
-			unrefArena(c.arena)
-		}
 	}
 	return err
 }
@@ -1050,43 +1198,54 @@ func responseParams(resp *C.TRITONBACKEND_Response) map[string]any {
 // outputs are resp's outputs as the executor takes them, and the name of
 // one that has no buffer ("" when each has one).
 func (cr *cRequest) outputs(resp *C.TRITONBACKEND_Response) (outs []backend.Output, missing string) {
-	routs := unsafe.Slice(resp.outputs, int(resp.n_outputs))
+	routs := cArray(resp.outputs, int(resp.n_outputs))
 	var spare []int64
 	if o := routs[0]; len(routs) == 1 && int(o.dims_count)+(int(o.byte_size)+7)/8 <= oneOutputWords {
+		if o.buffer != nil && o.owned {
+			return cr.ownedOutput(o), ""
+		}
 		x := new(oneOutput)
 		outs, spare = x.out[:0:1], x.words[:]
 	} else {
 		outs = make([]backend.Output, 0, len(routs))
 	}
-	cr.mu.Lock()
 	for _, o := range routs {
 		name := goName(o.name, int(o.name_len), cr.r.RequestedOutputs)
 		owned := o.buffer != nil && bool(o.owned)
 		var shape []int64
-		var copied []byte
-		shape, copied, spare = shapeAndBytes(int(o.dims_count), int(o.byte_size), owned, spare)
+		var data []byte
+		shape, data, spare = shapeAndBytes(int(o.dims_count), int(o.byte_size), owned, spare)
 		if o.dims_count > 0 {
-			for j, d := range unsafe.Slice(o.shape, int(o.dims_count)) {
+			for j, d := range cArray(o.shape, int(o.dims_count)) {
 				shape[j] = int64(d)
 			}
 		}
-		data, ok := cr.buffers().find(o.buffer)
 		switch {
+		case owned:
+			// C memory (exec.c), freed with the response: data is its
+			// copy.
+			copy(data, unsafe.Slice((*byte)(o.buffer), int(o.byte_size)))
 		case o.buffer == nil:
 			data = []byte{}
-		case owned:
-			// C memory (exec.c), freed with the response.
-			data = copied
-			copy(data, unsafe.Slice((*byte)(o.buffer), int(o.byte_size)))
 		case o.attributes.memory_type == C.TRITONSERVER_MEMORY_GPU:
 			// Written in its CUDA region (deviceOutput): the region
 			// holds it, the response carries its shape alone.
 			data = []byte{}
-		case !ok:
-			missing = name
+			o.buffer = nil
+		default:
+			// A buffer from Go (allocOutput, placeOutput), which the
+			// response takes; C memory keeps no Go pointer past the
+			// response's send.
+			cr.mu.Lock()
+			b, ok := cr.buffers().find(o.buffer)
+			cr.mu.Unlock()
+			if !ok {
+				missing = name
+			}
+			data = b
+			o.buffer = nil
 		}
 		outs = append(outs, backend.Output{Name: name, DataType: dataTypeFromC(int(o.datatype)), Shape: shape, Data: data})
 	}
-	cr.mu.Unlock()
 	return outs, missing
 }

@@ -187,7 +187,7 @@ func fillRequest(c *C.TRITONBACKEND_Request, r *backend.Request, corr uint64) {
 func fillInput(ci *C.TRITONBACKEND_Input, x *backend.Input, copied bool) {
 	ci.datatype = C.TRITONSERVER_DataType(dataTypeToC(x.DataType))
 	ci.dims_count = C.uint32_t(len(x.Shape))
-	shape := unsafe.Slice(ci.shape, len(x.Shape))
+	shape := cArray(ci.shape, len(x.Shape))
 	for j, d := range x.Shape {
 		shape[j] = C.int64_t(d)
 	}
@@ -226,7 +226,7 @@ func relayOut(c *C.TRITONBACKEND_Request, r *backend.Request, gpu bool, mem unsa
 	} else {
 		corr, _ = r.CorrelationID.Uint64()
 	}
-	outs := unsafe.Slice(c.outputs, len(r.RequestedOutputs))
+	outs := cArray(c.outputs, len(r.RequestedOutputs))
 	for i, o := range r.RequestedOutputs {
 		// Names not in strictly increasing order are laid out sorted and
 		// without duplicates (sortedCopy): not compared here.
@@ -234,7 +234,7 @@ func relayOut(c *C.TRITONBACKEND_Request, r *backend.Request, gpu bool, mem unsa
 			return false
 		}
 	}
-	ins := unsafe.Slice(c.inputs, len(r.Inputs))
+	ins := cArray(c.inputs, len(r.Inputs))
 	for i := range r.Inputs {
 		x, ci := &r.Inputs[i], &ins[i]
 		// A copy lies in the arena; any other buffer (the request's own
@@ -246,8 +246,15 @@ func relayOut(c *C.TRITONBACKEND_Request, r *backend.Request, gpu bool, mem unsa
 		}
 		fillInput(ci, x, copied)
 	}
-	*c = C.TRITONBACKEND_Request{id: c.id, correlation_is_string: c.correlation_is_string, correlation_id_string: c.correlation_id_string,
-		n_inputs: c.n_inputs, inputs: c.inputs, n_outputs: c.n_outputs, outputs: c.outputs}
+	// What the last execution changed, field by field rather than the
+	// whole struct: the rest is the layout's, unchanged, or what
+	// newCRequest writes (the handle, instance, arena, index, record and
+	// outputs_bound). No parameters: c.params stayed nil.
+	c.released = false
+	c.first, c.last, c.sent = 0, 0, 0
+	c.has_send, c.release_recorded, c.has_stats = false, false, false
+	c.answered, c.final, c.ended = false, false, false
+	c.timeout_us = 0
 	fillRequest(c, r, corr)
 	return true
 }
@@ -295,6 +302,18 @@ func (l *requestLayout) size(off uintptr) uintptr {
 	return alignUp(off, unsafe.Alignof(C.TRITONSERVER_Parameter{}))
 }
 
+// cArray is the n elements of T at p, C memory, as unsafe.Slice makes
+// them but for its checks (n >= 0, p non-nil, no overflow), which cost
+// more than the rest on the paths every execution runs; n is bounded by
+// maxCArray instead.
+func cArray[T any](p *T, n int) []T {
+	return (*[maxCArray]T)(unsafe.Pointer(p))[:n:n]
+}
+
+// maxCArray bounds the elements cArray gives: more than any request,
+// record or response has.
+const maxCArray = 1 << 24
+
 func alignUp(off, align uintptr) uintptr { return (off + align - 1) &^ (align - 1) }
 
 func isNumber(v any) bool {
@@ -310,9 +329,11 @@ func isNumber(v any) bool {
 // bytes, pinned while the backend holds them, or device memory), and the
 // record of the execution gen of exec, 0 for none.
 func newCRequest(in *cInstance, r *backend.Request, gpu bool, c *C.TRITONBACKEND_Request, mem *C.nereid_arena, index int, gen uint64) *cRequest {
-	cr := in.spareRequest()
+	cr, slot := in.spareRequest()
 	cr.in, cr.r, cr.c, cr.recorded = in, r, c, gen != 0
-	cr.h = register(cr)
+	if cr.h, cr.slot = requests.add(cr, slot); cr.h == 0 {
+		cr.h = register(cr) // the table is full
+	}
 	c.h = C.uintptr_t(cr.h)
 	c.instance = in.c
 	c.arena = mem
@@ -324,8 +345,11 @@ func newCRequest(in *cInstance, r *backend.Request, gpu bool, c *C.TRITONBACKEND
 		// model's outputs (placeOutput, deviceOutput); recorded requests
 		// are never a decoupled model's.
 		c.outputs_bound = C.bool(r.OutputPlace != nil || r.OutputDevice != nil)
+	} else {
+		// Laid out again (relayOut), c keeps what it had.
+		c.exec, c.gen, c.outputs_bound = nil, 0, false
 	}
-	ins := unsafe.Slice(c.inputs, len(r.Inputs))
+	ins := cArray(c.inputs, len(r.Inputs))
 	for i := range r.Inputs {
 		x := &r.Inputs[i]
 		ci := &ins[i]
