@@ -126,6 +126,9 @@ func FuzzUnmarshalRequest(f *testing.F) {
 	f.Add(join(parts))
 	f.Add([]byte{0x3a, 0x02, 1, 2})
 	f.Add([]byte{0x3a, 0x05, 1, 2, 3, 4, 5, 0x0a, 0x01, 'm'})
+	// An input's shape as a ten-byte varint that overflows 64 bits (its
+	// last byte above 1): protobuf refuses it.
+	f.Add([]byte{0x2a, 0x0f, 0x0a, 0x01, 'x', 0x1a, 0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x31})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var a, want inference.ModelInferRequest
 		errA := UnmarshalRequest(b, &a)

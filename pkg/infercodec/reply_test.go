@@ -108,3 +108,23 @@ func FuzzCanonical(f *testing.F) {
 		}
 	})
 }
+
+// FuzzUnmarshalResponse: UnmarshalResponse accepts what protobuf accepts,
+// with the same result.
+func FuzzUnmarshalResponse(f *testing.F) {
+	f.Add(mustVT(&testing.T{}, replyResponse()))
+	// A parameters entry whose key's tag has wire type 6, which does not
+	// exist: protobuf refuses it.
+	f.Add([]byte{0x0a, 0x01, '0', 0x22, 0x08, 0x32, 0x01, '0', 0x0e, 0x0a, '0', '0', '0'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var got, want inference.ModelInferResponse
+		err := UnmarshalResponse(b, &got)
+		errW := proto.Unmarshal(b, &want)
+		if (err == nil) != (errW == nil) {
+			t.Fatalf("UnmarshalResponse error %v, protobuf %v", err, errW)
+		}
+		if err == nil && !proto.Equal(&got, &want) {
+			t.Fatal("decoders disagree")
+		}
+	})
+}

@@ -44,9 +44,11 @@ func UnmarshalRequestTaking(b []byte, req *inference.ModelInferRequest, room *Re
 	if len(req.RawInputContents) == 0 {
 		req.RawInputContents = nil
 	}
-	if _, again := req.Parameters[key]; again || err != nil || checkRequestUTF8(req) != nil || req.SizeVT() != len(b)-(end-start) {
+	if _, again := req.Parameters[key]; again || err != nil || checkRequestUTF8(req) != nil || req.SizeVT() != len(b)-(end-start) || !requestVarintsPlain(req) || requestHasParams(req) && !mapsPlain(b, requestMaps) {
 		// The key given again after the entry taken (the last one counts),
 		// or malformed somewhere else: decoded whole, as it would have been.
+		// (The entry taken is a plain one: findStringParam read it as
+		// protobuf writes it, so only other parameters need the walk.)
 		return "", UnmarshalRequestIn(b, req, room)
 	}
 	capRaw(req.RawInputContents)
