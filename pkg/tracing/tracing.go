@@ -23,6 +23,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -50,9 +52,25 @@ const (
 
 // Tracer starts the spans of one service. A nil *Tracer traces nothing.
 type Tracer struct {
-	tp       *sdktrace.TracerProvider
-	t        trace.Tracer
 	settings *tracesetting.Manager
+	scope    string
+	exp      sdktrace.SpanExporter
+	res      *resource.Resource
+	bsp      []sdktrace.BatchSpanProcessorOption
+
+	// The provider is made when the first span starts: its batch span
+	// processor holds a queue of bsp_max_queue_size spans (2,048 by
+	// default), a buffer the garbage collector scans whole at every cycle,
+	// which a server whose requests are never traced would otherwise keep
+	// in each of its services.
+	opened atomic.Pointer[provider]
+	mu     sync.Mutex // makes the provider once; guards shut
+	shut   bool       // Shutdown ran: no provider is made after it
+}
+
+type provider struct {
+	tp *sdktrace.TracerProvider
+	t  trace.Tracer
 }
 
 // New sets up a service's tracer for cfg (--trace-config) with settings
@@ -88,14 +106,31 @@ func New(ctx context.Context, cfg tracesetting.Config, service string, settings 
 	if err != nil {
 		return nil, err
 	}
+	return &Tracer{settings: settings, scope: "github.com/nereid-io/nereid/" + service, exp: exp, res: res, bsp: bsp}, nil
+}
+
+// provider returns the tracer provider, made on the first call; nil once
+// Shutdown ran without one.
+func (t *Tracer) provider() *provider {
+	if p := t.opened.Load(); p != nil {
+		return p
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.opened.Load(); p != nil || t.shut {
+		return p
+	}
 	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithResource(res),
-		sdktrace.WithBatcher(exp, bsp...),
+		sdktrace.WithResource(t.res),
+		// WithBatcher makes the processor and its queue: only here.
+		sdktrace.WithBatcher(t.exp, t.bsp...),
 		// The decision is made before a span starts (StartRequest,
 		// StartChild): every span started is recorded.
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 	)
-	return &Tracer{tp: tp, t: tp.Tracer("github.com/nereid-io/nereid/" + service), settings: settings}, nil
+	p := &provider{tp: tp, t: tp.Tracer(t.scope)}
+	t.opened.Store(p)
+	return p
 }
 
 // endpointOptions reads the opentelemetry url option: host:port, or a URL
@@ -149,7 +184,18 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	return t.tp.Shutdown(ctx)
+	t.mu.Lock()
+	t.shut = true
+	p := t.opened.Load()
+	t.mu.Unlock()
+	if p == nil {
+		// No span was started: the exporter is all there is to stop.
+		if err := t.exp.Shutdown(ctx); err != nil {
+			return fmt.Errorf("tracing: shutting the exporter down: %w", err)
+		}
+		return nil
+	}
+	return p.tp.Shutdown(ctx)
 }
 
 // ForceFlush exports the spans ended so far.
@@ -157,7 +203,11 @@ func (t *Tracer) ForceFlush(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	return t.tp.ForceFlush(ctx)
+	p := t.opened.Load()
+	if p == nil {
+		return nil // no span was started
+	}
+	return p.tp.ForceFlush(ctx)
 }
 
 // Settings returns the trace settings the tracer follows.
@@ -199,7 +249,11 @@ func (t *Tracer) StartChild(ctx context.Context, model, name string) (context.Co
 }
 
 func (t *Tracer) start(ctx context.Context, model, name string, kind trace.SpanKind) (context.Context, trace.Span) {
-	return t.t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(AttrModelName.String(model)))
+	p := t.provider()
+	if p == nil {
+		return ctx, nil // shut down
+	}
+	return p.t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(AttrModelName.String(model)))
 }
 
 // End ends span (nil: nothing), marking it failed with err.

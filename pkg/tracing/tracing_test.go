@@ -25,7 +25,7 @@ func newTracer(t *testing.T) *Tracer {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		_ = tr.tp.Shutdown(ctx) // no collector: the spans are dropped
+		_ = tr.Shutdown(ctx) // no collector: the spans are dropped
 	})
 	return tr
 }
@@ -108,5 +108,66 @@ func TestStartRequestDecides(t *testing.T) {
 	m := Inject(c)
 	if _, child := tr.StartChild(Extract(ctx, m), "simple", "simple"); child == nil {
 		t.Fatal("no child span under a parent carried in a map")
+	}
+}
+
+// TestProviderMadeWithFirstSpan: the tracer provider, whose batch span
+// processor keeps a queue the garbage collector scans at every cycle, is
+// made when a span first starts, whenever the settings turn tracing on;
+// none is made after Shutdown.
+func TestProviderMadeWithFirstSpan(t *testing.T) {
+	tr := newTracer(t)
+	ctx := context.Background()
+	client := propagation.HeaderCarrier(http.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
+	if _, s := tr.StartRequest(ctx, "simple", client, "InferRequest"); s != nil {
+		t.Fatal("traced with level OFF")
+	}
+	if _, s := tr.StartChild(Extract(ctx, map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}), "simple", "simple"); s != nil {
+		t.Fatal("child span under an unsampled parent")
+	}
+	if tr.opened.Load() != nil {
+		t.Fatal("provider made before any span started")
+	}
+	if err := tr.ForceFlush(ctx); err != nil {
+		t.Fatalf("ForceFlush without a provider: %v", err)
+	}
+	lvl := tracesetting.LevelTimestamps
+	if _, err := tr.Settings().Update("", tracesetting.Update{Level: &lvl}); err != nil {
+		t.Fatal(err)
+	}
+	_, s := tr.StartRequest(ctx, "simple", client, "InferRequest")
+	if s == nil {
+		t.Fatal("not traced once the level is TIMESTAMPS")
+	}
+	s.End()
+	p := tr.opened.Load()
+	if p == nil {
+		t.Fatal("no provider after a span started")
+	}
+	if _, s := tr.StartChild(Extract(ctx, map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}), "simple", "simple"); s == nil {
+		t.Fatal("no child span under a sampled parent")
+	} else {
+		s.End()
+	}
+	if tr.opened.Load() != p {
+		t.Fatal("a second provider made")
+	}
+}
+
+// TestShutdownWithoutSpans: a tracer that started no span stops its
+// exporter and makes no provider afterwards.
+func TestShutdownWithoutSpans(t *testing.T) {
+	tr := newTracer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	sampled := Extract(context.Background(), map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+	if _, s := tr.StartChild(sampled, "simple", "simple"); s != nil {
+		t.Fatal("span started after Shutdown")
+	}
+	if tr.opened.Load() != nil {
+		t.Fatal("provider made after Shutdown")
 	}
 }

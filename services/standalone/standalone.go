@@ -198,6 +198,10 @@ func addr(host string, port int, allowed bool) string {
 	return net.JoinHostPort(host, strconv.Itoa(port))
 }
 
+// closedClientsKept is how many closed connections the embedded NATS
+// server remembers.
+const closedClientsKept = 16
+
 // Run starts NATS and the services and blocks until ctx ends or a service
 // fails; it then stops everything.
 func (s *Server) Run(ctx context.Context) error {
@@ -209,6 +213,11 @@ func (s *Server) Run(ctx context.Context) error {
 		// Executors hold large replies while the gateway reads them; the
 		// default 64 MB pending limit would cut a 256 MiB tensor's reader.
 		MaxPending: 1 << 30,
+		// The server remembers closed connections for its monitoring
+		// (connz), which nothing reads here (no monitoring port, no system
+		// account user); its default ring of 10,000 pointers would be
+		// scanned whole at every garbage collection of the process.
+		MaxClosedClients: closedClientsKept,
 	}
 	if err := s.authorize(opts); err != nil {
 		return err
