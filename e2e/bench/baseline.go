@@ -204,15 +204,19 @@ func StartBaselines() (_ *Baselines, err error) {
 		return nil, err
 	}
 
-	// The chain client -gRPC-> proxy -NATS-> responder: a proxy with its
-	// own in-process connection, as the gateway has.
-	gwConn, err := inproc("chain-grpc-proxy")
-	if err != nil {
-		return nil, err
+	// A gRPC chain proxy sending to subject, with its own in-process
+	// connection, as the gateway has.
+	grpcProxy := func(name, subject string) (string, error) {
+		nc, err := inproc(name)
+		if err != nil {
+			return "", err
+		}
+		s := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage))
+		inference.RegisterGRPCInferenceServiceServer(s, &chainProxy{nc: nc, subject: subject})
+		return b.serveGRPC(s)
 	}
-	cs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage))
-	inference.RegisterGRPCInferenceServiceServer(cs, &chainProxy{nc: gwConn, subject: SubjectInfer})
-	if b.ChainGRPCAddr, err = b.serveGRPC(cs); err != nil {
+	// The chain client -gRPC-> proxy -NATS-> responder.
+	if b.ChainGRPCAddr, err = grpcProxy("chain-grpc-proxy", SubjectInfer); err != nil {
 		return nil, err
 	}
 
@@ -234,13 +238,7 @@ func StartBaselines() (_ *Baselines, err error) {
 	if err := fwd.Flush(); err != nil {
 		return nil, err
 	}
-	routedConn, err := inproc("chain-routed-grpc-proxy")
-	if err != nil {
-		return nil, err
-	}
-	rs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage))
-	inference.RegisterGRPCInferenceServiceServer(rs, &chainProxy{nc: routedConn, subject: SubjectInferRouted})
-	if b.RoutedGRPCAddr, err = b.serveGRPC(rs); err != nil {
+	if b.RoutedGRPCAddr, err = grpcProxy("chain-routed-grpc-proxy", SubjectInferRouted); err != nil {
 		return nil, err
 	}
 

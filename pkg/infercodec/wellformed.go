@@ -183,16 +183,9 @@ func responseHasParams(r *inference.ModelInferResponse) bool {
 // requests and responses, and sends the message to protobuf. Fields of
 // other varint types (bool, uint32) always re-encode shorter.
 
-func noHighBit64(vs []int64) bool {
-	for _, v := range vs {
-		if v < 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func noHighBit32(vs []int32) bool {
+// nonNegative reports whether no value of vs is negative (a negative
+// int32 is encoded, sign-extended, in ten bytes too).
+func nonNegative[T int32 | int64](vs []T) bool {
 	for _, v := range vs {
 		if v < 0 {
 			return false
@@ -211,7 +204,7 @@ func noHighBitU64(vs []uint64) bool {
 }
 
 func contentsVarintsPlain(c *inference.InferTensorContents) bool {
-	return c == nil || noHighBit32(c.IntContents) && noHighBit64(c.Int64Contents) && noHighBitU64(c.Uint64Contents)
+	return c == nil || nonNegative(c.IntContents) && nonNegative(c.Int64Contents) && noHighBitU64(c.Uint64Contents)
 }
 
 func paramsVarintsPlain(ps map[string]*inference.InferParameter) bool {
@@ -234,7 +227,7 @@ func paramsVarintsPlain(ps map[string]*inference.InferParameter) bool {
 func requestVarintsPlain(r *inference.ModelInferRequest) bool {
 	ok := paramsVarintsPlain(r.Parameters)
 	for _, in := range r.Inputs {
-		ok = ok && noHighBit64(in.Shape) && paramsVarintsPlain(in.Parameters) && contentsVarintsPlain(in.Contents)
+		ok = ok && nonNegative(in.Shape) && paramsVarintsPlain(in.Parameters) && contentsVarintsPlain(in.Contents)
 	}
 	for _, out := range r.Outputs {
 		ok = ok && paramsVarintsPlain(out.Parameters)
@@ -246,7 +239,7 @@ func requestVarintsPlain(r *inference.ModelInferRequest) bool {
 func responseVarintsPlain(r *inference.ModelInferResponse) bool {
 	ok := paramsVarintsPlain(r.Parameters)
 	for _, out := range r.Outputs {
-		ok = ok && noHighBit64(out.Shape) && paramsVarintsPlain(out.Parameters) && contentsVarintsPlain(out.Contents)
+		ok = ok && nonNegative(out.Shape) && paramsVarintsPlain(out.Parameters) && contentsVarintsPlain(out.Contents)
 	}
 	return ok
 }

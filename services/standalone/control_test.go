@@ -66,14 +66,7 @@ func TestUnloadEndsSequences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, done := run(t, srv)
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		t.Fatalf("standalone ended: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("standalone not ready")
-	}
+	runReady(t, srv)
 	base := "http://" + srv.Gateway().HTTPAddr()
 	infer := base + "/v2/models/slowseq/infer"
 	waitReady(t, base)

@@ -25,14 +25,7 @@ func startServing(t *testing.T, inProcess bool) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, done := run(t, srv)
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		t.Fatalf("server stopped while starting: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("server not ready after 60s")
-	}
+	runReady(t, srv)
 	base := "http://" + srv.Gateway().HTTPAddr()
 	for _, m := range cfg.Models {
 		deadline := time.Now().Add(30 * time.Second)

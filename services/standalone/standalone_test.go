@@ -56,25 +56,64 @@ func run(t *testing.T, srv *Server) (stop func() error, done chan error) {
 	return stop, done
 }
 
-func TestEmbeddedNATSRequiresRoleCredentials(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.NATSListen = freeAddr(t)
-	cfg.NATSPasswords = map[bus.Role]string{}
-	for _, r := range bus.Roles() {
-		cfg.NATSPasswords[r] = "pw-" + string(r) + "-5e1f"
-	}
-	srv, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, done := run(t, srv)
+// runReady starts srv and waits until every service reports ready.
+func runReady(t *testing.T, srv *Server) (stop func() error) {
+	t.Helper()
+	stop, done := run(t, srv)
 	select {
 	case <-srv.Ready():
 	case err := <-done:
 		t.Fatalf("standalone ended: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("standalone not ready")
+	case <-time.After(60 * time.Second):
+		t.Fatal("standalone not ready after 60s")
 	}
+	return stop
+}
+
+// rolePasswords gives every role a password of its own.
+func rolePasswords(salt string) map[bus.Role]string {
+	pws := map[bus.Role]string{}
+	for _, r := range bus.Roles() {
+		pws[r] = "pw-" + string(r) + "-" + salt
+	}
+	return pws
+}
+
+// executorErrors collects the asynchronous errors of nc.
+func executorErrors(nc *nats.Conn) <-chan error {
+	errs := make(chan error, 4)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })
+	return errs
+}
+
+// wantRegistryRefused publishes on the shared-memory registry's subject
+// over nc, an executor's connection, and wants NATS to refuse it: the
+// executor's permissions hold.
+func wantRegistryRefused(t *testing.T, nc *nats.Conn, errs <-chan error) {
+	t.Helper()
+	if err := nc.Publish(bus.ShmRegisterSubject, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(err.Error(), "Permissions Violation") {
+			t.Fatalf("executor publishing a registry subject: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("executor credentials may publish on the registry's subject")
+	}
+}
+
+func TestEmbeddedNATSRequiresRoleCredentials(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.NATSListen = freeAddr(t)
+	cfg.NATSPasswords = rolePasswords("5e1f")
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runReady(t, srv)
 	// The services work under their roles' permissions: the gateway heard
 	// the executor and serves the model.
 	deadline := time.Now().Add(20 * time.Second)
@@ -99,25 +138,12 @@ func TestEmbeddedNATSRequiresRoleCredentials(t *testing.T) {
 	} else if !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
 		t.Fatalf("connect without credentials: %v", err)
 	}
-	errs := make(chan error, 4)
-	nc, err := nats.Connect(url, nats.UserInfo(string(bus.RoleExecutor), cfg.NATSPasswords[bus.RoleExecutor]),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	nc, err := nats.Connect(url, nats.UserInfo(string(bus.RoleExecutor), cfg.NATSPasswords[bus.RoleExecutor]))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if err := nc.Publish(bus.ShmRegisterSubject, []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	_ = nc.Flush()
-	select {
-	case err := <-errs:
-		if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(err.Error(), "Permissions Violation") {
-			t.Fatalf("executor publishing a registry subject: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("executor credentials may publish on the registry's subject")
-	}
+	wantRegistryRefused(t, nc, executorErrors(nc))
 }
 
 func TestNATSListenBeyondLoopbackNeedsCredentials(t *testing.T) {
@@ -140,10 +166,7 @@ func TestNATSListenBeyondLoopbackNeedsCredentials(t *testing.T) {
 // permissions included, once the server runs.
 func TestConnectJoinsUnderItsRole(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.NATSPasswords = map[bus.Role]string{}
-	for _, r := range bus.Roles() {
-		cfg.NATSPasswords[r] = "pw-" + string(r) + "-9c2d"
-	}
+	cfg.NATSPasswords = rolePasswords("9c2d")
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -152,14 +175,7 @@ func TestConnectJoinsUnderItsRole(t *testing.T) {
 		nc.Close()
 		t.Fatal("Connect before Run gave a connection")
 	}
-	_, done := run(t, srv)
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		t.Fatalf("standalone ended: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("standalone not ready")
-	}
+	runReady(t, srv)
 	nc, err := srv.Connect(bus.RoleExecutor)
 	if err != nil {
 		t.Fatal(err)
@@ -168,18 +184,5 @@ func TestConnectJoinsUnderItsRole(t *testing.T) {
 	if got := nc.NewRespInbox(); !strings.HasPrefix(got, bus.InboxPrefix(bus.RoleExecutor)) {
 		t.Errorf("inbox %q lacks the executor's prefix %q", got, bus.InboxPrefix(bus.RoleExecutor))
 	}
-	errs := make(chan error, 4)
-	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })
-	if err := nc.Publish(bus.ShmRegisterSubject, []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	_ = nc.Flush()
-	select {
-	case err := <-errs:
-		if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(err.Error(), "Permissions Violation") {
-			t.Fatalf("joined executor publishing a registry subject: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the joined connection is not held to the executor's permissions")
-	}
+	wantRegistryRefused(t, nc, executorErrors(nc))
 }

@@ -5,6 +5,7 @@ package cbackend
 import (
 	"bytes"
 	"context"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -62,7 +63,7 @@ func TestLayoutReuse(t *testing.T) {
 			if got == nil || got.Err != nil || len(got.Outputs) != 1 {
 				t.Fatalf("response %+v", got)
 			}
-			if o := got.Outputs[0]; o.Name != "OUTPUT0" || !bytes.Equal(o.Data, tt.data) || !equalShapes(o.Shape, tt.shape) {
+			if o := got.Outputs[0]; o.Name != "OUTPUT0" || !bytes.Equal(o.Data, tt.data) || !slices.Equal(o.Shape, tt.shape) {
 				t.Fatalf("output %s %v of %d bytes, want OUTPUT0 %v of the input's %d", o.Name, o.Shape, len(o.Data), tt.shape, len(tt.data))
 			}
 			c := in.laid[0]
@@ -113,18 +114,6 @@ func TestLayoutReuseBatch(t *testing.T) {
 			}
 		}
 	}
-}
-
-func equalShapes(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // cString reads the NUL-terminated string at p.
