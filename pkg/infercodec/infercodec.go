@@ -172,7 +172,7 @@ func UnmarshalRequest(b []byte, req *inference.ModelInferRequest) error {
 // checkDecoded finishes UnmarshalRequest once the generated decoder
 // decoded b into req (err its outcome).
 func checkDecoded(b []byte, req *inference.ModelInferRequest, err error) error {
-	if err != nil || checkRequestUTF8(req) != nil || req.SizeVT() != len(b) || !requestVarintsPlain(req) || requestHasParams(req) && !mapsPlain(b, requestMaps) {
+	if err != nil || !requestRead(req, b, len(b)) {
 		// Malformed: protobuf's decoder has the last word (it keeps a
 		// field of the wrong wire type as unknown where the generated one
 		// fails) and the words for what is wrong.
@@ -185,7 +185,7 @@ func checkDecoded(b []byte, req *inference.ModelInferRequest, err error) error {
 // UnmarshalResponse decodes b into resp as UnmarshalRequest does.
 func UnmarshalResponse(b []byte, resp *inference.ModelInferResponse) error {
 	proto.Reset(resp)
-	if err := resp.UnmarshalVTUnsafe(b); err != nil || checkResponseUTF8(resp) != nil || resp.SizeVT() != len(b) || !responseVarintsPlain(resp) || responseHasParams(resp) && !mapsPlain(b, responseMaps) {
+	if err := resp.UnmarshalVTUnsafe(b); err != nil || !responseRead(resp, b) {
 		return unmarshalAliased(b, resp, fieldRawOutputContents, &resp.RawOutputContents)
 	}
 	capRaw(resp.RawOutputContents)

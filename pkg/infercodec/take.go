@@ -44,11 +44,12 @@ func UnmarshalRequestTaking(b []byte, req *inference.ModelInferRequest, room *Re
 	if len(req.RawInputContents) == 0 {
 		req.RawInputContents = nil
 	}
-	if _, again := req.Parameters[key]; again || err != nil || checkRequestUTF8(req) != nil || req.SizeVT() != len(b)-(end-start) || !requestVarintsPlain(req) || requestHasParams(req) && !mapsPlain(b, requestMaps) {
+	if _, again := req.Parameters[key]; again || err != nil || !requestRead(req, b, len(b)-(end-start)) {
 		// The key given again after the entry taken (the last one counts),
 		// or malformed somewhere else: decoded whole, as it would have been.
 		// (The entry taken is a plain one: findStringParam read it as
-		// protobuf writes it, so only other parameters need the walk.)
+		// protobuf writes it; requestRead walks b's map entries only when
+		// req has parameters of its own.)
 		return "", UnmarshalRequestIn(b, req, room)
 	}
 	capRaw(req.RawInputContents)

@@ -1,7 +1,6 @@
 package infercodec
 
 import (
-	"errors"
 	"slices"
 	"unicode/utf8"
 
@@ -21,46 +20,76 @@ import (
 // twice): a message whose re-encoded size is not the size received goes
 // to protobuf too.
 
-var errUTF8 = errors.New("string field contains invalid UTF-8")
-
-func checkRequestUTF8(r *inference.ModelInferRequest) error {
-	ok := utf8.ValidString(r.ModelName) && utf8.ValidString(r.ModelVersion) && utf8.ValidString(r.Id) && paramsUTF8(r.Parameters) && known(r)
+// requestRead reports whether the generated decoder read r, decoded from
+// b (size bytes of it: all but an entry taken out), as protobuf would: its
+// strings UTF-8, no unknown fields, the size it re-encodes to size, no
+// varint with its 64th bit set, and its map entries plain. One walk of
+// the decoded message answers all but the size and the map entries, and
+// says whether there are maps to look at in b.
+func requestRead(r *inference.ModelInferRequest, b []byte, size int) bool {
+	ok := utf8.ValidString(r.ModelName) && utf8.ValidString(r.ModelVersion) && utf8.ValidString(r.Id) && paramsRead(r.Parameters) && known(r)
+	params := len(r.Parameters) > 0
 	for _, in := range r.Inputs {
-		ok = ok && utf8.ValidString(in.Name) && utf8.ValidString(in.Datatype) && paramsUTF8(in.Parameters) && known(in) && knownContents(in.Contents)
+		ok = ok && utf8.ValidString(in.Name) && utf8.ValidString(in.Datatype) && paramsRead(in.Parameters) && known(in) &&
+			nonNegative(in.Shape) && contentsRead(in.Contents)
+		params = params || len(in.Parameters) > 0
 	}
 	for _, out := range r.Outputs {
-		ok = ok && utf8.ValidString(out.Name) && paramsUTF8(out.Parameters) && known(out)
+		ok = ok && utf8.ValidString(out.Name) && paramsRead(out.Parameters) && known(out)
+		params = params || len(out.Parameters) > 0
 	}
-	if !ok {
-		return errUTF8
-	}
-	return nil
+	return ok && r.SizeVT() == size && (!params || mapsPlain(b, requestMaps))
 }
 
-func checkResponseUTF8(r *inference.ModelInferResponse) error {
-	ok := utf8.ValidString(r.ModelName) && utf8.ValidString(r.ModelVersion) && utf8.ValidString(r.Id) && paramsUTF8(r.Parameters) && known(r)
+// responseRead is requestRead for a response decoded from all of b.
+func responseRead(r *inference.ModelInferResponse, b []byte) bool {
+	ok := utf8.ValidString(r.ModelName) && utf8.ValidString(r.ModelVersion) && utf8.ValidString(r.Id) && paramsRead(r.Parameters) && known(r)
+	params := len(r.Parameters) > 0
 	for _, out := range r.Outputs {
-		ok = ok && utf8.ValidString(out.Name) && utf8.ValidString(out.Datatype) && paramsUTF8(out.Parameters) && known(out) && knownContents(out.Contents)
+		ok = ok && utf8.ValidString(out.Name) && utf8.ValidString(out.Datatype) && paramsRead(out.Parameters) && known(out) &&
+			nonNegative(out.Shape) && contentsRead(out.Contents)
+		params = params || len(out.Parameters) > 0
 	}
-	if !ok {
-		return errUTF8
-	}
-	return nil
+	return ok && r.SizeVT() == len(b) && (!params || mapsPlain(b, responseMaps))
 }
 
 // known reports whether m holds no unknown fields.
 func known(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) == 0 }
 
-// knownContents is known for a tensor's optional contents.
-func knownContents(c *inference.InferTensorContents) bool { return c == nil || known(c) }
-
-func paramsUTF8(ps map[string]*inference.InferParameter) bool {
+// paramsRead is requestRead's walk of a parameters map: keys and string
+// values UTF-8, no unknown fields, no integer with its 64th bit set.
+func paramsRead(ps map[string]*inference.InferParameter) bool {
 	for k, p := range ps {
-		if !utf8.ValidString(k) || !utf8.ValidString(p.GetStringParam()) || (p != nil && !known(p)) {
+		if !utf8.ValidString(k) {
+			return false
+		}
+		if p == nil {
+			continue
+		}
+		switch v := p.GetParameterChoice().(type) {
+		case *inference.InferParameter_StringParam:
+			if !utf8.ValidString(v.StringParam) {
+				return false
+			}
+		case *inference.InferParameter_Int64Param:
+			if v.Int64Param < 0 {
+				return false
+			}
+		case *inference.InferParameter_Uint64Param:
+			if v.Uint64Param >= 1<<63 {
+				return false
+			}
+		}
+		if !known(p) {
 			return false
 		}
 	}
 	return true
+}
+
+// contentsRead is requestRead's walk of a tensor's optional contents.
+func contentsRead(c *inference.InferTensorContents) bool {
+	return c == nil || known(c) && nonNegative(c.IntContents) && nonNegative(c.Int64Contents) && noHighBitU64(c.Uint64Contents)
 }
 
 // The generated decoders read a map entry's key and value whatever wire
@@ -132,47 +161,17 @@ func mapsPlain(b []byte, m *msgMaps) bool {
 // length-delimited.
 func entryPlain(b []byte) bool {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || (num != 1 && num != 2) || typ != protowire.BytesType {
+		num, typ, t := protowire.ConsumeTag(b)
+		if t < 0 || (num != 1 && num != 2) || typ != protowire.BytesType {
 			return false
 		}
-		if n = protowire.ConsumeFieldValue(num, typ, b[n:]); n < 0 {
+		n := protowire.ConsumeFieldValue(num, typ, b[t:])
+		if n < 0 {
 			return false
 		}
-		b = b[protowire.SizeTag(num)+n:]
+		b = b[t+n:]
 	}
 	return true
-}
-
-// requestHasParams reports whether r has a parameter anywhere.
-func requestHasParams(r *inference.ModelInferRequest) bool {
-	if len(r.Parameters) > 0 {
-		return true
-	}
-	for _, in := range r.Inputs {
-		if len(in.Parameters) > 0 {
-			return true
-		}
-	}
-	for _, out := range r.Outputs {
-		if len(out.Parameters) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// responseHasParams reports whether r has a parameter anywhere.
-func responseHasParams(r *inference.ModelInferResponse) bool {
-	if len(r.Parameters) > 0 {
-		return true
-	}
-	for _, out := range r.Outputs {
-		if len(out.Parameters) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // The generated decoders also take a ten-byte varint whose last byte
@@ -194,6 +193,7 @@ func nonNegative[T int32 | int64](vs []T) bool {
 	return true
 }
 
+// noHighBitU64 reports whether no value of vs has its 64th bit set.
 func noHighBitU64(vs []uint64) bool {
 	for _, v := range vs {
 		if v >= 1<<63 {
@@ -201,45 +201,4 @@ func noHighBitU64(vs []uint64) bool {
 		}
 	}
 	return true
-}
-
-func contentsVarintsPlain(c *inference.InferTensorContents) bool {
-	return c == nil || nonNegative(c.IntContents) && nonNegative(c.Int64Contents) && noHighBitU64(c.Uint64Contents)
-}
-
-func paramsVarintsPlain(ps map[string]*inference.InferParameter) bool {
-	for _, p := range ps {
-		switch v := p.GetParameterChoice().(type) {
-		case *inference.InferParameter_Int64Param:
-			if v.Int64Param < 0 {
-				return false
-			}
-		case *inference.InferParameter_Uint64Param:
-			if v.Uint64Param >= 1<<63 {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// requestVarintsPlain reports whether no varint of r has its 64th bit set.
-func requestVarintsPlain(r *inference.ModelInferRequest) bool {
-	ok := paramsVarintsPlain(r.Parameters)
-	for _, in := range r.Inputs {
-		ok = ok && nonNegative(in.Shape) && paramsVarintsPlain(in.Parameters) && contentsVarintsPlain(in.Contents)
-	}
-	for _, out := range r.Outputs {
-		ok = ok && paramsVarintsPlain(out.Parameters)
-	}
-	return ok
-}
-
-// responseVarintsPlain reports whether no varint of r has its 64th bit set.
-func responseVarintsPlain(r *inference.ModelInferResponse) bool {
-	ok := paramsVarintsPlain(r.Parameters)
-	for _, out := range r.Outputs {
-		ok = ok && nonNegative(out.Shape) && paramsVarintsPlain(out.Parameters) && contentsVarintsPlain(out.Contents)
-	}
-	return ok
 }
