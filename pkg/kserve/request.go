@@ -273,12 +273,8 @@ func knownDataType(t jsonlex.Token) (string, bool) {
 	if t.Kind != jsonlex.String || t.Escaped {
 		return "", false
 	}
-	for dt := tensor.Bool; dt <= tensor.Bytes; dt++ {
-		if name := dt.String(); string(t.Raw) == name {
-			return name, true
-		}
-	}
-	return "", false
+	dt, ok := tensor.ParseDataType(t.Raw)
+	return dt.String(), ok
 }
 
 func (p *parser) stringVal(t jsonlex.Token, field string) (string, bool, error) {

@@ -54,10 +54,11 @@ func (d DataType) String() string {
 	return dataTypeNames[Invalid]
 }
 
-// ParseDataType reads a protocol datatype name; ok is false for anything else.
-func ParseDataType(s string) (d DataType, ok bool) {
+// ParseDataType reads a protocol datatype name; ok is false for anything
+// else. A name in bytes (a JSON token's text) is read without a copy.
+func ParseDataType[S ~string | ~[]byte](s S) (d DataType, ok bool) {
 	for i := Bool; i <= Bytes; i++ {
-		if dataTypeNames[i] == s {
+		if dataTypeNames[i] == string(s) {
 			return i, true
 		}
 	}
