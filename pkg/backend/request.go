@@ -172,8 +172,7 @@ type Request struct {
 	OutputDevice func(name string, size int) (Device, bool)
 
 	ctx       context.Context
-	complete  func(*Request, *Response)
-	completer Completer   // InitRequest's, when complete is nil
+	completer Completer   // where its answers go (NewRequest's, InitRequest's)
 	sendMu    sync.Mutex  // serializes sends so they arrive in order
 	final     atomic.Bool // the final response or flag has been sent
 	sent      atomic.Int64
@@ -189,16 +188,22 @@ type Request struct {
 // once, from the goroutine that responds). It is for schedulers: backends
 // receive requests, they do not make them. A nil ctx means Background.
 func NewRequest(ctx context.Context, complete func(*Request, *Response)) *Request {
-	if ctx == nil {
-		ctx = context.Background()
+	var c Completer
+	if complete != nil {
+		c = completeFunc(complete)
 	}
-	return &Request{ctx: ctx, complete: complete}
+	return InitRequest(new(Request), ctx, c)
 }
 
 // Completer takes a request's answers, as NewRequest's complete does.
 type Completer interface {
 	Complete(*Request, *Response)
 }
+
+// completeFunc is NewRequest's complete as a Completer.
+type completeFunc func(*Request, *Response)
+
+func (f completeFunc) Complete(r *Request, resp *Response) { f(r, resp) }
 
 // InitRequest is NewRequest into r, a zero Request that a scheduler
 // allocated with its own entry for the request, answered through c: a
@@ -348,10 +353,8 @@ func (r *Request) send(resp *Response) error {
 	if !resp.FlagOnly {
 		r.sent.Add(1)
 	}
-	if r.complete != nil {
-		r.complete(r, resp) // may block: the executor's flow control
-	} else if r.completer != nil {
-		r.completer.Complete(r, resp)
+	if r.completer != nil {
+		r.completer.Complete(r, resp) // may block: the executor's flow control
 	}
 	if !resp.Final && r.IsCancelled() {
 		return tritonerr.New(tritonerr.Cancelled, "request cancelled: the client is gone")

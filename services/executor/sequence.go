@@ -719,7 +719,7 @@ func (s *seqRunner) decode(ctx context.Context, now time.Time, w, template *busv
 		// The backend sees the request's span (a C backend's RequestTrace).
 		rctx = trace.ContextWithSpan(rctx, it.p.span)
 	}
-	it.r = backend.NewRequest(rctx, it.p.Complete)
+	it.r = backend.InitRequest(new(backend.Request), rctx, it.p)
 	it.req = &inference.ModelInferRequest{}
 	if err := proto.Unmarshal(src.GetRequest(), it.req); err != nil {
 		return it, tritonerr.InvalidArgf("malformed sequence request for model '%s': %v", s.mv.name, err)
