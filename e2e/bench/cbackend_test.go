@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -109,7 +110,7 @@ func buildCIdentity(libs string) error {
 		{"-O2", "-shared", "-fPIC", "-I" + filepath.Join(src, "include"), "-o", lib,
 			filepath.Join(src, "testdata", "backends", "identity.c"), "-L" + filepath.Dir(stub), "-ltritonserver"},
 	} {
-		out := args[slicesIndex(args, "-o")+1]
+		out := args[slices.Index(args, "-o")+1]
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			return err
 		}
@@ -118,15 +119,6 @@ func buildCIdentity(libs string) error {
 		}
 	}
 	return os.WriteFile(filepath.Join(libs, "built"), nil, 0o644)
-}
-
-func slicesIndex(ss []string, s string) int {
-	for i, x := range ss {
-		if x == s {
-			return i
-		}
-	}
-	return -1
 }
 
 func cFixture(b testing.TB) *shmServer {

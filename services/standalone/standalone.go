@@ -179,11 +179,12 @@ func (s *Server) Connect(role bus.Role) (*nats.Conn, error) {
 	if s.ns == nil {
 		return nil, errors.New("the standalone server is not running")
 	}
-	return s.connect(s.ns, role)
+	return s.connect(role)
 }
 
-func (s *Server) connect(ns *server.Server, role bus.Role) (*nats.Conn, error) {
-	o := []nats.Option{nats.InProcessServer(ns), nats.Name(string(role)), nats.MaxReconnects(-1),
+// connect connects a service of role to s.ns.
+func (s *Server) connect(role bus.Role) (*nats.Conn, error) {
+	o := []nats.Option{nats.InProcessServer(s.ns), nats.Name(string(role)), nats.MaxReconnects(-1),
 		nats.CustomInboxPrefix(bus.InboxPrefix(role))}
 	if pw := s.cfg.NATSPasswords[role]; pw != "" {
 		o = append(o, nats.UserInfo(string(role), pw))
@@ -262,7 +263,7 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		}
 		var c *nats.Conn
-		c, err = s.connect(ns, role)
+		c, err = s.connect(role)
 		conns = append(conns, c)
 		return c
 	}

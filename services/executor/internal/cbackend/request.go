@@ -89,10 +89,6 @@ func (l *requestLayout) clearRefs() {
 	l.r, l.outputs, l.params, l.corrStr = nil, nil, nil, ""
 }
 
-// copied reports whether input x is given to the backend as a copy in the
-// request's C memory.
-func (l *requestLayout) copied(x *backend.Input) bool { return copiedInput(x, l.gpu) }
-
 // copiedInput reports whether input x is given to an instance (gpu: on a
 // GPU) as a copy in the request's C memory.
 func copiedInput(x *backend.Input, gpu bool) bool {
@@ -115,7 +111,7 @@ func (l *requestLayout) place(a *arena) *C.TRITONBACKEND_Request {
 		name := a.str(x.Name)
 		shape := array[C.int64_t](a, max(1, len(x.Shape)))
 		var data unsafe.Pointer
-		if l.copied(x) {
+		if copiedInput(x, l.gpu) {
 			data = a.take(uintptr(len(x.Data)), 16)
 		}
 		if ins == nil {
@@ -291,7 +287,7 @@ func (l *requestLayout) size(off uintptr) uintptr {
 		x := &r.Inputs[i]
 		off += uintptr(len(x.Name)) + 1
 		off = alignUp(off, unsafe.Alignof(C.int64_t(0))) + uintptr(max(1, len(x.Shape)))*unsafe.Sizeof(C.int64_t(0))
-		if l.copied(x) {
+		if copiedInput(x, l.gpu) {
 			off = alignUp(off, 16) + uintptr(len(x.Data))
 		}
 	}
