@@ -7,7 +7,7 @@ BENCHTIME ?= 2s
 
 SERVICES := gateway executor shm-registry sequence-router
 
-.PHONY: all build run test unit e2e bench proto proto-check lint deps images compose-config helm-lint clean
+.PHONY: all build run test unit e2e bench perfdoc proto proto-check lint deps images compose-config helm-lint clean
 
 all: build
 
@@ -45,6 +45,17 @@ e2e: deps
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem ./e2e/bench/...
+
+# docs/performance.md from a whole `make bench` run, whose output is kept in
+# bench.out; `make perfdoc BENCH_OUT=file` writes it from an earlier run's
+# output instead. PERFDOC_NOTE describes the run on the page.
+BENCH_OUT   ?=
+PERFDOC_NOTE ?= $(shell date -u +%Y-%m-%d), $(shell nproc) CPUs
+perfdoc:
+	@bash scripts/perfdoc_test.sh
+	@if [ -z "$(BENCH_OUT)" ]; then bash -o pipefail -c '$(MAKE) --no-print-directory bench 2>&1 | tee bench.out'; fi
+	bash scripts/perfdoc.sh "$(PERFDOC_NOTE)" < $(or $(BENCH_OUT),bench.out) > docs/performance.md.tmp || { rm -f docs/performance.md.tmp; exit 1; }
+	mv docs/performance.md.tmp docs/performance.md
 
 proto:
 	bash api/gen.sh
