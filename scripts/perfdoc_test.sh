@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Checks scripts/perfdoc.sh against a sample of `make bench` output
-# (scripts/testdata/perfdoc/bench.out: a log line inside a benchmark, a
+# (scripts/testdata/perfdoc/bench.txt: a log line inside a benchmark, a
 # benchmark run twice, µs and ms metrics, base-* and ratio-* metrics, the
 # suite's summary) and its expected page. NEREID_UPDATE_GOLDEN=1 rewrites
 # the expected page.
 set -euo pipefail
 cd "$(dirname "$0")"
 dir=testdata/perfdoc
-got="$(bash perfdoc.sh "synthetic sample" < "$dir/bench.out")"
+got="$(bash perfdoc.sh "synthetic sample" < "$dir/bench.txt")"
 if [ "${NEREID_UPDATE_GOLDEN:-}" = 1 ]; then
 	printf '%s\n' "$got" > "$dir/performance.md"
 fi
