@@ -174,5 +174,5 @@
 //	output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
 //
 // Link the backend into the executor by importing its package (for the
-// built-in ones: github.com/nereid-io/nereid/pkg/backends).
+// built-in ones: the executor's internal/builtin).
 package backend

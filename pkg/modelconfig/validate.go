@@ -336,7 +336,7 @@ type Control struct {
 // checks are Triton's (SequenceBatchScheduler::Create and
 // GenerateInitialStateData, SequenceStates::Initialize), in Triton's order
 // and words. The checks that need the model's files (a data_file's size)
-// run when the executor loads the model (pkg/seqstate).
+// run when the executor loads the model (its internal/seqstate).
 func validateStates(cfg *inference.ModelConfig, sb *inference.ModelSequenceBatching, model string) error {
 	withInitial := map[string]bool{}
 	for _, st := range sb.State {

@@ -17,8 +17,8 @@ import (
 	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
-	"github.com/nereid-io/nereid/pkg/repository"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
+	"github.com/nereid-io/nereid/services/executor/internal/repository"
 )
 
 // ControlMode is Triton's --model-control-mode.

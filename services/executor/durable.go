@@ -8,8 +8,8 @@ import (
 	"github.com/nereid-io/nereid/pkg/backoff"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
-	"github.com/nereid-io/nereid/pkg/seqstate"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
+	"github.com/nereid-io/nereid/services/executor/internal/seqstate"
 )
 
 // Durable state (model parameter state_durability "redis"): the executor

@@ -15,8 +15,8 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
-	"github.com/nereid-io/nereid/pkg/seqstate"
 	"github.com/nereid-io/nereid/pkg/tensor"
+	"github.com/nereid-io/nereid/services/executor/internal/seqstate"
 )
 
 // fakeRouter answers an executor's sequence pulls with the batches a test

@@ -52,21 +52,21 @@ import (
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
-	_ "github.com/nereid-io/nereid/pkg/backends" // the built-in backends
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/opsmetrics"
 	"github.com/nereid-io/nereid/pkg/redisconn"
-	"github.com/nereid-io/nereid/pkg/repository"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
+	_ "github.com/nereid-io/nereid/services/executor/internal/builtin" // the built-in backends
 	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
 	"github.com/nereid-io/nereid/services/executor/internal/gpu"
+	"github.com/nereid-io/nereid/services/executor/internal/repository"
 )
 
 // Model version states, as Triton's ModelReadyState names them.

@@ -21,9 +21,9 @@ import (
 	"github.com/nereid-io/nereid/pkg/infer"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
-	"github.com/nereid-io/nereid/pkg/seqstate"
 	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
+	"github.com/nereid-io/nereid/services/executor/internal/seqstate"
 )
 
 // Sequence models (sequence_batching in the config) are not fed by the

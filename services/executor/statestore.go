@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/nereid-io/nereid/pkg/seqstate"
+	"github.com/nereid-io/nereid/services/executor/internal/seqstate"
 )
 
 // stateStore keeps the durable states of sequences (models with

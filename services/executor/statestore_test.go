@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/nereid-io/nereid/pkg/redisconn/redistest"
-	"github.com/nereid-io/nereid/pkg/seqstate"
+	"github.com/nereid-io/nereid/services/executor/internal/seqstate"
 )
 
 // stateStores runs body against the memory store and the Redis store (a

@@ -25,7 +25,6 @@ import (
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
-	"github.com/nereid-io/nereid/pkg/hostmetrics"
 	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/opsmetrics"
@@ -34,6 +33,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/tlsreload"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/tracing"
+	"github.com/nereid-io/nereid/services/gateway/internal/hostmetrics"
 )
 
 // Defaults of Config.

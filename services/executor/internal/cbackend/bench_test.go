@@ -9,8 +9,8 @@ import (
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
-	_ "github.com/nereid-io/nereid/pkg/backends" // the built-in Go identity, the yardstick
 	"github.com/nereid-io/nereid/pkg/tensor"
+	_ "github.com/nereid-io/nereid/services/executor/internal/builtin" // the built-in Go identity, the yardstick
 )
 
 // BenchmarkExecute64B is one 64-byte request through the C identity

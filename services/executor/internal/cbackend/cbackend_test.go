@@ -15,9 +15,9 @@ import (
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
-	"github.com/nereid-io/nereid/pkg/seqstate"
 	"github.com/nereid-io/nereid/pkg/tensor"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
+	"github.com/nereid-io/nereid/services/executor/internal/seqstate"
 )
 
 type statsRecorder struct {

@@ -10,7 +10,7 @@ import (
 
 // Implicit state (sequence_batching.state): the executor keeps each
 // sequence's state tensors and gives them to the request as inputs named
-// by state.input_name (pkg/seqstate); TRITONBACKEND_StateNew, StateBuffer
+// by state.input_name (internal/seqstate); TRITONBACKEND_StateNew, StateBuffer
 // and StateUpdate are the Go backend API's Request.StateNew, State.Buffer
 // and State.Update, with their errors.
 

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package backends
+package builtin
 
 import "time"
 

@@ -1,4 +1,4 @@
-// Package backends holds Nereid's built-in backends. Importing it (the
+// Package builtin holds Nereid's built-in backends. Importing it (the
 // executor does) registers them with pkg/backend:
 //
 //   - "addsub": two inputs, two outputs of one datatype; OUTPUT0 is the
@@ -39,4 +39,4 @@
 // They handle each request of a batch on its own, so dynamic batching
 // works with any shapes, and report Triton's per-request and per-batch
 // statistics.
-package backends
+package builtin
