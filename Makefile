@@ -63,7 +63,7 @@ proto:
 proto-check:
 	bash api/gen.sh --check
 
-MODULES := api pkg services/gateway services/executor services/shm-registry services/sequence-router services/standalone e2e
+MODULES := api internal pkg services/gateway services/executor services/shm-registry services/sequence-router services/standalone e2e
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$' | grep -v '\.pb\.gw\.go$$')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi

@@ -6,6 +6,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/nereid-io/nereid/api v0.0.0
+	github.com/nereid-io/nereid/internal v0.0.0
 	github.com/nereid-io/nereid/pkg v0.0.0
 	github.com/nereid-io/nereid/services/executor v0.0.0
 	github.com/nereid-io/nereid/services/standalone v0.0.0
@@ -60,6 +61,7 @@ require (
 
 replace (
 	github.com/nereid-io/nereid/api => ../api
+	github.com/nereid-io/nereid/internal => ../internal
 	github.com/nereid-io/nereid/pkg => ../pkg
 	github.com/nereid-io/nereid/services/executor => ../services/executor
 	github.com/nereid-io/nereid/services/gateway => ../services/gateway

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -66,6 +67,28 @@ func TestDockerfileContext(t *testing.T) {
 			}
 			if excluded, err := pm.MatchesOrParentMatches(filepath.ToSlash(p)); err != nil || excluded {
 				t.Errorf(".dockerignore excludes %s, which the Dockerfile copies (err %v)", p, err)
+			}
+		}
+	}
+	// A service builds with GOWORK=off, so every sibling module its go.mod
+	// replaces with a directory (pkg, api, internal, ...) must be copied too.
+	for _, svc := range []string{"gateway", "executor", "shm-registry", "sequence-router", "standalone"} {
+		dir := filepath.Join("services", svc)
+		gomod, err := os.ReadFile(filepath.Join(repoRoot, dir, "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(gomod), "\n") {
+			_, target, ok := strings.Cut(line, "=>")
+			if !ok || !strings.HasPrefix(strings.TrimSpace(target), ".") {
+				continue
+			}
+			rel := filepath.ToSlash(filepath.Join(dir, strings.TrimSpace(target)))
+			if !slices.ContainsFunc(copied, func(src string) bool {
+				src = strings.TrimSuffix(filepath.ToSlash(filepath.Clean(src)), "/")
+				return rel == src || strings.HasPrefix(rel, src+"/")
+			}) {
+				t.Errorf("%s/go.mod replaces a module with %s, which the Dockerfile does not copy", dir, rel)
 			}
 		}
 	}

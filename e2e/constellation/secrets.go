@@ -13,11 +13,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/nereid-io/nereid/internal/testutil/tlstest"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/redisconn/redistest"
-	"github.com/nereid-io/nereid/pkg/tlstest"
 )
 
 // Every cluster runs NATS with the shipped least-privilege configuration

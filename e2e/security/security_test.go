@@ -22,8 +22,8 @@ import (
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/e2e/constellation"
+	"github.com/nereid-io/nereid/internal/testutil/tlstest"
 	"github.com/nereid-io/nereid/pkg/bus"
-	"github.com/nereid-io/nereid/pkg/tlstest"
 )
 
 // violation waits for the server's permission violation on errs.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/nereid-io/nereid/pkg/racebuild"
+	"github.com/nereid-io/nereid/internal/testutil/racebuild"
 )
 
 var errClientGone = errors.New("client went away")

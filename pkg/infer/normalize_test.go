@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/internal/testutil/racebuild"
 	"github.com/nereid-io/nereid/pkg/backend"
-	"github.com/nereid-io/nereid/pkg/racebuild"
 	"github.com/nereid-io/nereid/pkg/tensor"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )

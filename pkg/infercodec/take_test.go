@@ -6,7 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/inference"
-	"github.com/nereid-io/nereid/pkg/racebuild"
+	"github.com/nereid-io/nereid/internal/testutil/racebuild"
 )
 
 const takenKey = "nereid_handoff"

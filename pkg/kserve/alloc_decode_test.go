@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nereid-io/nereid/pkg/racebuild"
+	"github.com/nereid-io/nereid/internal/testutil/racebuild"
 )
 
 // TestDecodeInferRequestAllocs: a small request of one binary input, as

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
+	"github.com/nereid-io/nereid/internal/testutil/tlstest"
 	"github.com/nereid-io/nereid/pkg/bus"
-	"github.com/nereid-io/nereid/pkg/tlstest"
 )
 
 func startServer(t *testing.T, opts *server.Options) *server.Server {

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereid-io/nereid/internal/testutil/tlstest"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/redisconn/redistest"
-	"github.com/nereid-io/nereid/pkg/tlstest"
 )
 
 func freePort(t *testing.T) int {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nereid-io/nereid/pkg/leakcheck"
+	"github.com/nereid-io/nereid/internal/testutil/leakcheck"
 	"github.com/nereid-io/nereid/pkg/routines"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nereid-io/nereid/pkg/tlstest"
+	"github.com/nereid-io/nereid/internal/testutil/tlstest"
 )
 
 func served(t *testing.T, r *Reloader, set *tlstest.Set) string {

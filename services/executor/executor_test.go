@@ -18,8 +18,8 @@ import (
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/internal/testutil/leakcheck"
 	"github.com/nereid-io/nereid/pkg/bus"
-	"github.com/nereid-io/nereid/pkg/leakcheck"
 	"github.com/nereid-io/nereid/pkg/tensor"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )

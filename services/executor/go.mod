@@ -6,6 +6,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/nereid-io/nereid/api v0.0.0
+	github.com/nereid-io/nereid/internal v0.0.0
 	github.com/nereid-io/nereid/pkg v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -49,7 +50,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.47.0
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/sys v0.49.0
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261005182115-fad411399dd8 // indirect
@@ -58,5 +59,6 @@ require (
 
 replace (
 	github.com/nereid-io/nereid/api => ../../api
+	github.com/nereid-io/nereid/internal => ../../internal
 	github.com/nereid-io/nereid/pkg => ../../pkg
 )

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/nereid-io/nereid/api/adminv1"
+	"github.com/nereid-io/nereid/internal/testutil/tlstest"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
-	"github.com/nereid-io/nereid/pkg/tlstest"
 )
 
 func TestPresenceTable(t *testing.T) {

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
 	github.com/nereid-io/nereid/api v0.0.0
+	github.com/nereid-io/nereid/internal v0.0.0
 	github.com/nereid-io/nereid/pkg v0.0.0
 )
 
@@ -62,6 +63,7 @@ require (
 
 replace (
 	github.com/nereid-io/nereid/api => ../../api
+	github.com/nereid-io/nereid/internal => ../../internal
 	github.com/nereid-io/nereid/pkg => ../../pkg
 )
 

@@ -8,8 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/internal/testutil/racebuild"
 	"github.com/nereid-io/nereid/pkg/handoff"
-	"github.com/nereid-io/nereid/pkg/racebuild"
 )
 
 // pieces cuts b into buffers of step bytes (the last shorter), as gRPC

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nereid-io/nereid/api/inference"
-	"github.com/nereid-io/nereid/pkg/leakcheck"
+	"github.com/nereid-io/nereid/internal/testutil/leakcheck"
 	"github.com/nereid-io/nereid/services/executor"
 )
 

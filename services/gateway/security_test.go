@@ -20,8 +20,8 @@ import (
 
 	"github.com/nereid-io/nereid/api/adminv1"
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/internal/testutil/tlstest"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
-	"github.com/nereid-io/nereid/pkg/tlstest"
 )
 
 // tlsGateway runs a gateway serving HTTPS and gRPC over TLS from certs.

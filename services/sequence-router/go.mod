@@ -6,6 +6,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/nereid-io/nereid/api v0.0.0
+	github.com/nereid-io/nereid/internal v0.0.0
 	github.com/nereid-io/nereid/pkg v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -54,5 +55,6 @@ require (
 
 replace (
 	github.com/nereid-io/nereid/api => ../../api
+	github.com/nereid-io/nereid/internal => ../../internal
 	github.com/nereid-io/nereid/pkg => ../../pkg
 )

@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/nereid-io/nereid/internal/testutil/leakcheck"
 	"github.com/nereid-io/nereid/pkg/bus"
-	"github.com/nereid-io/nereid/pkg/leakcheck"
 )
 
 func TestStartsAndAnswersPing(t *testing.T) {

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/nereid-io/nereid/api v0.0.0
+	github.com/nereid-io/nereid/internal v0.0.0
 	github.com/nereid-io/nereid/pkg v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -50,5 +51,6 @@ require (
 
 replace (
 	github.com/nereid-io/nereid/api => ../../api
+	github.com/nereid-io/nereid/internal => ../../internal
 	github.com/nereid-io/nereid/pkg => ../../pkg
 )

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/internal/testutil/leakcheck"
 	"github.com/nereid-io/nereid/pkg/bus"
-	"github.com/nereid-io/nereid/pkg/leakcheck"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 

@@ -59,6 +59,7 @@ require (
 
 replace (
 	github.com/nereid-io/nereid/api => ../../api
+	github.com/nereid-io/nereid/internal => ../../internal
 	github.com/nereid-io/nereid/pkg => ../../pkg
 	github.com/nereid-io/nereid/services/executor => ../executor
 	github.com/nereid-io/nereid/services/gateway => ../gateway

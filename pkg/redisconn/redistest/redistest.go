@@ -13,8 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nereid-io/nereid/internal/testutil/tlstest"
 	"github.com/nereid-io/nereid/pkg/redisconn"
-	"github.com/nereid-io/nereid/pkg/tlstest"
 )
 
 // Users of the shipped ACL file.

@@ -1,0 +1,3 @@
+module github.com/nereid-io/nereid/internal
+
+go 1.26.0
