@@ -244,7 +244,7 @@ func TestComposeSharedMemoryAndModels(t *testing.T) {
 
 func TestComposeHealthchecks(t *testing.T) {
 	p := loadCompose(t)
-	for _, name := range []string{"nats", "redis", "gateway", "shm-registry", "sequence-router"} {
+	for _, name := range []string{"nats", "redis", "gateway", "shm-registry", "sequence-router", "executor"} {
 		hc := p.Services[name].HealthCheck
 		if hc == nil || hc.Disable || len(hc.Test) == 0 {
 			t.Errorf("%s: no healthcheck", name)
@@ -255,7 +255,7 @@ func TestComposeHealthchecks(t *testing.T) {
 		t.Errorf("gateway healthcheck does not ask /v2/health/ready on 8000: %s", test("gateway"))
 	}
 	// The probe a healthcheck asks must be the one --probe-addr opens.
-	for _, name := range []string{"shm-registry", "sequence-router"} {
+	for _, name := range []string{"shm-registry", "sequence-router", "executor"} {
 		addr, ok := argValue(p.Services[name].Command, "probe-addr")
 		if !ok {
 			t.Errorf("%s: no --probe-addr", name)

@@ -81,7 +81,7 @@ func TestTruncatingShmClientUnderACBackend(t *testing.T) {
 					ok.Add(1)
 				case code == 400 && strings.Contains(string(b), unusable):
 					faulted.Add(1)
-				case code == 500 && strings.Contains(string(b), "Invalid shared memory region: '"+hostileKey+"'"):
+				case code == 400 && strings.Contains(string(b), "shared memory object '"+hostileKey+"' was truncated by its owner"):
 					refused.Add(1) // truncated before the request started
 				default:
 					unexpected.Store(string(b), code)

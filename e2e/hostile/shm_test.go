@@ -98,7 +98,7 @@ func TestTruncatingShmClient(t *testing.T) {
 				case code == 200:
 					hostileOK.Add(1)
 				case code == 400 && strings.Contains(body, "truncated by its owner while in use; it is unusable until it is unregistered and registered again"),
-					code == 500 && strings.Contains(body, "Invalid shared memory region: '"+hostileKey+"'"):
+					code == 400 && strings.Contains(body, "shared memory object '"+hostileKey+"' was truncated by its owner"):
 					hostileErr.Add(1)
 				default:
 					unexpected.Store(body, code)
@@ -127,7 +127,7 @@ func TestTruncatingShmClient(t *testing.T) {
 				case code == 200:
 					hostileOK.Add(1)
 				case code == 400 && strings.Contains(body, "truncated by its owner while in use"),
-					code == 500 && strings.Contains(body, "Invalid shared memory region: '"+hostileKey+"'"),
+					code == 400 && strings.Contains(body, "shared memory object '"+hostileKey+"' was truncated by its owner"),
 					code == 503 && strings.Contains(body, "interrupted by a fault in another request's shared memory region"):
 					hostileErr.Add(1)
 				default:

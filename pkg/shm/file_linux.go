@@ -23,6 +23,9 @@ func open(key string) (fd int, size int64, err error) {
 	}
 	fd, err = syscall.Open(p, syscall.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
 	if err != nil {
+		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+			return -1, 0, tritonerr.Internalf("Unable to open shared memory region: '%s': %s", key, permissionHint(p))
+		}
 		return -1, 0, tritonerr.Internalf("Unable to open shared memory region: '%s'", key)
 	}
 	var st syscall.Stat_t
@@ -31,6 +34,20 @@ func open(key string) (fd int, size int64, err error) {
 		return -1, 0, tritonerr.Internalf("Invalid shared memory region: '%s'", key)
 	}
 	return fd, st.Size, nil
+}
+
+// permissionHint says why the server may not open the object at p and
+// what fixes it. It is the usual failure when the client and the server
+// run as different users (a container's default user against a host
+// process's regions, which clients create with mode 0600).
+func permissionHint(p string) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return fmt.Sprintf("permission denied to the server (uid %d, gid %d)", os.Geteuid(), os.Getegid())
+	}
+	return fmt.Sprintf("permission denied: the region is owned by uid %d, gid %d with mode %04o, and the server runs as uid %d, gid %d; "+
+		"run the server as the client's user (with compose: NEREID_UID and NEREID_GID, see docs/shared-memory.md) or make the region readable and writable by the server's user",
+		st.Uid, st.Gid, st.Mode&0o7777, os.Geteuid(), os.Getegid())
 }
 
 // strerror renders an errno as C's strerror does (Go's texts are the same
@@ -107,7 +124,7 @@ func Map(key string, offset, byteSize uint64) (*Mapping, error) {
 	m := &Mapping{key: key, fd: fd, offset: offset}
 	if offset > uint64(size) || byteSize > uint64(size)-offset {
 		_ = syscall.Close(fd)
-		return nil, tritonerr.Internalf("Invalid shared memory region: '%s'", key)
+		return nil, errTruncated(key)
 	}
 	if byteSize == 0 {
 		m.Data = []byte{}
@@ -129,10 +146,21 @@ func (m *Mapping) Check() error {
 		return m.errPoisoned()
 	}
 	var st syscall.Stat_t
-	if err := syscall.Fstat(m.fd, &st); err != nil || st.Size < 0 || uint64(st.Size) < m.offset+uint64(len(m.Data)) {
+	if err := syscall.Fstat(m.fd, &st); err != nil || st.Size < 0 {
 		return tritonerr.Internalf("Invalid shared memory region: '%s'", m.key)
 	}
+	if uint64(st.Size) < m.offset+uint64(len(m.Data)) {
+		return errTruncated(m.key)
+	}
 	return nil
+}
+
+// errTruncated is the answer for an object that no longer covers the range
+// registered on it: its owner shrank it after registering. The request is
+// refused before anything touches the missing pages; it is the client's
+// doing (INVALID_ARG, HTTP 400), as a fault while in use is.
+func errTruncated(key string) error {
+	return tritonerr.InvalidArgf("shared memory object '%s' was truncated by its owner: it no longer covers the registered region; unregister the region and register it again", key)
 }
 
 // Close unmaps the region and closes the object.

@@ -216,7 +216,7 @@ func TestMapSeesClientWrites(t *testing.T) {
 	if err := os.Truncate(Dir+key, int64(page)); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, server.Check(), tritonerr.Internal, "Invalid shared memory region")
+	wantErr(t, server.Check(), tritonerr.InvalidArg, "shared memory object '"+key+"' was truncated by its owner")
 	_, err = Copy(make([]byte, 16), server.Data)
 	wantErr(t, err, tritonerr.Internal, "shared memory fault")
 	if err := server.Close(); err != nil {

@@ -200,7 +200,7 @@ func TestShmInPlace(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := h.shmInfer("simple", req(), reg)
-		wantKind(t, err, tritonerr.Internal, "Invalid shared memory region")
+		wantKind(t, err, tritonerr.InvalidArg, "shared memory object '"+k2+"' was truncated by its owner")
 	})
 }
 

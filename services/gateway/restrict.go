@@ -91,6 +91,11 @@ func (rs Restrictions) Add(spec string) error {
 	if !ok || key == "" {
 		return fmt.Errorf("restricted API %q: want <api list>:<header>=<value>", redactSpec(spec))
 	}
+	if value == "" {
+		// An empty value would let through any request that sends the
+		// header empty: no secret at all.
+		return fmt.Errorf("restricted API %q: the value of header %q is empty; give the secret the header must carry", redactSpec(spec), key)
+	}
 	for _, a := range strings.Split(apis, ",") {
 		g := APIGroup(strings.TrimSpace(a))
 		known := false

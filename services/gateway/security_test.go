@@ -241,6 +241,7 @@ func TestRestrictionParse(t *testing.T) {
 		{"inference", "want <api list>:<header>=<value>"},
 		{"inference:novalue", "want <api list>:<header>=<value>"},
 		{":k=v", "want <api list>:<header>=<value>"},
+		{"inference:k=", `the value of header "k" is empty`},
 		{"everything:k=v", `unknown API "everything"`},
 	} {
 		err := Restrictions{}.Add(c.spec)

@@ -112,6 +112,11 @@ func (g *Gateway) registerSystemShm(ctx context.Context, name, key string, offse
 		return err
 	}
 	if err := shm.Inspect(name, key, offset, byteSize); err != nil {
+		// The client sees INTERNAL; the operator sees why (most often the
+		// server's user may not open the client's object).
+		if tritonerr.From(err).Kind == tritonerr.Internal {
+			g.log.Warn("shared memory region not registered", "region", name, "key", key, "err", err)
+		}
 		return err
 	}
 	r := &busv1.ShmRegion{Name: name, Kind: busv1.ShmKind_SHM_KIND_SYSTEM, Node: g.cfg.Node, Id: newID(),
