@@ -232,6 +232,13 @@ func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest
 	} else {
 		m = e.strict(repository.ScanModel(dir))
 	}
+	if overridden && !e.cfg.AllowUploadedCode {
+		if err := refuseUploadedCode(name, req.GetFiles(), m.Config); err != nil {
+			return err
+		}
+		e.setUploaded(dir, true)
+		defer e.setUploaded(dir, false)
+	}
 	if m.Err != nil {
 		// The versions loaded before keep serving; a model without any is
 		// listed with the reason.

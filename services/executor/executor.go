@@ -134,6 +134,13 @@ type Config struct {
 	// ServerLibrary is the libtritonserver.so Triton backends link against;
 	// empty looks next to the executable, then on the loader's path.
 	ServerLibrary string
+	// AllowUploadedCode lets a repository load run code that arrived in the
+	// request (--allow-uploaded-code): backend libraries and Python files
+	// among its "file:" parameters, and a backend library found among them.
+	// Off (the default), such a load is refused, and a model whose files
+	// arrived in a load request takes its backend library from
+	// BackendDirectory only.
+	AllowUploadedCode bool
 	// RedisURL is where the durable states of sequences live (models with
 	// the parameter state_durability "redis"): redis://host:port/db or
 	// rediss://. Empty keeps them in this process's memory (the standalone
@@ -183,6 +190,11 @@ type Executor struct {
 	shm       *shmState  // shared memory and GPUs (shm.go)
 	states    stateStore // durable sequence states (statestore.go)
 	cb        *cbackend.Loader
+
+	// uploads are the model directories written from a load request that
+	// are loading, while code that arrived in requests is not allowed
+	// (under mu): their backend library comes from the backend directory.
+	uploads map[string]bool
 
 	// started is when the executor started (admin API); draining is set
 	// once it is told to drain, subsDrained once its inference
@@ -531,7 +543,11 @@ func (e *Executor) backendFor(ctx context.Context, cfg *inference.ModelConfig, d
 		name, key string
 		factory   backend.Factory
 	)
-	if f, ok := e.cb.Find(backend.Name(cfg), dir, version); ok {
+	find := e.cb.Find
+	if e.uploaded(dir) {
+		find = func(name, _ string, _ int64) (cbackend.Found, bool) { return e.cb.FindInstalled(name) }
+	}
+	if f, ok := find(backend.Name(cfg), dir, version); ok {
 		name, key, factory = f.Name, f.Key, e.cb.Factory(f)
 	} else {
 		var err error

@@ -104,6 +104,9 @@ type Config struct {
 	BackendDirectory string
 	BackendConfig    map[string]map[string]string
 	ServerLibrary    string
+	// AllowUploadedCode is the executor's (--allow-uploaded-code): code
+	// that arrives in a repository load may be loaded and run.
+	AllowUploadedCode bool
 }
 
 // DefaultConfig is tritonserver's defaults: ports 8000/8001/8002, all
@@ -275,7 +278,7 @@ func (s *Server) Run(ctx context.Context) error {
 	ex, err := executor.New(executor.Config{
 		Conn: exConn, Local: s.local, RepositoryPath: s.cfg.ModelRepository, MoreRepositories: s.cfg.MoreRepositories, Models: s.cfg.Models, ControlMode: s.cfg.ControlMode, PollInterval: s.cfg.PollInterval,
 		DisableAutoComplete: s.cfg.DisableAutoComplete, ExitOnError: s.cfg.ExitOnError, Logger: s.log,
-		BackendDirectory: s.cfg.BackendDirectory, BackendConfig: s.cfg.BackendConfig, ServerLibrary: s.cfg.ServerLibrary,
+		BackendDirectory: s.cfg.BackendDirectory, BackendConfig: s.cfg.BackendConfig, ServerLibrary: s.cfg.ServerLibrary, AllowUploadedCode: s.cfg.AllowUploadedCode,
 		RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Trace: s.cfg.Trace, Logging: s.cfg.Logging,
 	})
 	if err != nil {

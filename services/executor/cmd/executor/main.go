@@ -33,10 +33,11 @@ func main() {
 	fs.Var(&models, "load-model", "serve only this model (repeatable; default: all); in explicit mode the models loaded at start, * for all")
 	var mode executor.ControlMode
 	pollSecs := fs.Int("repository-poll-secs", 15, "in poll mode, seconds between scans of the model repository")
-	var strictCfg, noAutoComplete, exitOnError bool
+	var strictCfg, noAutoComplete, exitOnError, allowUploadedCode bool
 	tritonflag.BoolVar(fs, &strictCfg, "strict-model-config", false, "every model needs its config.pbtxt (no auto-completion)")
 	tritonflag.BoolVar(fs, &noAutoComplete, "disable-auto-complete-config", false, "do not auto-complete model configurations: every model needs its config.pbtxt")
 	tritonflag.BoolVar(fs, &exitOnError, "exit-on-error", true, "exit when a model named at start fails to load, as tritonserver does (false: it is listed UNAVAILABLE with the reason and the others serve)")
+	tritonflag.BoolVar(fs, &allowUploadedCode, "allow-uploaded-code", false, "let a repository load run code that arrives in the request: backend libraries, other shared libraries and Python files among its file: parameters (default false: such a load is refused, and an uploaded model's backend library comes from --backend-directory only)")
 	fs.Func("model-control-mode", "none, poll or explicit (Triton's model control modes; default none)", func(v string) (err error) {
 		mode, err = executor.ParseControlMode(v)
 		return err
@@ -70,7 +71,7 @@ func main() {
 		RepositoryPath: first(repos), MoreRepositories: rest(repos), Models: models, ControlMode: mode, PollInterval: pollInterval,
 		Trace:               trace.Config(),
 		DisableAutoComplete: strictCfg || noAutoComplete, ExitOnError: exitOnError, ID: *id, Node: *node, Logger: log, Logging: logs,
-		BackendDirectory: *backendDir, BackendConfig: backendConfig, ServerLibrary: *serverLib,
+		BackendDirectory: *backendDir, BackendConfig: backendConfig, ServerLibrary: *serverLib, AllowUploadedCode: allowUploadedCode,
 		RedisURL: *redisURL, RedisAuth: redisAuth,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "nereid-executor:", err)

@@ -87,16 +87,26 @@ func (l *Loader) Find(name, modelDir string, version int64) (Found, bool) {
 		return Found{}, false
 	}
 	lib := "libtriton_" + name + ".so"
-	dirs := []string{
-		filepath.Join(modelDir, fmt.Sprint(version)),
-		modelDir,
-		filepath.Join(l.cfg.Directory, name),
-	}
-	for _, d := range dirs {
+	for _, d := range []string{filepath.Join(modelDir, fmt.Sprint(version)), modelDir} {
 		p := filepath.Join(d, lib)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
 			return Found{Name: name, Library: p, Location: d, Key: p}, true
 		}
+	}
+	return l.FindInstalled(name)
+}
+
+// FindInstalled is Find without the model's own directories: only the
+// libraries installed in the backend directory (the search for a model
+// whose files arrived in a load request).
+func (l *Loader) FindInstalled(name string) (Found, bool) {
+	if name == "" {
+		return Found{}, false
+	}
+	d := filepath.Join(l.cfg.Directory, name)
+	p := filepath.Join(d, "libtriton_"+name+".so")
+	if st, err := os.Stat(p); err == nil && !st.IsDir() {
+		return Found{Name: name, Library: p, Location: d, Key: p}, true
 	}
 	if st, err := os.Stat(filepath.Join(l.cfg.Directory, name, "model.py")); err == nil && !st.IsDir() {
 		py := filepath.Join(l.cfg.Directory, "python", "libtriton_python.so")

@@ -48,6 +48,9 @@ type Found struct{ Name, Library, Location, Key string }
 // Find reports false: C backends need cgo.
 func (l *Loader) Find(name, modelDir string, version int64) (Found, bool) { return Found{}, false }
 
+// FindInstalled reports false: C backends need cgo.
+func (l *Loader) FindInstalled(name string) (Found, bool) { return Found{}, false }
+
 // Factory is never called without cgo.
 func (l *Loader) Factory(Found) backend.Factory { return nil }
 
