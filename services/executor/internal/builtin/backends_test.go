@@ -46,7 +46,7 @@ func (r *recorder) ReportBatchStatistics(n int, _ backend.Timestamps) {
 // tests also prove deploy/model_repository parses.
 func repoConfig(t *testing.T, model string) *inference.ModelConfig {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "model_repository", model, "config.pbtxt"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "deploy", "model_repository", model, "config.pbtxt"))
 	if err != nil {
 		t.Fatal(err)
 	}
