@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,7 +171,8 @@ func (e *env) redisCLI(t *testing.T, args ...string) string {
 
 // backlogged starts sequences 11 and 12 in seq_direct's two slots and
 // sends the START of 13, which waits in the router's backlog; the result
-// of 13 arrives on the channel.
+// of 13 ("<status> <OUTPUT> <error> (after <time>)") arrives on the
+// channel.
 func backlogged(t *testing.T, h string) <-chan string {
 	t.Helper()
 	for _, id := range []uint64{11, 12} {
@@ -180,17 +183,18 @@ func backlogged(t *testing.T, h string) <-chan string {
 	got := make(chan string, 1)
 	go func() {
 		t0 := time.Now()
-		_, code, msg := httpInfer(t, h, "seq_direct", 13, 5, true, false, nil)
-		got <- fmt.Sprintf("%d %s (after %v)", code, msg, time.Since(t0).Round(time.Millisecond))
+		v, code, msg := httpInfer(t, h, "seq_direct", 13, 5, true, false, nil)
+		got <- fmt.Sprintf("%d %d %s (after %v)", code, v, msg, time.Since(t0).Round(time.Millisecond))
 	}()
 	time.Sleep(300 * time.Millisecond)
 	return got
 }
 
 // The router serving a model is killed while it holds a request in the
-// backlog: the router that takes the model over tells the gateway, which
-// fails the request at once (UNAVAILABLE) instead of leaving the client to
-// its own timeout; the bound sequences continue on the new router.
+// backlog: the router that takes the model over tells the gateway that the
+// request was never run, and the gateway sends it again to that router
+// (Triton's clients do not retry), where it waits in the backlog as before
+// and runs once the bound sequences, which continue, free a slot.
 func TestRouterFailoverHeldRequest(t *testing.T) {
 	e := start(t, opts{routers: 2, models: []string{"seq_direct"}})
 	h := e.g.HTTP()
@@ -207,42 +211,140 @@ func TestRouterFailoverHeldRequest(t *testing.T) {
 	e.routers[active].Kill()
 	select {
 	case r := <-got:
-		if !strings.HasPrefix(r, "503 the sequence router holding this request of model 'seq_direct' was lost before running it") {
-			t.Fatalf("held request: %s", r)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request the dead router held was not answered")
+		t.Fatalf("the held request was answered before a slot was free: %s", r)
+	case <-time.After(6 * time.Second): // the takeover and its resolve
 	}
 	for _, id := range []uint64{11, 12} {
 		if v, code, msg := httpInfer(t, h, "seq_direct", id, 4, false, true, nil); code != 200 || v != 4 {
 			t.Fatalf("sequence %d after the failover: %d %d %s", id, v, code, msg)
 		}
 	}
+	select {
+	case r := <-got:
+		// START of 13 with INPUT 5: READY x (INPUT + START).
+		if !strings.HasPrefix(r, "200 6 ") {
+			t.Fatalf("held request: %s", r)
+		}
+		t.Logf("the request the dead router held: %s", r)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the request the dead router held was not answered")
+	}
+	if !strings.Contains(e.g.Output(), "sequence router lost requests in a takeover; sending them again") {
+		t.Fatalf("the gateway did not say it sent the lost request again:\n%s", e.g.Output())
+	}
 }
 
 // A router whose lease another router took (here: overwritten in Redis)
-// steps down at its next renewal and fails the request it holds with
-// UNAVAILABLE; once the lease is free again a router takes the model back
-// with a new epoch and the bound sequences continue.
+// steps down at its next renewal and refuses the request it holds as not
+// run; the gateway sends it again until a router serves the model (once
+// the lease is free again a router takes the model back with a new epoch),
+// the bound sequences continue, and the request runs once they free a
+// slot.
 func TestRouterLeaseLost(t *testing.T) {
 	e := start(t, opts{models: []string{"seq_direct"}})
 	h := e.g.HTTP()
 	got := backlogged(t, h)
 	e.redisCLI(t, "SET", "nereid:seq:{seq_direct.1}:lease", "intruder|99", "PX", "2500")
-	select {
-	case r := <-got:
-		if !strings.HasPrefix(r, "503 the sequence router serving model 'seq_direct' stopped serving it (another router holds the model's lease)") {
-			t.Fatalf("held request: %s", r)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the router that lost its lease kept the request")
+	if !constellation.WaitFor(10*time.Second, func() bool {
+		return strings.Contains(e.routers[0].Output(), "another router holds the model's lease")
+	}) {
+		t.Fatalf("the router did not step down:\n%s", e.routers[0].Output())
 	}
 	for _, id := range []uint64{11, 12} {
 		if v, code, msg := httpInfer(t, h, "seq_direct", id, 4, false, true, nil); code != 200 || v != 4 {
 			t.Fatalf("sequence %d after the lease came back: %d %d %s", id, v, code, msg)
 		}
 	}
+	select {
+	case r := <-got:
+		if !strings.HasPrefix(r, "200 6 ") {
+			t.Fatalf("held request: %s", r)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the request the router held when it stepped down was not answered")
+	}
 	if ep := e.redisCLI(t, "GET", "nereid:seq:{seq_direct.1}:epoch"); ep != "2" {
 		t.Fatalf("epoch %s, want 2", ep)
+	}
+}
+
+// The active router is killed (SIGKILL) under a load of sequences: every
+// request still gets its right answer. Requests the dead router held are
+// sent again by the gateway once the router taking over says they were
+// never run; requests sent while no router serves the model wait for the
+// takeover; requests already handed to an executor are answered by it.
+// Each sum is the accumulator of the executor instance holding the
+// sequence, so a request run twice or lost shows as a wrong sum.
+func TestRouterKilledUnderLoad(t *testing.T) {
+	const model = "simple_string_dyna_sequence"
+	e := start(t, opts{routers: 2, models: []string{model}})
+	h := e.g.HTTP()
+	active := -1
+	for i := range e.routers {
+		if strings.Contains(e.routers[i].Output(), "active: serving sequences") {
+			active = i
+		}
+	}
+	if active < 0 {
+		t.Fatal("no active router")
+	}
+
+	var stop atomic.Bool
+	var load tally
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			for n := 0; !stop.Load(); n++ {
+				id := strconv.Itoa(10000*(w+1) + n)
+				sum := int32(0)
+				for step := range 4 {
+					v := int32(step + 1)
+					t0 := time.Now()
+					got, code, msg := httpInfer(t, h, model, id, v, step == 0, step == 3, nil)
+					took := time.Since(t0)
+					if code != 200 {
+						load.add(fmt.Sprintf("FAILED %d %s", code, msg), took)
+						break // the sequence's state is unknown: start another
+					}
+					sum += v
+					if step == 3 {
+						sum += int32(10000*(w+1) + n) // END adds the correlation id
+					}
+					if got != sum {
+						load.add(fmt.Sprintf("WRONG SUM sequence %s step %d: %d, want %d", id, step, got, sum), took)
+						break
+					}
+					load.add("200 ok", took)
+				}
+			}
+		})
+	}
+	time.Sleep(2 * time.Second) // load before the kill
+	killed := time.Now()
+	e.routers[active].Kill()
+	other := e.routers[1-active]
+	if !constellation.WaitFor(20*time.Second, func() bool { return strings.Contains(other.Output(), "active: serving sequences") }) {
+		stop.Store(true)
+		wg.Wait()
+		t.Fatalf("the standby router did not take over:\n%s", other.Output())
+	}
+	took := time.Since(killed)
+	time.Sleep(6 * time.Second) // load after the takeover (resolves, resends)
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("active router killed under load; the standby served %v later; answers:%s", took.Round(time.Millisecond), load.String())
+
+	load.mu.Lock()
+	defer load.mu.Unlock()
+	for k, n := range load.counts {
+		if k != "200 ok" {
+			t.Errorf("%d requests: %s", n, k)
+		}
+	}
+	if load.counts["200 ok"] == 0 {
+		t.Error("no request succeeded")
+	}
+	if strings.Contains(e.g.Output(), "sequence router lost requests in a takeover") {
+		t.Log("the takeover found requests the dead router held; the gateway sent them again")
 	}
 }

@@ -548,7 +548,24 @@ func (m *Model) forget(id ID) {
 	}
 }
 
-// ErrNoStart is Triton's error for a request that continues an unknown
+// StoreError is the failure of a START whose binding the Store could not
+// record: the START was not enqueued and did not run, so it may be sent
+// again. Its message and kind are the UNAVAILABLE tritonerr.Error it
+// unwraps to; it unwraps to the Store's error (Err) too, for a caller to
+// tell whether that one is worth waiting out.
+type StoreError struct {
+	Err error
+	te  *tritonerr.Error
+}
+
+func (e *StoreError) Error() string   { return e.te.Msg }
+func (e *StoreError) Unwrap() []error { return []error{e.te, e.Err} }
+
+func (m *Model) errStore(id ID, err error) error {
+	return &StoreError{te: tritonerr.Unavailablef("cannot start sequence %s of model '%s': the sequence store failed: %v", id.text(), m.cfg.Model, err), Err: err}
+}
+
+// errNoStart is Triton's error for a request that continues an unknown
 // sequence.
 func (m *Model) errNoStart(id ID) error {
 	if l, ok := m.lost[id]; ok {
@@ -584,7 +601,7 @@ func (m *Model) Enqueue(now time.Time, r *Request) error {
 		if ok {
 			if m.store != nil {
 				if err := m.store.Bind(r.ID, ref); err != nil {
-					return tritonerr.Unavailablef("cannot start sequence %s of model '%s': the sequence store failed: %v", r.ID.text(), m.cfg.Model, err)
+					return m.errStore(r.ID, err)
 				}
 			}
 			id := r.ID
@@ -604,11 +621,11 @@ func (m *Model) Enqueue(now time.Time, r *Request) error {
 					// until its END is answered: a backlogged sequence is
 					// not bound.
 					if err := m.store.Unbind(r.ID); err != nil {
-						return tritonerr.Unavailablef("cannot start sequence %s of model '%s': the sequence store failed: %v", r.ID.text(), m.cfg.Model, err)
+						return m.errStore(r.ID, err)
 					}
 				}
 				if err := m.store.Backlog(r.ID); err != nil {
-					return tritonerr.Unavailablef("cannot start sequence %s of model '%s': the sequence store failed: %v", r.ID.text(), m.cfg.Model, err)
+					return m.errStore(r.ID, err)
 				}
 			}
 			q := &backlogQueue{id: r.ID}

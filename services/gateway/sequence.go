@@ -104,10 +104,12 @@ func (g *Gateway) routeSequence(ctx context.Context, vv *versionView, req *infer
 // sendSequence checks a request of a sequence model in Triton's order
 // (parameters, normalization incl. the CORRID datatype, then the sequence
 // batcher's batch size and id checks), and sends it to the sequence router
-// with send, again while no router takes it (for at most
-// SequenceRouterWait). window > 0 asks the executor to stream the
-// responses (a decoupled model). The request's shared-memory regions are
-// held until send returns.
+// with send, again while it was provably not run (resendAfter: no router
+// took it, a router refused it without acting on it, or the router holding
+// it was lost before running it), within the request's deadline and at
+// most ResendLimit. window > 0 asks the executor to stream the responses
+// (a decoupled model). The request's shared-memory regions are held until
+// send returns.
 func (g *Gateway) sendSequence(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, sp seqParams, window int,
 	send func(rctx context.Context, subject string, sr *busv1.SequenceRequest) error) error {
 	cfg := vv.config
@@ -140,46 +142,61 @@ func (g *Gateway) sendSequence(ctx context.Context, vv *versionView, req *infere
 	if err != nil {
 		return tritonerr.Internalf("cannot encode the request for model '%s': %v", model, err)
 	}
-	token, w, rctx, done := g.seq.track(model, req.GetModelVersion(), ctx)
-	defer done()
-	sr := &busv1.SequenceRequest{Id: sp.id.Proto(), Start: sp.start, End: sp.end, TimeoutUs: sp.timeoutUs, Request: body, Token: token,
+	sr := &busv1.SequenceRequest{Id: sp.id.Proto(), Start: sp.start, End: sp.end, TimeoutUs: sp.timeoutUs, Request: body,
 		Shape: shapeKey(cfg, r), StreamWindow: uint32(window)}
 	if st, ok := ctx.Value(streamStampKey{}).(streamStamp); ok {
 		sr.Stream, sr.StreamSeq = st.stream, st.seq
 	}
 	subject := bus.SequenceInferSubject(model, req.GetModelVersion())
-	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 200 * time.Millisecond}
-	var firstMiss time.Time
+	deadline, _ := ctx.Deadline()
+	retry := backoff.Backoff{Min: resendMin, Max: resendMax}
+	began := time.Now()
 	for {
-		w.sent.Store(true)
-		err = send(rctx, subject, sr)
-		if bus.IsResponderLost(err) {
-			// Neither a router nor an executor holds it any more (a router
-			// lost with it, or cut off: the router holds a request until its
-			// executor has answered it, and decides itself when the executor
-			// is lost). A router taking the model over says soon whether it
-			// was run (resolve); until then it may or may not have run.
-			waitResolve(rctx)
-		}
-		if err != nil && errors.Is(context.Cause(rctx), errRouterLost) {
-			return errLost(model)
-		}
-		// Nobody received it (no router yet, or a takeover in progress):
-		// sending again cannot run it twice.
-		if err == nil || !bus.IsNoResponders(err) {
+		var nr notRun
+		nr, err = g.sendTracked(ctx, model, req.GetModelVersion(), subject, sr, send)
+		if nr == ran {
 			return err
 		}
-		w.sent.Store(false)
-		if firstMiss.IsZero() {
-			firstMiss = time.Now()
-		}
-		if time.Since(firstMiss) >= SequenceRouterWait || retry.Wait(rctx) != nil {
-			if errors.Is(context.Cause(rctx), errRouterLost) {
+		wait, again := resendAfter(nr, began, deadline, time.Now(), retry.Next())
+		if !again {
+			if nr == heldAndLost {
 				return errLost(model)
 			}
-			return errNoRouter(model, time.Since(firstMiss), err)
+			return errNoRouter(model, time.Since(began), err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if nr == heldAndLost {
+				return errLost(model)
+			}
+			return errNoRouter(model, time.Since(began), err)
+		case <-t.C:
 		}
 	}
+}
+
+// sendTracked sends a sequence request once, under a token of its own
+// that a router takeover can resolve, and says whether it was provably not
+// run. A request sent again gets a new token: the router that took over
+// never runs one whose token it declared lost.
+func (g *Gateway) sendTracked(ctx context.Context, model, version, subject string, sr *busv1.SequenceRequest,
+	send func(rctx context.Context, subject string, sr *busv1.SequenceRequest) error) (notRun, error) {
+	token, w, rctx, done := g.seq.track(model, version, ctx)
+	defer done()
+	sr.Token = token
+	w.sent.Store(true)
+	err := send(rctx, subject, sr)
+	if bus.IsResponderLost(err) {
+		// Neither a router nor an executor holds it any more (a router
+		// lost with it, or cut off: the router holds a request until its
+		// executor has answered it, and decides itself when the executor
+		// is lost). A router taking the model over says soon whether it
+		// was run (resolve); until then it may or may not have run.
+		waitResolve(rctx)
+	}
+	return sendOutcome(err, context.Cause(rctx)), err
 }
 
 // waitResolve waits at most SequenceRouterWait for a takeover to resolve
@@ -291,21 +308,23 @@ func (o *streamOrder) context(ctx context.Context, req *inference.ModelInferRequ
 	return context.WithValue(ctx, streamStampKey{}, streamStamp{stream: id, seq: n})
 }
 
-// SequenceRouterWait bounds how long a sequence request waits for a
-// sequence router to take it (none serves the model yet, or a takeover is
-// in progress) before it fails, not run, with UNAVAILABLE.
+// SequenceRouterWait bounds how long a sequence request whose router was
+// lost while holding it waits for the router taking the model over to say
+// whether it ran (resolve).
 const SequenceRouterWait = 5 * time.Second
 
 // errNoRouter is the answer for a request no router took in time; last is
-// the last refusal, which says why (no responders, a router stepping down,
-// an executor refusing an old epoch).
+// the last refusal, which says why (no responders, a router stepping down
+// or unable to record a START in its store, an executor refusing an old
+// epoch).
 func errNoRouter(model string, waited time.Duration, last error) error {
 	return tritonerr.Unavailablef("no sequence router took the request for model '%s' in %v (a takeover may be in progress; last answer: %s); the request was not run",
 		model, waited.Round(time.Millisecond), tritonerr.From(last).Msg)
 }
 
 // errLost is the answer for a request the router that took the model over
-// says the previous one held: nobody will run it.
+// says the previous one held (nobody will run it), when there is no time
+// left to send it again.
 func errLost(model string) error {
 	return tritonerr.Unavailablef("the sequence router holding this request of model '%s' was lost before running it; the request was not run", model)
 }
@@ -318,10 +337,11 @@ const resolveTimeout = 5 * time.Second
 var errRouterLost = errors.New("sequence router lost the request")
 
 // seqTracker follows the gateway's sequence requests across a router
-// takeover. Each request carries a token; when a router announces that it
-// took a model over, the gateway sends it the tokens of the model's
-// requests still waiting, and fails at once (UNAVAILABLE) those the router
-// says the previous one held: nobody would ever answer them.
+// takeover. Each send of a request carries a token; when a router
+// announces that it took a model over, the gateway sends it the tokens of
+// the model's requests still waiting, and ends at once the sends the router
+// says the previous one held: nobody would ever answer them, and the
+// request is sent again under a new token (sendSequence).
 type seqTracker struct {
 	once   sync.Once
 	prefix string
@@ -334,8 +354,7 @@ type seqTracker struct {
 // seqWait is one sequence request waiting for its answer.
 type seqWait struct {
 	cancel context.CancelCauseFunc
-	// sent is true while a send may have reached a router (not while the
-	// request waits to be sent again after "no responders").
+	// sent is true once the send may have reached a router.
 	sent atomic.Bool
 }
 
@@ -400,8 +419,8 @@ func (t *seqTracker) start(g *Gateway) (*bus.Subscription, error) {
 	})
 }
 
-// resolve asks the router that took a model over about tokens, and fails
-// the requests it says are lost.
+// resolve asks the router that took a model over about tokens, and ends
+// the sends it says are lost (sendSequence sends those requests again).
 func (t *seqTracker) resolve(ctx context.Context, g *Gateway, name, version, key string, tokens []string) {
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
@@ -430,6 +449,6 @@ func (t *seqTracker) resolve(ctx context.Context, g *Gateway, name, version, key
 	}
 	t.mu.Unlock()
 	if n := len(out.GetLost()); n > 0 {
-		g.log.Warn("sequence router lost requests in a takeover; failing them", "model", name, "count", n)
+		g.log.Warn("sequence router lost requests in a takeover; sending them again", "model", name, "count", n)
 	}
 }

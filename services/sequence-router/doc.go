@@ -97,10 +97,11 @@
 //     for a renewal at once. A renewal that finds nobody holding the lease
 //     and no newer epoch handed out (the store lost its data) takes it
 //     back at the same epoch.
-//   - Stepping down (a typed failover.Reason) fails everything the router
+//   - Stepping down (a typed failover.Reason) refuses everything the router
 //     holds and has not handed to an executor (slots, backlog, requests
-//     waiting for a config) with UNAVAILABLE, and releases the lease unless
-//     another router holds it.
+//     waiting for a config) as not run (bus.NotTaken: their gateways send
+//     them to the next router), and releases the lease unless another
+//     router holds it.
 //   - Takeover: the new holder restores the bindings and backlog order
 //     (sequences continue where they were; the idle clock restarts),
 //     subscribes, and announces its epoch on bus.SequenceTakeoverSubject.
@@ -112,10 +113,16 @@
 //     subject, which the router handles in arrival order, so it comes after
 //     every request the gateway sent before it). Tokens nobody holds, still
 //     missing after failover.ResolveGrace, were held by the dead router:
-//     the gateway fails them at once with UNAVAILABLE and the router will
-//     never run them (failover.Takeover). No request runs twice; gateways
-//     resend only requests no router received (NATS "no responders"), for
-//     at most their SequenceRouterWait.
+//     the router will never run them (failover.Takeover), and the gateway
+//     sends those requests again at once under new tokens. No request runs
+//     twice; gateways resend only requests provably not run (no router
+//     received them, a router refused them without acting, or the new
+//     router declared them lost), within the request's deadline and at
+//     most the gateway's ResendLimit.
+//   - A START whose binding the store cannot record while Redis restarts
+//     or loads its data set (LOADING; redisconn.Transient), or after the
+//     router lost its lease, is refused as not run and sent again by its
+//     gateway; other requests of a sequence need no Redis.
 //
 // Every goroutine the service starts (lease loops, takeovers, resolves,
 // drains) belongs to its routines.Group, stopped and waited for by Run.

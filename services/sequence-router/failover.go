@@ -355,7 +355,9 @@ func (s *Service) stepDown(m *model, why failover.Reason) {
 			}
 		}
 	}
-	if !m.shutdown(tritonerr.Unavailablef("the sequence router serving model '%s' stopped serving it (%s); the request was not run", m.name, why)) {
+	// Nothing failed here ran: its gateway sends it again, to the router
+	// that serves the model next (bus.NotTaken).
+	if !m.shutdown(bus.NotTaken("the sequence router serving model '%s' stopped serving it (%s); the request was not run", m.name, why)) {
 		return
 	}
 	if why.Releases() {

@@ -2,6 +2,7 @@ package seqrouter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/failover"
+	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -275,6 +277,20 @@ func (m *model) errNotServing() error {
 	return bus.NotTaken("the sequence router for model '%s' is not serving it any more (it lost the model's lease); the request was not run", m.name)
 }
 
+// storeRefusal turns the failure of a START the store could not record
+// into one its gateway sends again, when waiting can fix it: Redis
+// restarting or loading its data set (redisconn.Transient), or this
+// router's lease lost (the next router records it). The START did not run
+// (seqbatch.StoreError). Other errors stay as they are.
+func (m *model) storeRefusal(it *item, err error) error {
+	var se *seqbatch.StoreError
+	if !errors.As(err, &se) || !(redisconn.Transient(se.Err) || errors.Is(se.Err, errLeaseLost)) {
+		return err
+	}
+	return bus.NotTaken("the sequence router for model '%s' cannot record the start of sequence %s in its store now (%v); the request was not run",
+		m.name, it.id.String(), se.Err)
+}
+
 // infer accepts a request. While the lease is suspended (a renewal is
 // late) the request is queued but no batch goes out until the renewal is
 // accepted (resume) or the router steps down (the request then fails as
@@ -394,7 +410,7 @@ func (m *model) flushOrder(k orderKey) {
 func (m *model) enqueue(now time.Time, it *item) []send {
 	r := &seqbatch.Request{ID: it.id, Start: it.start, End: it.end, Timeout: it.timeout, Shape: it.shape, Data: it}
 	if err := m.core.Enqueue(now, r); err != nil {
-		return m.fail(nil, it, err)
+		return m.fail(nil, it, m.storeRefusal(it, err))
 	}
 	it.req = r
 	if it.cancelled {

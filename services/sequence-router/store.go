@@ -11,7 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/nereid-io/nereid/pkg/backoff"
 	"github.com/nereid-io/nereid/pkg/failover"
+	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
 )
 
@@ -282,10 +284,15 @@ func (m *redisModel) Unbind(id seqbatch.ID) error { return m.write(unbindScript,
 func (s *redisStore) load(ctx context.Context, key string) (map[seqbatch.ID]seqbatch.SlotRef, []seqbatch.ID, error) {
 	var hall *redis.MapStringStringCmd
 	var zr *redis.StringSliceCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		hall = p.HGetAll(ctx, bindKey(key))
-		zr = p.ZRange(ctx, backlogKey(key), 0, -1)
-		return nil
+	// Read within ctx through a Redis that restarts or loads its data
+	// set: a takeover that read nothing would start without the bindings.
+	err := redisconn.Retry(ctx, &backoff.Backoff{Min: 25 * time.Millisecond, Max: 250 * time.Millisecond}, func(ctx context.Context) error {
+		_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			hall = p.HGetAll(ctx, bindKey(key))
+			zr = p.ZRange(ctx, backlogKey(key), 0, -1)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, nil, err
