@@ -1402,6 +1402,50 @@ func (x *DrainExecutorRequest) GetExecutorId() string {
 	return ""
 }
 
+type UndrainExecutorRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ExecutorId    string                 `protobuf:"bytes,1,opt,name=executor_id,json=executorId,proto3" json:"executor_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UndrainExecutorRequest) Reset() {
+	*x = UndrainExecutorRequest{}
+	mi := &file_adminv1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UndrainExecutorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UndrainExecutorRequest) ProtoMessage() {}
+
+func (x *UndrainExecutorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_adminv1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UndrainExecutorRequest.ProtoReflect.Descriptor instead.
+func (*UndrainExecutorRequest) Descriptor() ([]byte, []int) {
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *UndrainExecutorRequest) GetExecutorId() string {
+	if x != nil {
+		return x.ExecutorId
+	}
+	return ""
+}
+
 type GetDrainStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ExecutorId    string                 `protobuf:"bytes,1,opt,name=executor_id,json=executorId,proto3" json:"executor_id,omitempty"`
@@ -1411,7 +1455,7 @@ type GetDrainStatusRequest struct {
 
 func (x *GetDrainStatusRequest) Reset() {
 	*x = GetDrainStatusRequest{}
-	mi := &file_adminv1_admin_proto_msgTypes[20]
+	mi := &file_adminv1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1467,7 @@ func (x *GetDrainStatusRequest) String() string {
 func (*GetDrainStatusRequest) ProtoMessage() {}
 
 func (x *GetDrainStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_adminv1_admin_proto_msgTypes[20]
+	mi := &file_adminv1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1480,7 @@ func (x *GetDrainStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDrainStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetDrainStatusRequest) Descriptor() ([]byte, []int) {
-	return file_adminv1_admin_proto_rawDescGZIP(), []int{20}
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetDrainStatusRequest) GetExecutorId() string {
@@ -1462,7 +1506,7 @@ type DrainStatus struct {
 
 func (x *DrainStatus) Reset() {
 	*x = DrainStatus{}
-	mi := &file_adminv1_admin_proto_msgTypes[21]
+	mi := &file_adminv1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1518,7 @@ func (x *DrainStatus) String() string {
 func (*DrainStatus) ProtoMessage() {}
 
 func (x *DrainStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_adminv1_admin_proto_msgTypes[21]
+	mi := &file_adminv1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1531,7 @@ func (x *DrainStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainStatus.ProtoReflect.Descriptor instead.
 func (*DrainStatus) Descriptor() ([]byte, []int) {
-	return file_adminv1_admin_proto_rawDescGZIP(), []int{21}
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DrainStatus) GetExecutorId() string {
@@ -1628,6 +1672,9 @@ const file_adminv1_admin_proto_rawDesc = "" +
 	"\x13awaiting_unregister\x18\a \x01(\bR\x12awaitingUnregister\"7\n" +
 	"\x14DrainExecutorRequest\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
+	"executorId\"9\n" +
+	"\x16UndrainExecutorRequest\x12\x1f\n" +
+	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\"8\n" +
 	"\x15GetDrainStatusRequest\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
@@ -1645,13 +1692,14 @@ const file_adminv1_admin_proto_rawDesc = "" +
 	"\x17DRAIN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13DRAIN_STATE_SERVING\x10\x01\x12\x18\n" +
 	"\x14DRAIN_STATE_DRAINING\x10\x02\x12\x17\n" +
-	"\x13DRAIN_STATE_DRAINED\x10\x032\xd3\x04\n" +
+	"\x13DRAIN_STATE_DRAINED\x10\x032\xaf\x05\n" +
 	"\x05Admin\x12]\n" +
 	"\fListGateways\x12$.nereid.admin.v1.ListGatewaysRequest\x1a%.nereid.admin.v1.ListGatewaysResponse\"\x00\x12`\n" +
 	"\rListExecutors\x12%.nereid.admin.v1.ListExecutorsRequest\x1a&.nereid.admin.v1.ListExecutorsResponse\"\x00\x12r\n" +
 	"\x13ListSequenceRouters\x12+.nereid.admin.v1.ListSequenceRoutersRequest\x1a,.nereid.admin.v1.ListSequenceRoutersResponse\"\x00\x12c\n" +
 	"\x0eListShmRegions\x12&.nereid.admin.v1.ListShmRegionsRequest\x1a'.nereid.admin.v1.ListShmRegionsResponse\"\x00\x12V\n" +
-	"\rDrainExecutor\x12%.nereid.admin.v1.DrainExecutorRequest\x1a\x1c.nereid.admin.v1.DrainStatus\"\x00\x12X\n" +
+	"\rDrainExecutor\x12%.nereid.admin.v1.DrainExecutorRequest\x1a\x1c.nereid.admin.v1.DrainStatus\"\x00\x12Z\n" +
+	"\x0fUndrainExecutor\x12'.nereid.admin.v1.UndrainExecutorRequest\x1a\x1c.nereid.admin.v1.DrainStatus\"\x00\x12X\n" +
 	"\x0eGetDrainStatus\x12&.nereid.admin.v1.GetDrainStatusRequest\x1a\x1c.nereid.admin.v1.DrainStatus\"\x00B1Z/github.com/nereid-io/nereid/api/adminv1;adminv1b\x06proto3"
 
 var (
@@ -1667,7 +1715,7 @@ func file_adminv1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_adminv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_adminv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_adminv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_adminv1_admin_proto_goTypes = []any{
 	(DrainState)(0),                     // 0: nereid.admin.v1.DrainState
 	(*ListGatewaysRequest)(nil),         // 1: nereid.admin.v1.ListGatewaysRequest
@@ -1690,8 +1738,9 @@ var file_adminv1_admin_proto_goTypes = []any{
 	(*ShmNode)(nil),                     // 18: nereid.admin.v1.ShmNode
 	(*ShmRegion)(nil),                   // 19: nereid.admin.v1.ShmRegion
 	(*DrainExecutorRequest)(nil),        // 20: nereid.admin.v1.DrainExecutorRequest
-	(*GetDrainStatusRequest)(nil),       // 21: nereid.admin.v1.GetDrainStatusRequest
-	(*DrainStatus)(nil),                 // 22: nereid.admin.v1.DrainStatus
+	(*UndrainExecutorRequest)(nil),      // 21: nereid.admin.v1.UndrainExecutorRequest
+	(*GetDrainStatusRequest)(nil),       // 22: nereid.admin.v1.GetDrainStatusRequest
+	(*DrainStatus)(nil),                 // 23: nereid.admin.v1.DrainStatus
 }
 var file_adminv1_admin_proto_depIdxs = []int32{
 	3,  // 0: nereid.admin.v1.ListGatewaysResponse.gateways:type_name -> nereid.admin.v1.Gateway
@@ -1712,15 +1761,17 @@ var file_adminv1_admin_proto_depIdxs = []int32{
 	11, // 15: nereid.admin.v1.Admin.ListSequenceRouters:input_type -> nereid.admin.v1.ListSequenceRoutersRequest
 	16, // 16: nereid.admin.v1.Admin.ListShmRegions:input_type -> nereid.admin.v1.ListShmRegionsRequest
 	20, // 17: nereid.admin.v1.Admin.DrainExecutor:input_type -> nereid.admin.v1.DrainExecutorRequest
-	21, // 18: nereid.admin.v1.Admin.GetDrainStatus:input_type -> nereid.admin.v1.GetDrainStatusRequest
-	2,  // 19: nereid.admin.v1.Admin.ListGateways:output_type -> nereid.admin.v1.ListGatewaysResponse
-	5,  // 20: nereid.admin.v1.Admin.ListExecutors:output_type -> nereid.admin.v1.ListExecutorsResponse
-	12, // 21: nereid.admin.v1.Admin.ListSequenceRouters:output_type -> nereid.admin.v1.ListSequenceRoutersResponse
-	17, // 22: nereid.admin.v1.Admin.ListShmRegions:output_type -> nereid.admin.v1.ListShmRegionsResponse
-	22, // 23: nereid.admin.v1.Admin.DrainExecutor:output_type -> nereid.admin.v1.DrainStatus
-	22, // 24: nereid.admin.v1.Admin.GetDrainStatus:output_type -> nereid.admin.v1.DrainStatus
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
+	21, // 18: nereid.admin.v1.Admin.UndrainExecutor:input_type -> nereid.admin.v1.UndrainExecutorRequest
+	22, // 19: nereid.admin.v1.Admin.GetDrainStatus:input_type -> nereid.admin.v1.GetDrainStatusRequest
+	2,  // 20: nereid.admin.v1.Admin.ListGateways:output_type -> nereid.admin.v1.ListGatewaysResponse
+	5,  // 21: nereid.admin.v1.Admin.ListExecutors:output_type -> nereid.admin.v1.ListExecutorsResponse
+	12, // 22: nereid.admin.v1.Admin.ListSequenceRouters:output_type -> nereid.admin.v1.ListSequenceRoutersResponse
+	17, // 23: nereid.admin.v1.Admin.ListShmRegions:output_type -> nereid.admin.v1.ListShmRegionsResponse
+	23, // 24: nereid.admin.v1.Admin.DrainExecutor:output_type -> nereid.admin.v1.DrainStatus
+	23, // 25: nereid.admin.v1.Admin.UndrainExecutor:output_type -> nereid.admin.v1.DrainStatus
+	23, // 26: nereid.admin.v1.Admin.GetDrainStatus:output_type -> nereid.admin.v1.DrainStatus
+	20, // [20:27] is the sub-list for method output_type
+	13, // [13:20] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1737,7 +1788,7 @@ func file_adminv1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_adminv1_admin_proto_rawDesc), len(file_adminv1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

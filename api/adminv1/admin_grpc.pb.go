@@ -30,6 +30,7 @@ const (
 	Admin_ListSequenceRouters_FullMethodName = "/nereid.admin.v1.Admin/ListSequenceRouters"
 	Admin_ListShmRegions_FullMethodName      = "/nereid.admin.v1.Admin/ListShmRegions"
 	Admin_DrainExecutor_FullMethodName       = "/nereid.admin.v1.Admin/DrainExecutor"
+	Admin_UndrainExecutor_FullMethodName     = "/nereid.admin.v1.Admin/UndrainExecutor"
 	Admin_GetDrainStatus_FullMethodName      = "/nereid.admin.v1.Admin/GetDrainStatus"
 )
 
@@ -47,6 +48,9 @@ type AdminClient interface {
 	ListShmRegions(ctx context.Context, in *ListShmRegionsRequest, opts ...grpc.CallOption) (*ListShmRegionsResponse, error)
 	// Starts draining an executor (idempotent) and returns its drain status.
 	DrainExecutor(ctx context.Context, in *DrainExecutorRequest, opts ...grpc.CallOption) (*DrainStatus, error)
+	// Undoes a drain, finished or not (idempotent): the executor takes new
+	// requests and sequences again. Returns its drain status (SERVING).
+	UndrainExecutor(ctx context.Context, in *UndrainExecutorRequest, opts ...grpc.CallOption) (*DrainStatus, error)
 	// The drain status of an executor.
 	GetDrainStatus(ctx context.Context, in *GetDrainStatusRequest, opts ...grpc.CallOption) (*DrainStatus, error)
 }
@@ -109,6 +113,16 @@ func (c *adminClient) DrainExecutor(ctx context.Context, in *DrainExecutorReques
 	return out, nil
 }
 
+func (c *adminClient) UndrainExecutor(ctx context.Context, in *UndrainExecutorRequest, opts ...grpc.CallOption) (*DrainStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainStatus)
+	err := c.cc.Invoke(ctx, Admin_UndrainExecutor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) GetDrainStatus(ctx context.Context, in *GetDrainStatusRequest, opts ...grpc.CallOption) (*DrainStatus, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DrainStatus)
@@ -133,6 +147,9 @@ type AdminServer interface {
 	ListShmRegions(context.Context, *ListShmRegionsRequest) (*ListShmRegionsResponse, error)
 	// Starts draining an executor (idempotent) and returns its drain status.
 	DrainExecutor(context.Context, *DrainExecutorRequest) (*DrainStatus, error)
+	// Undoes a drain, finished or not (idempotent): the executor takes new
+	// requests and sequences again. Returns its drain status (SERVING).
+	UndrainExecutor(context.Context, *UndrainExecutorRequest) (*DrainStatus, error)
 	// The drain status of an executor.
 	GetDrainStatus(context.Context, *GetDrainStatusRequest) (*DrainStatus, error)
 	mustEmbedUnimplementedAdminServer()
@@ -159,6 +176,9 @@ func (UnimplementedAdminServer) ListShmRegions(context.Context, *ListShmRegionsR
 }
 func (UnimplementedAdminServer) DrainExecutor(context.Context, *DrainExecutorRequest) (*DrainStatus, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DrainExecutor not implemented")
+}
+func (UnimplementedAdminServer) UndrainExecutor(context.Context, *UndrainExecutorRequest) (*DrainStatus, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UndrainExecutor not implemented")
 }
 func (UnimplementedAdminServer) GetDrainStatus(context.Context, *GetDrainStatusRequest) (*DrainStatus, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetDrainStatus not implemented")
@@ -274,6 +294,24 @@ func _Admin_DrainExecutor_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_UndrainExecutor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UndrainExecutorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).UndrainExecutor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_UndrainExecutor_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).UndrainExecutor(ctx, req.(*UndrainExecutorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_GetDrainStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetDrainStatusRequest)
 	if err := dec(in); err != nil {
@@ -318,6 +356,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DrainExecutor",
 			Handler:    _Admin_DrainExecutor_Handler,
+		},
+		{
+			MethodName: "UndrainExecutor",
+			Handler:    _Admin_UndrainExecutor_Handler,
 		},
 		{
 			MethodName: "GetDrainStatus",

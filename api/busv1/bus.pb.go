@@ -118,8 +118,11 @@ type ExecutorCatalog struct {
 	// without a READY version is not loaded in the constellation (the
 	// repository API decides), rather than served by other executors only.
 	ExplicitControl bool `protobuf:"varint,6,opt,name=explicit_control,json=explicitControl,proto3" json:"explicit_control,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The executor drains (admin API): it takes no new work, so its READY
+	// versions are not served by it. Changing it makes a new revision.
+	Draining      bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecutorCatalog) Reset() {
@@ -190,6 +193,13 @@ func (x *ExecutorCatalog) GetRevision() uint64 {
 func (x *ExecutorCatalog) GetExplicitControl() bool {
 	if x != nil {
 		return x.ExplicitControl
+	}
+	return false
+}
+
+func (x *ExecutorCatalog) GetDraining() bool {
+	if x != nil {
+		return x.Draining
 	}
 	return false
 }
@@ -965,12 +975,14 @@ func (x *ModelControlReply) GetCatalog() *ExecutorCatalog {
 }
 
 // Gateway (admin API) -> one executor on ExecutorDrainSubject: start
-// draining (start) or only report; answered with nereid.admin.v1.DrainStatus.
-// A request on ExecutorStatusSubject is a CatalogRequest, answered with
+// draining (start), undo a drain (undrain), or only report (neither);
+// answered with nereid.admin.v1.DrainStatus. A request on
+// ExecutorStatusSubject is a CatalogRequest, answered with
 // nereid.admin.v1.Executor.
 type ExecutorDrainRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Start         bool                   `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	Undrain       bool                   `protobuf:"varint,2,opt,name=undrain,proto3" json:"undrain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1012,6 +1024,13 @@ func (x *ExecutorDrainRequest) GetStart() bool {
 	return false
 }
 
+func (x *ExecutorDrainRequest) GetUndrain() bool {
+	if x != nil {
+		return x.Undrain
+	}
+	return false
+}
+
 var File_busv1_bus_proto protoreflect.FileDescriptor
 
 const file_busv1_bus_proto_rawDesc = "" +
@@ -1025,7 +1044,7 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x1a\n" +
 	"\bwithdraw\x18\x04 \x01(\bR\bwithdraw\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"\xe7\x01\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\"\x83\x02\n" +
 	"\x0fExecutorCatalog\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x12\n" +
@@ -1035,7 +1054,8 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"generation\x128\n" +
 	"\x06models\x18\x04 \x03(\v2 .nereid.bus.v1.ModelVersionStateR\x06models\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\x12)\n" +
-	"\x10explicit_control\x18\x06 \x01(\bR\x0fexplicitControl\"\x9f\x01\n" +
+	"\x10explicit_control\x18\x06 \x01(\bR\x0fexplicitControl\x12\x1a\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\"\x9f\x01\n" +
 	"\x11ModelVersionState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
@@ -1104,9 +1124,10 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\n" +
 	"error_kind\x18\x02 \x01(\tR\terrorKind\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x128\n" +
-	"\acatalog\x18\x04 \x01(\v2\x1e.nereid.bus.v1.ExecutorCatalogR\acatalog\",\n" +
+	"\acatalog\x18\x04 \x01(\v2\x1e.nereid.bus.v1.ExecutorCatalogR\acatalog\"F\n" +
 	"\x14ExecutorDrainRequest\x12\x14\n" +
-	"\x05start\x18\x01 \x01(\bR\x05startB-Z+github.com/nereid-io/nereid/api/busv1;busv1b\x06proto3"
+	"\x05start\x18\x01 \x01(\bR\x05start\x12\x18\n" +
+	"\aundrain\x18\x02 \x01(\bR\aundrainB-Z+github.com/nereid-io/nereid/api/busv1;busv1b\x06proto3"
 
 var (
 	file_busv1_bus_proto_rawDescOnce sync.Once

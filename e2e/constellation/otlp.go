@@ -1,9 +1,12 @@
 package constellation
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/hex"
+	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,14 +15,19 @@ import (
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 )
 
-// OTLPReceiver is an OTLP/gRPC trace collector: the real protocol, served
-// on a port of its own, keeping every span it is sent. Services export to
-// it with --trace-config opentelemetry,url=<Addr>.
+// OTLPReceiver is an OTLP trace collector: the real protocol, served on a
+// port of its own, keeping every span it is sent. StartOTLPReceiver serves
+// OTLP/gRPC (services export to it with --trace-config
+// opentelemetry,url=<Addr>), StartOTLPHTTPReceiver OTLP/HTTP as Triton
+// exports (url=<Addr>/v1/traces).
 type OTLPReceiver struct {
 	collectortrace.UnimplementedTraceServiceServer
 	Addr string
+	// Paths are the URL paths OTLP/HTTP exports were posted to.
+	Paths []string
 
 	mu    sync.Mutex
 	spans []Span
@@ -49,6 +57,67 @@ func StartOTLPReceiver(t testing.TB) *OTLPReceiver {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	return r
+}
+
+// OTLPTracesPath is where OTLP/HTTP exporters post spans by default.
+const OTLPTracesPath = "/v1/traces"
+
+// StartOTLPHTTPReceiver serves a receiver of OTLP/HTTP (binary protobuf,
+// gzip or not) on loopback until the test ends: a plain net/http server
+// that decodes each POST as an ExportTraceServiceRequest, whatever its
+// path (recorded in Paths).
+func StartOTLPHTTPReceiver(t testing.TB) *OTLPReceiver {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &OTLPReceiver{Addr: ln.Addr().String()}
+	srv := &http.Server{Handler: http.HandlerFunc(r.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return r
+}
+
+func (r *OTLPReceiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost {
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	var body io.Reader = req.Body
+	if req.Header.Get("Content-Encoding") == "gzip" {
+		gz, err := gzip.NewReader(req.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		defer gz.Close()
+		body = gz
+	}
+	data, err := io.ReadAll(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var export collectortrace.ExportTraceServiceRequest
+	if err := proto.Unmarshal(data, &export); err != nil {
+		http.Error(w, "not an ExportTraceServiceRequest: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	r.Paths = append(r.Paths, req.URL.Path)
+	r.mu.Unlock()
+	resp, _ := r.Export(req.Context(), &export)
+	out, _ := proto.Marshal(resp)
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+// PostedPaths returns the paths OTLP/HTTP exports were posted to.
+func (r *OTLPReceiver) PostedPaths() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.Paths...)
 }
 
 // Export is the collector's trace service.

@@ -135,3 +135,30 @@ func TestDrainExecutor(t *testing.T) {
 		t.Fatalf("usage %+v: the third sequence must wait in the backlog", u)
 	}
 }
+
+// Undraining an instance (its executor's drain was undone) gives its free
+// slots to the backlog at once and binds new sequences to it again.
+func TestUndrainInstance(t *testing.T) {
+	m := NewModel(Config{Model: "m", SlotsPerInstance: 1, MaxBatch: 1, Idle: time.Second}, nil, quiet)
+	a := InstanceKey{Executor: "only", Index: 0}
+	m.AddInstance(t0, a)
+	if m.UndrainInstance(t0, InstanceKey{Executor: "nobody"}) {
+		t.Fatal("an unknown instance was undrained")
+	}
+	m.DrainInstance(a)
+	mustEnqueue(t, m, t0, req(1, true, false))
+	if u := m.Usage(); u.Backlog != 1 || u.Active != 0 {
+		t.Fatalf("usage %+v: a new sequence must wait in the backlog while the only instance drains", u)
+	}
+	if !m.UndrainInstance(t0, a) {
+		t.Fatal("instance not found")
+	}
+	if u := m.Usage(); u.Backlog != 0 || u.Active != 1 || u.Instances[0].Draining {
+		t.Fatalf("usage %+v: the undrained instance's slot must take the backlog", u)
+	}
+	wantBatch(t, m, t0, a, "1S")
+	mustEnqueue(t, m, t0, req(1, false, true))
+	wantBatch(t, m, t0, a, "1E")
+	mustEnqueue(t, m, t0, req(2, true, false))
+	wantBatch(t, m, t0, a, "2S")
+}

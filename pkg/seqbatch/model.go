@@ -222,6 +222,24 @@ func (m *Model) DrainInstance(k InstanceKey) bool {
 	return true
 }
 
+// UndrainInstance undoes DrainInstance for instance k: its executor's
+// drain was undone, and sequences are bound to it again, the backlog's
+// first to its free slots. It reports false for an unknown instance.
+func (m *Model) UndrainInstance(now time.Time, k InstanceKey) bool {
+	in := m.instance(k)
+	if in == nil {
+		return false
+	}
+	if in.draining {
+		in.draining = false
+		m.log.Debug("instance no longer drains: it takes sequences again", "model", m.cfg.Model, "executor", k.Executor, "instance", k.Index)
+		for i := range in.slots {
+			m.fill(now, in, i)
+		}
+	}
+	return true
+}
+
 // DrainExecutor marks every instance of k's executor (its executor id and
 // generation) draining, as DrainInstance does for one. A drain is the whole
 // executor's, but each instance says so in its own pull, and an instance

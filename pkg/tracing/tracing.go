@@ -1,5 +1,8 @@
 // Package tracing records OpenTelemetry spans of inference requests as they
-// cross the constellation and exports them over OTLP/gRPC.
+// cross the constellation and exports them over OTLP: OTLP/HTTP to a url
+// with a path, as Triton's (--trace-config
+// opentelemetry,url=localhost:4318/v1/traces), OTLP/gRPC to a bare
+// host:port.
 //
 // The gateway that receives a request decides whether it is traced
 // (StartRequest): never when the model's trace level is OFF; always when
@@ -20,6 +23,7 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -31,6 +35,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -75,22 +80,17 @@ type provider struct {
 
 // New sets up a service's tracer for cfg (--trace-config) with settings
 // (the trace extension's, kept in step across the constellation). The
-// OTLP/gRPC exporter sends to the opentelemetry url option, or else where
-// the standard OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT variables say
-// (localhost:4317 by default); it connects lazily, so a collector that is
-// not there yet costs nothing until a trace is sampled. The resource is
-// service.name=nereid-<service> with the resource options and
-// OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME added. New also installs the
-// W3C propagator globally, which pkg/bus uses for NATS headers.
+// exporter sends to the opentelemetry url option (exporter), or else where
+// the standard OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT and _PROTOCOL
+// variables say (OTLP/gRPC to localhost:4317 by default); it connects
+// lazily, so a collector that is not there yet costs nothing until a trace
+// is sampled. The resource is service.name=nereid-<service> with the
+// resource options and OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME added.
+// New also installs the W3C propagator globally, which pkg/bus uses for
+// NATS headers.
 func New(ctx context.Context, cfg tracesetting.Config, service string, settings *tracesetting.Manager) (*Tracer, error) {
 	otel.SetTextMapPropagator(Propagator)
-	var opts []otlptracegrpc.Option
-	if url := cfg.Options["url"]; url != "" {
-		opts = append(opts, endpointOptions(url)...)
-	} else if os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
-		opts = append(opts, otlptracegrpc.WithInsecure())
-	}
-	exp, err := otlptracegrpc.New(ctx, opts...)
+	exp, err := exporter(ctx, cfg.Options["url"], os.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
 	}
@@ -133,16 +133,79 @@ func (t *Tracer) provider() *provider {
 	return p
 }
 
-// endpointOptions reads the opentelemetry url option: host:port, or a URL
-// whose http scheme means no TLS.
-func endpointOptions(url string) []otlptracegrpc.Option {
-	switch {
-	case strings.HasPrefix(url, "http://"):
-		return []otlptracegrpc.Option{otlptracegrpc.WithEndpointURL(url), otlptracegrpc.WithInsecure()}
-	case strings.HasPrefix(url, "https://"):
-		return []otlptracegrpc.Option{otlptracegrpc.WithEndpointURL(url)}
+// Protocol is how spans travel to the collector.
+type Protocol string
+
+// The OTLP protocols, named as OTEL_EXPORTER_OTLP_PROTOCOL names them.
+const (
+	ProtocolGRPC Protocol = "grpc"
+	ProtocolHTTP Protocol = "http/protobuf"
+)
+
+// Endpoint is where and how the exporter sends: the collector's URL with
+// its scheme (http: no TLS) and, for OTLP/HTTP, its path.
+type Endpoint struct {
+	Protocol Protocol
+	URL      string
+}
+
+// ParseURL reads the opentelemetry url option. Triton's form, a URL with a
+// path (localhost:4318/v1/traces, http://collector:4318/v1/traces), is
+// OTLP/HTTP posted to that path; a bare host:port (collector:4317, or
+// with a scheme and no path) is OTLP/gRPC. Without a scheme the collector
+// is reached without TLS, as Triton's http default; https:// uses TLS.
+func ParseURL(raw string) (Endpoint, error) {
+	u := raw
+	if !strings.Contains(u, "://") {
+		u = "http://" + u
 	}
-	return []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(url), otlptracegrpc.WithInsecure()}
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("--trace-config opentelemetry,url=%s: %w", raw, err)
+	}
+	if parsed.Scheme != "http" && parsed.Scheme != "https" {
+		return Endpoint{}, fmt.Errorf("--trace-config opentelemetry,url=%s: scheme %q (want http or https)", raw, parsed.Scheme)
+	}
+	if parsed.Host == "" {
+		return Endpoint{}, fmt.Errorf("--trace-config opentelemetry,url=%s: no host", raw)
+	}
+	if parsed.Path == "" || parsed.Path == "/" {
+		return Endpoint{Protocol: ProtocolGRPC, URL: parsed.Scheme + "://" + parsed.Host}, nil
+	}
+	return Endpoint{Protocol: ProtocolHTTP, URL: parsed.String()}, nil
+}
+
+// exporter makes the span exporter for the url option (empty: the
+// standard OTEL_* variables, read through getenv).
+func exporter(ctx context.Context, raw string, getenv func(string) string) (sdktrace.SpanExporter, error) {
+	if raw == "" {
+		proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+		if proto == "" {
+			proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+		}
+		if Protocol(proto) == ProtocolHTTP {
+			return otlptracehttp.New(ctx) // endpoint, TLS and headers from the variables
+		}
+		var opts []otlptracegrpc.Option
+		if getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
+			opts = append(opts, otlptracegrpc.WithInsecure())
+		}
+		return otlptracegrpc.New(ctx, opts...)
+	}
+	ep, err := ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	if ep.Protocol == ProtocolHTTP {
+		// WithEndpointURL takes host, port, path and, from the scheme,
+		// whether to use TLS.
+		return otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(ep.URL))
+	}
+	opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpointURL(ep.URL)}
+	if strings.HasPrefix(ep.URL, "http://") {
+		opts = append(opts, otlptracegrpc.WithInsecure())
+	}
+	return otlptracegrpc.New(ctx, opts...)
 }
 
 func splitResource(s string) []attribute.KeyValue {

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -27,8 +28,14 @@ import (
 // executors between two requests (pkg/seqbatch HandOver). The executor is drained once no request is in
 // flight and the router has answered a draining pull of every instance
 // saying that it holds no sequence. It keeps its heartbeat: the router must
-// not take it for lost while its sequences finish. Nothing undoes a drain
-// but a restart.
+// not take it for lost while its sequences finish. Its catalog says that
+// it drains (a new revision), so that gateways no longer count it as
+// serving its models: a model whose every executor drains is not ready.
+//
+// Undraining (nereidctl undrain) undoes a drain, finished or not: the
+// executor subscribes its READY versions again and its sequence instances
+// pull without the draining mark, so the router binds sequences to them
+// again.
 
 // serveAdmin subscribes the admin subjects.
 func (e *Executor) serveAdmin(bc *bus.Conn) ([]*bus.Subscription, error) {
@@ -51,8 +58,15 @@ func (e *Executor) handleDrain(_ context.Context, data []byte) (proto.Message, e
 	if err := proto.Unmarshal(data, &req); err != nil {
 		return nil, tritonerr.InvalidArgf("malformed drain request: %v", err)
 	}
-	if req.GetStart() {
+	switch {
+	case req.GetStart() && req.GetUndrain():
+		return nil, tritonerr.InvalidArgf("a drain request either starts or undoes a drain, not both")
+	case req.GetStart():
 		e.startDrain()
+	case req.GetUndrain():
+		if err := e.undrain(); err != nil {
+			return nil, err
+		}
 	}
 	return e.drainStatus(), nil
 }
@@ -60,27 +74,71 @@ func (e *Executor) handleDrain(_ context.Context, data []byte) (proto.Message, e
 // startDrain drains the inference subscriptions of every version, once.
 func (e *Executor) startDrain() {
 	// Under controlMu, a repository load either served its version before
-	// the drain began (drained below) or sees draining set (serve).
+	// the drain began (drained below) or sees draining set (serve); an
+	// undrain waits for the subscriptions to be listed here.
 	e.controlMu.Lock()
 	if !e.draining.CompareAndSwap(false, true) {
 		e.controlMu.Unlock()
 		return
 	}
-	models := e.snapshot()
-	e.controlMu.Unlock()
-	e.log.Info("draining: no new requests or sequences; finishing those in flight")
-	e.group.Go(func(context.Context) {
-		var wg sync.WaitGroup
-		for _, mv := range models {
-			for _, s := range append([]*bus.Subscription{mv.sub, mv.nodeSub}, mv.devSubs...) {
-				if s != nil {
-					wg.Go(func() { _ = s.Drain() })
-				}
+	e.drainEpoch++
+	epoch := e.drainEpoch
+	e.subsDrained.Store(false)
+	var subs []*bus.Subscription
+	for _, mv := range e.snapshot() {
+		for _, s := range append([]*bus.Subscription{mv.sub, mv.nodeSub}, mv.devSubs...) {
+			if s != nil {
+				subs = append(subs, s)
 			}
 		}
+	}
+	e.controlMu.Unlock()
+	e.log.Info("draining: no new requests or sequences; finishing those in flight")
+	e.changed() // gateways learn that this executor no longer serves
+	e.group.Go(func(context.Context) {
+		var wg sync.WaitGroup
+		for _, s := range subs {
+			wg.Go(func() { _ = s.Drain() })
+		}
 		wg.Wait()
-		e.subsDrained.Store(true)
+		e.controlMu.Lock()
+		defer e.controlMu.Unlock()
+		if e.drainEpoch == epoch {
+			e.subsDrained.Store(true)
+		}
 	})
+}
+
+// undrain undoes a drain: every READY version is subscribed again (the
+// subscriptions the drain closes, or is still closing, are not reused),
+// and the sequence instances' next pulls no longer say draining.
+func (e *Executor) undrain() error {
+	e.controlMu.Lock()
+	if !e.draining.Load() {
+		e.controlMu.Unlock()
+		return nil
+	}
+	e.drainEpoch++
+	e.draining.Store(false)
+	e.subsDrained.Store(false)
+	var errs []error
+	for _, mv := range e.snapshot() {
+		if mv.state != StateReady {
+			continue
+		}
+		mv.sub, mv.nodeSub, mv.devSubs = nil, nil, nil
+		if err := e.serve(mv); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	e.controlMu.Unlock()
+	e.changed()
+	if err := errors.Join(errs...); err != nil {
+		e.log.Error("undrain: a version could not be served again", "err", err)
+		return tritonerr.Internalf("undrain: %v", err)
+	}
+	e.log.Info("undrained: taking new requests and sequences again")
+	return nil
 }
 
 // inflight counts the requests the executor handles now.

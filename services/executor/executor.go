@@ -197,11 +197,13 @@ type Executor struct {
 	uploads map[string]bool
 
 	// started is when the executor started (admin API); draining is set
-	// once it is told to drain, subsDrained once its inference
-	// subscriptions are drained (admin.go).
+	// while it drains, subsDrained once its inference subscriptions are
+	// drained, drainEpoch counts drains and undrains (under controlMu) so
+	// that the end of an undone drain marks nothing (admin.go).
 	started     time.Time
 	draining    atomic.Bool
 	subsDrained atomic.Bool
+	drainEpoch  uint64
 
 	peersMu sync.Mutex
 	peers   map[string]time.Time // other executors, by id: when last heard
@@ -600,7 +602,7 @@ func (e *Executor) catalog() *busv1.ExecutorCatalog {
 	e.modelsMu.RLock()
 	defer e.modelsMu.RUnlock()
 	cat := &busv1.ExecutorCatalog{ExecutorId: e.cfg.ID, Node: e.cfg.Node, Generation: e.generation, Revision: e.revision.Load(),
-		ExplicitControl: e.cfg.ControlMode == ControlExplicit}
+		ExplicitControl: e.cfg.ControlMode == ControlExplicit, Draining: e.draining.Load()}
 	known := map[string]bool{}
 	for _, mv := range e.models {
 		known[mv.name] = true

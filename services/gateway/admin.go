@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -21,7 +22,8 @@ import (
 
 // The cluster admin API (api/adminv1): gRPC on Config.AdminAddr, REST
 // through grpc-gateway on Config.AdminHTTPAddr, both off by default and
-// restricted like the other endpoints (API group "admin"). The gateway
+// restricted like the other endpoints (API group "admin"); beyond loopback
+// a restriction or mutual TLS is required (checkAdminExposure). The gateway
 // answers from what the bus tells it: executors are asked one by one
 // (bus.ExecutorStatusSubject, bus.ExecutorDrainSubject), gateways and
 // sequence routers are known from the presence they announce every
@@ -212,23 +214,37 @@ func shmRegionInfo(r *busv1.ShmRegion) *adminv1.ShmRegion {
 }
 
 func (a *adminService) DrainExecutor(ctx context.Context, req *adminv1.DrainExecutorRequest) (*adminv1.DrainStatus, error) {
-	return a.drain(ctx, req.GetExecutorId(), true)
+	return a.drain(ctx, req.GetExecutorId(), drainStart)
+}
+
+func (a *adminService) UndrainExecutor(ctx context.Context, req *adminv1.UndrainExecutorRequest) (*adminv1.DrainStatus, error) {
+	return a.drain(ctx, req.GetExecutorId(), drainUndo)
 }
 
 func (a *adminService) GetDrainStatus(ctx context.Context, req *adminv1.GetDrainStatusRequest) (*adminv1.DrainStatus, error) {
-	return a.drain(ctx, req.GetExecutorId(), false)
+	return a.drain(ctx, req.GetExecutorId(), drainReport)
 }
 
-// drain asks executor id for its drain status, starting its drain first
-// when start is set.
-func (a *adminService) drain(ctx context.Context, id string, start bool) (*adminv1.DrainStatus, error) {
+// drainAction is what a drain request asks of an executor besides its
+// status.
+type drainAction int
+
+const (
+	drainReport drainAction = iota // nothing: the status only
+	drainStart                     // start draining
+	drainUndo                      // undo the drain
+)
+
+// drain asks executor id for its drain status, after starting or undoing
+// its drain as act says.
+func (a *adminService) drain(ctx context.Context, id string, act drainAction) (*adminv1.DrainStatus, error) {
 	if id == "" {
 		return nil, tritonerr.InvalidArgf("executor_id is required")
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminCallTimeout)
 	defer cancel()
 	st := &adminv1.DrainStatus{}
-	err := a.g.bus.Request(ctx, bus.ExecutorDrainSubject(id), &busv1.ExecutorDrainRequest{Start: start}, st)
+	err := a.g.bus.Request(ctx, bus.ExecutorDrainSubject(id), &busv1.ExecutorDrainRequest{Start: act == drainStart, Undrain: act == drainUndo}, st)
 	if noResponders(err) {
 		return nil, tritonerr.NotFoundf("no executor '%s' in the constellation", id)
 	}
@@ -236,6 +252,43 @@ func (a *adminService) drain(ctx context.Context, id string, start bool) (*admin
 		return nil, err
 	}
 	return st, nil
+}
+
+// checkAdminExposure refuses admin listeners reachable from other
+// machines whose callers nothing authenticates: the admin API drains
+// executors, so beyond loopback each endpoint needs the "admin" group
+// restricted on its protocol (--grpc-restricted-protocol,
+// --http-restricted-api) or mutual TLS (its clients present a
+// certificate), as the embedded NATS server of the standalone binary
+// needs its passwords beyond loopback.
+func checkAdminExposure(cfg Config, grpcLn, httpLn net.Listener) error {
+	for _, ep := range []struct {
+		ln         net.Listener
+		proto      string
+		restricted bool
+		mutual     bool
+		restrict   string
+	}{
+		{grpcLn, "gRPC", cfg.GRPCRestricted[APIAdmin] != (Restriction{}), cfg.GRPCTLS != nil && cfg.GRPCTLS.Mutual,
+			"--grpc-restricted-protocol admin:<header>=<value> (nereidctl --restricted <header>=<value>), --grpc-use-ssl-mutual true"},
+		{httpLn, "REST", cfg.HTTPRestricted[APIAdmin] != (Restriction{}), cfg.HTTPTLS != nil && cfg.HTTPTLS.Mutual,
+			"--http-restricted-api admin:<header>=<value>, --http-use-ssl-mutual true"},
+	} {
+		if ep.ln == nil || ep.restricted || ep.mutual || loopbackListener(ep.ln) {
+			continue
+		}
+		return fmt.Errorf("gateway: the admin API (%s) on %s is reachable from other machines and nothing authenticates its callers: "+
+			"restrict it or require client certificates (%s), or bind it to loopback (--admin-address 127.0.0.1, the default)",
+			ep.proto, ep.ln.Addr(), ep.restrict)
+	}
+	return nil
+}
+
+// loopbackListener reports whether ln accepts only connections from this
+// machine.
+func loopbackListener(ln net.Listener) bool {
+	a, ok := ln.Addr().(*net.TCPAddr)
+	return ok && a.IP.IsLoopback()
 }
 
 // adminHTTPHandler serves the REST mappings (snake_case JSON, as the

@@ -29,6 +29,10 @@ const (
 // no live executor serves any more.
 const reasonGone = "no live executor serves this model version"
 
+// reasonDraining is the index reason of a version whose executors all
+// drain (admin API): loaded, but taking no new requests.
+const reasonDraining = "every executor serving this model version drains"
+
 // requester is the part of the bus client the catalog needs.
 type requester interface {
 	Request(ctx context.Context, subject string, req proto.Message, resp proto.Message) error
@@ -91,6 +95,7 @@ type executorState struct {
 	lastSeen time.Time
 	models   []*busv1.ModelVersionState
 	explicit bool // explicit model control mode
+	draining bool // the executor drains: it serves nothing new
 }
 
 func newCatalog(r requester, log *slog.Logger) *catalog {
@@ -191,6 +196,7 @@ func (c *catalog) applyLocked(e *executorState, cat *busv1.ExecutorCatalog) {
 	}
 	e.models = cat.GetModels()
 	e.explicit = cat.GetExplicitControl()
+	e.draining = cat.GetDraining()
 	e.catGen = cat.GetGeneration()
 	e.catRev = cat.GetRevision()
 	e.haveCat = true
@@ -328,11 +334,17 @@ func (c *catalog) publishLocked() {
 	// the repository API made it, so versions served before by executors
 	// now gone are not waited for.
 	decided := map[string]bool{}
+	// Versions a draining executor holds READY: not ready unless another
+	// executor serves them.
+	drained := map[string]map[int64]bool{}
 	for _, e := range c.execs {
 		if !e.haveCat {
 			continue
 		}
 		v.executors++
+		if !e.draining {
+			v.serving++
+		}
 		for _, m := range e.models {
 			if e.explicit {
 				decided[m.GetName()] = true
@@ -368,18 +380,30 @@ func (c *catalog) publishLocked() {
 				vv = &versionView{version: n}
 				mv.versions[n] = vv
 			}
+			state, reason := m.GetState(), m.GetReason()
 			if m.GetState() == stateReady {
+				// A draining executor still answers for its statistics,
+				// but takes no request: the version is ready only where
+				// an executor serves it.
 				vv.executors = append(vv.executors, e.id)
-				if vv.execNodes == nil {
-					vv.execNodes = map[string]string{}
+				if e.draining {
+					state, reason = stateUnavailable, reasonDraining
+					if drained[m.GetName()] == nil {
+						drained[m.GetName()] = map[int64]bool{}
+					}
+					drained[m.GetName()][n] = true
+				} else {
+					if vv.execNodes == nil {
+						vv.execNodes = map[string]string{}
+					}
+					vv.execNodes[e.id] = e.node
 				}
-				vv.execNodes[e.id] = e.node
 				if c.seen[m.GetName()] == nil {
 					c.seen[m.GetName()] = map[int64]bool{}
 				}
 				c.seen[m.GetName()][n] = true
 			}
-			merged := mergeState(vv, &versionView{version: n, state: m.GetState(), reason: m.GetReason(), config: m.GetConfig()})
+			merged := mergeState(vv, &versionView{version: n, state: state, reason: reason, config: m.GetConfig()})
 			merged.executors = vv.executors
 			merged.execNodes = vv.execNodes
 			mv.versions[n] = merged
@@ -398,6 +422,14 @@ func (c *catalog) publishLocked() {
 			}
 			if _, ok := mv.versions[n]; !ok {
 				mv.versions[n] = &versionView{version: n, state: stateUnavailable, reason: reasonGone, gone: true}
+			}
+		}
+	}
+	for name, versions := range drained {
+		for n := range versions {
+			if vv := v.models[name].versions[n]; !vv.ready() {
+				vv.drained = true
+				v.drainedOut = true
 			}
 		}
 	}
@@ -450,7 +482,11 @@ type view struct {
 	// them has loaded or tried to: the repository index shows their names.
 	listed    map[string]bool
 	executors int  // executors whose catalog we hold
+	serving   int  // those of them not draining
 	loading   bool // some executor is still loading a model
+	// drainedOut: some version is loaded but not ready because every
+	// executor holding it drains.
+	drainedOut bool
 }
 
 type modelView struct {
@@ -464,8 +500,9 @@ type versionView struct {
 	state     string
 	reason    string
 	config    *inference.ModelConfig
-	executors []string // executors serving this version READY
+	executors []string // executors holding this version READY (draining ones too)
 	gone      bool     // served before, no live executor serves it now
+	drained   bool     // loaded, but every executor holding it drains
 
 	// execNodes are the nodes of the executors, by id (node-local hand-off).
 	execNodes map[string]string
@@ -500,10 +537,12 @@ func (vv *versionView) ready() bool { return vv.state == stateReady }
 func (vv *versionView) versionString() string { return strconv.FormatInt(vv.version, 10) }
 
 // serverReady is Triton's server readiness adapted to a constellation: at
-// least one executor has reported its catalog and none is still loading.
+// least one executor that does not drain has reported its catalog, none is
+// still loading, and no loaded model is left without a serving executor by
+// a drain (Triton's server is not ready while a loaded model is not).
 // Models that failed to load do not make the server unready (Triton's
 // non-strict readiness); they show in the repository index instead.
-func (v *view) serverReady() bool { return v.executors > 0 && !v.loading }
+func (v *view) serverReady() bool { return v.serving > 0 && !v.loading && !v.drainedOut }
 
 // resolve finds the version of model name a request addresses, as Triton's
 // ModelLifeCycle::GetModel does, with its messages. version is latestVersion
@@ -511,15 +550,25 @@ func (v *view) serverReady() bool { return v.executors > 0 && !v.loading }
 func (v *view) resolve(name string, version int64) (*versionView, error) {
 	mv := v.models[name]
 	if mv == nil {
+		if v.executors == 0 {
+			// No executor has reported what it serves: whether the model
+			// exists cannot be known yet. Transient, so UNAVAILABLE (503)
+			// for clients and load balancers to retry, not NOT_FOUND.
+			return nil, errNoExecutorYet(name)
+		}
 		return nil, tritonerr.NotFoundf("Request for unknown model: '%s' is not found", name)
 	}
 	if version == latestVersion {
-		var best *versionView
-		transient, gone, loading := false, false, false
+		var best, drainedSeq *versionView
+		transient, gone, loading, drained := false, false, false, false
 		for _, vv := range mv.versions {
 			if vv.ready() && (best == nil || vv.version > best.version) {
 				best = vv
 			}
+			if vv.drained && isSequence(vv) && (drainedSeq == nil || vv.version > drainedSeq.version) {
+				drainedSeq = vv
+			}
+			drained = drained || vv.drained
 			gone = gone || vv.gone
 			loading = loading || vv.state == stateLoading
 			transient = gone || loading
@@ -531,6 +580,12 @@ func (v *view) resolve(name string, version int64) (*versionView, error) {
 		// reach (their executors went away, or are still loading) the
 		// condition is transient, and we say so with UNAVAILABLE (HTTP 503) so
 		// clients and load balancers retry instead of giving up.
+		if drainedSeq != nil {
+			return drainedSeq, nil // see below
+		}
+		if drained && !loading {
+			return nil, errDrained(name)
+		}
 		if gone && !loading {
 			return nil, errNoExecutor(name)
 		}
@@ -551,6 +606,16 @@ func (v *view) resolve(name string, version int64) (*versionView, error) {
 	}
 	if vv.gone {
 		return nil, errNoExecutor(name)
+	}
+	if vv.drained {
+		if isSequence(vv) {
+			// The sequences bound to the draining executors run to their
+			// END there, which the drain waits for: their requests go on
+			// to the sequence router (new sequences wait in its backlog).
+			// The version is still not ready (modelReady).
+			return vv, nil
+		}
+		return nil, errDrained(name)
 	}
 	if !vv.ready() {
 		ended := ""
@@ -577,6 +642,25 @@ func endedSequences(vv *versionView) bool {
 // whose executors have all gone: the model exists, nothing runs it now.
 func errNoExecutor(name string) error {
 	return tritonerr.Unavailablef("model '%s' has no ready executor: the executors that served it are gone; it is served again as soon as one is back", name)
+}
+
+// isSequence reports whether vv is a version of a sequence model.
+func isSequence(vv *versionView) bool { return vv.config.GetSequenceBatching() != nil }
+
+// modelReady is Triton's model readiness of a version resolve found: a
+// version that only draining executors hold is not ready, though requests
+// of the sequences still bound to them are served.
+func modelReady(vv *versionView, err error) bool { return err == nil && !vv.drained }
+
+// errNoExecutorYet is the answer for a model asked of a gateway that holds
+// no executor's catalog (none has joined, or all went away).
+func errNoExecutorYet(name string) error {
+	return tritonerr.Unavailablef("Request for model '%s' cannot be served: no executor is connected to this gateway yet", name)
+}
+
+// errDrained is the answer for a model whose executors all drain.
+func errDrained(name string) error {
+	return tritonerr.Unavailablef("model '%s' has no ready executor: every executor serving it drains", name)
 }
 
 // readyVersions lists the ready versions of a model, ascending.

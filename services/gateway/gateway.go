@@ -106,7 +106,9 @@ type Config struct {
 	// AdminAddr and AdminHTTPAddr are the listen addresses of the cluster
 	// admin API (api/adminv1) over gRPC and REST; "" (the default)
 	// disables each. They use the TLS settings and restrictions (group
-	// "admin") of the gRPC and HTTP endpoints.
+	// "admin") of the gRPC and HTTP endpoints. Beyond loopback, New
+	// refuses an admin endpoint whose callers nothing authenticates
+	// (checkAdminExposure).
 	AdminAddr, AdminHTTPAddr string
 }
 
@@ -250,6 +252,9 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	if g.adminHTTPLn, err = listen(cfg.AdminHTTPAddr); err != nil {
+		return nil, err
+	}
+	if err := checkAdminExposure(cfg, g.adminLn, g.adminHTTPLn); err != nil {
 		return nil, err
 	}
 	var httpTLS, grpcTLS *tls.Config

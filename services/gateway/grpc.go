@@ -41,8 +41,7 @@ func (s *grpcService) ModelReady(_ context.Context, req *inference.ModelReadyReq
 	if _, err := parseVersion(req.GetVersion()); err != nil {
 		return nil, err
 	}
-	_, err := s.g.resolveRequest(req.GetName(), req.GetVersion())
-	return &inference.ModelReadyResponse{Ready: err == nil}, nil
+	return &inference.ModelReadyResponse{Ready: modelReady(s.g.resolveRequest(req.GetName(), req.GetVersion()))}, nil
 }
 
 func (s *grpcService) ServerMetadata(context.Context, *inference.ServerMetadataRequest) (*inference.ServerMetadataResponse, error) {

@@ -256,7 +256,7 @@ func (g *Gateway) handleModelReady(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if _, err := g.resolveRequest(r.PathValue("model"), v); err != nil {
+	if !modelReady(g.resolveRequest(r.PathValue("model"), v)) {
 		writeError(w, tritonerr.InvalidArgf("Model version not ready"))
 		return
 	}

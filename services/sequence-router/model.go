@@ -482,6 +482,10 @@ func (m *model) pull(now time.Time, reply string, p *busv1.SequencePull) {
 			// sequences move to instances that stay.
 			m.core.HandOver(now, key)
 		}
+	} else {
+		// A pull without the mark from an instance marked draining: its
+		// executor's drain was undone.
+		m.core.UndrainInstance(now, key)
 	}
 	if old := m.pulls[key]; old != nil {
 		out = append(out, send{reply: old.reply, batch: &busv1.SequenceBatch{Drained: m.drained(key, old)}})

@@ -50,8 +50,11 @@ type Config struct {
 	HTTPPort, GRPCPort, MetricsPort    int
 	AllowHTTP, AllowGRPC, AllowMetrics bool
 	// AdminPort and AdminHTTPPort serve the cluster admin API over gRPC
-	// and REST (0, the default: off).
+	// and REST (0, the default: off), on AdminHost (empty: 127.0.0.1;
+	// beyond loopback the gateway wants the admin group restricted or
+	// mutual TLS).
 	AdminPort, AdminHTTPPort int
+	AdminHost                string
 	ServerID                 string
 	HTTPMaxInputSize         int64
 	// AllowClientShm is tritonserver's --allow-client-shm: clients may
@@ -115,6 +118,7 @@ func DefaultConfig() Config {
 	return Config{
 		HTTPPort: 8000, GRPCPort: 8001, MetricsPort: 8002,
 		AllowHTTP: true, AllowGRPC: true, AllowMetrics: true,
+		AdminHost:        "127.0.0.1",
 		ServerID:         "triton",
 		HTTPMaxInputSize: 64 << 20,
 		NATSMaxPayload:   8 << 20,
@@ -142,6 +146,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.NATSMaxPayload <= 0 {
 		cfg.NATSMaxPayload = DefaultConfig().NATSMaxPayload
+	}
+	if cfg.AdminHost == "" {
+		cfg.AdminHost = DefaultConfig().AdminHost
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, ready: make(chan struct{})}
 	if cfg.InProcessBus {
@@ -290,8 +297,8 @@ func (s *Server) Run(ctx context.Context) error {
 		HTTPAddr:         addr(s.cfg.Host, s.cfg.HTTPPort, s.cfg.AllowHTTP),
 		GRPCAddr:         addr(s.cfg.Host, s.cfg.GRPCPort, s.cfg.AllowGRPC),
 		MetricsAddr:      addr(s.cfg.Host, s.cfg.MetricsPort, s.cfg.AllowMetrics),
-		AdminAddr:        addr(s.cfg.Host, s.cfg.AdminPort, s.cfg.AdminPort > 0),
-		AdminHTTPAddr:    addr(s.cfg.Host, s.cfg.AdminHTTPPort, s.cfg.AdminHTTPPort > 0),
+		AdminAddr:        addr(s.cfg.AdminHost, s.cfg.AdminPort, s.cfg.AdminPort > 0),
+		AdminHTTPAddr:    addr(s.cfg.AdminHost, s.cfg.AdminHTTPPort, s.cfg.AdminHTTPPort > 0),
 		ServerID:         s.cfg.ServerID,
 		Version:          version.Version,
 		HTTPMaxInputSize: s.cfg.HTTPMaxInputSize,

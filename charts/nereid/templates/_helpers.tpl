@@ -101,6 +101,15 @@ readinessProbe:
 {{- end -}}
 
 {{/*
+The Secret holding the admin API's restriction (key "restriction",
+<header>=<value>): gateway.admin.restrictedSecret, or the one the chart
+makes (<release>-gateway-admin). Call with $.
+*/}}
+{{- define "nereid.adminSecret" -}}
+{{- .Values.gateway.admin.restrictedSecret | default (printf "%s-admin" (include "nereid.name" (list . "gateway"))) -}}
+{{- end -}}
+
+{{/*
 A Nereid container's environment. Call with (list $ "<role>"): the NATS
 credentials of the role from security.nats.existingSecret, the Redis ACL
 credentials for the router, the registry and the executors, CA paths of mounted TLS
@@ -115,8 +124,8 @@ Secrets, and NODE_NAME for gateway and executors (nereid.nodeEnv).
 {{- $items = append $items (dict "name" "NEREID_EXECUTOR_ID" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name"))) }}
 {{- end }}
 {{- $admin := $root.Values.gateway.admin }}
-{{- if and $admin.enabled $admin.restrictedSecret (has $role (list "gateway" "executor")) }}
-{{- $items = append $items (dict "name" "NEREID_ADMIN_RESTRICTED" "valueFrom" (dict "secretKeyRef" (dict "name" $admin.restrictedSecret "key" "restriction"))) }}
+{{- if and $admin.enabled (has $role (list "gateway" "executor")) }}
+{{- $items = append $items (dict "name" "NEREID_ADMIN_RESTRICTED" "valueFrom" (dict "secretKeyRef" (dict "name" (include "nereid.adminSecret" $root) "key" "restriction"))) }}
 {{- end }}
 {{- if and $root.Values.sharedMemory.hostIPC (has $role (list "gateway" "executor")) }}
 {{- $items = append $items (dict "name" "NODE_NAME" "valueFrom" (dict "fieldRef" (dict "fieldPath" "spec.nodeName"))) }}

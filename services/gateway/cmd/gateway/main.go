@@ -33,7 +33,7 @@ func main() {
 	metricsAddr := fs.String("metrics-address", "0.0.0.0", "metrics bind address")
 	adminPort := fs.Int("admin-port", 0, "port of the cluster admin API over gRPC (nereid.admin.v1); 0: off")
 	adminHTTPPort := fs.Int("admin-http-port", 0, "port of the cluster admin API over REST; 0: off")
-	adminAddr := fs.String("admin-address", "0.0.0.0", "admin API bind address")
+	adminAddr := fs.String("admin-address", "127.0.0.1", "admin API bind address (beyond loopback the admin group must be restricted, or served over mutual TLS)")
 	allowHTTP := tritonflag.Bool(fs, "allow-http", true, "serve HTTP/REST")
 	allowGRPC := tritonflag.Bool(fs, "allow-grpc", true, "serve gRPC")
 	allowMetrics := tritonflag.Bool(fs, "allow-metrics", true, "serve Prometheus metrics")

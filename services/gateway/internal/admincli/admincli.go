@@ -26,6 +26,7 @@ commands:
   routers                  sequence routers and the models they lead
   regions                  registered shared-memory regions, by node
   drain [executor]         drain an executor and wait until it is drained
+  undrain [executor]       undo a drain, finished or not: the executor serves again
   drain-status [executor]  where an executor's drain stands
                            (executor: default $NEREID_EXECUTOR_ID, as an executor's pod sets it)`
 
@@ -45,7 +46,7 @@ func Run(ctx context.Context, client adminv1.AdminClient, args []string, executo
 		if len(rest) > 0 {
 			return fmt.Errorf("%s takes no arguments", cmd)
 		}
-	case "drain", "drain-status":
+	case "drain", "undrain", "drain-status":
 		if len(rest) == 0 && executor != "" {
 			rest = []string{executor}
 		}
@@ -80,6 +81,13 @@ func Run(ctx context.Context, client adminv1.AdminClient, args []string, executo
 			return err
 		}
 		return WriteRegions(out, r)
+	case "undrain":
+		st, err := client.UndrainExecutor(ctx, &adminv1.UndrainExecutorRequest{ExecutorId: rest[0]})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(out, DescribeDrain(st))
+		return err
 	case "drain-status":
 		st, err := client.GetDrainStatus(ctx, &adminv1.GetDrainStatusRequest{ExecutorId: rest[0]})
 		if err != nil {

@@ -18,6 +18,7 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 		{[]string{"drain"}, "drain needs one executor id"},
 		{[]string{"drain", "a", "b"}, "drain needs one executor id"},
 		{[]string{"drain-status", ""}, "drain-status needs one executor id"},
+		{[]string{"undrain"}, "undrain needs one executor id"},
 		{[]string{"executors", "x"}, "executors takes no arguments"},
 	} {
 		// The client is never reached: a nil one would panic.

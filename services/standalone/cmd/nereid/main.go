@@ -40,6 +40,7 @@ func main() {
 	fs.IntVar(&cfg.MetricsPort, "metrics-port", cfg.MetricsPort, "metrics port")
 	fs.IntVar(&cfg.AdminPort, "admin-port", 0, "port of the cluster admin API over gRPC (nereid.admin.v1); 0: off")
 	fs.IntVar(&cfg.AdminHTTPPort, "admin-http-port", 0, "port of the cluster admin API over REST; 0: off")
+	fs.StringVar(&cfg.AdminHost, "admin-address", cfg.AdminHost, "admin API bind address (beyond loopback the admin group must be restricted, or served over mutual TLS)")
 	tritonflag.BoolVar(fs, &cfg.AllowHTTP, "allow-http", true, "serve HTTP")
 	tritonflag.BoolVar(fs, &cfg.AllowGRPC, "allow-grpc", true, "serve gRPC")
 	tritonflag.BoolVar(fs, &cfg.AllowMetrics, "allow-metrics", true, "serve Prometheus metrics")
