@@ -21,8 +21,9 @@ type (
 			Name string `yaml:"name"`
 		} `yaml:"metadata"`
 		Spec struct {
-			Replicas *int `yaml:"replicas"`
-			Template struct {
+			Replicas        *int `yaml:"replicas"`
+			MinReadySeconds int  `yaml:"minReadySeconds"`
+			Template        struct {
 				Spec podSpec `yaml:"spec"`
 			} `yaml:"template"`
 			Ports []struct {
@@ -68,6 +69,7 @@ type (
 		} `yaml:"lifecycle"`
 		LivenessProbe  *probe `yaml:"livenessProbe"`
 		ReadinessProbe *probe `yaml:"readinessProbe"`
+		StartupProbe   *probe `yaml:"startupProbe"`
 		Resources      struct {
 			Limits map[string]any `yaml:"limits"`
 		} `yaml:"resources"`
@@ -82,6 +84,8 @@ type (
 			Path string `yaml:"path"`
 			Port any    `yaml:"port"`
 		} `yaml:"httpGet"`
+		PeriodSeconds    int `yaml:"periodSeconds"`
+		FailureThreshold int `yaml:"failureThreshold"`
 	}
 )
 
@@ -184,26 +188,26 @@ func checkChart(t *testing.T, file string) {
 						t.Errorf("%s: models mounted at %s (read-only %v), --model-repository %s", what, vm.MountPath, vm.ReadOnly, repo)
 					}
 				}
+				// Probes: a rollout waits for the models to load, a hung
+				// executor is restarted.
+				wantProbePort(t, what, c)
+				wantProbe(t, what, c.LivenessProbe, "/livez")
+				wantProbe(t, what, c.ReadinessProbe, "/readyz")
+				wantProbe(t, what, c.StartupProbe, "/readyz")
+				if p := c.StartupProbe; p != nil && p.PeriodSeconds*max(p.FailureThreshold, 1) < 300 {
+					t.Errorf("%s: the startup probe gives a model %ds to load, want at least 300s", what, p.PeriodSeconds*max(p.FailureThreshold, 1))
+				}
+				if m.Spec.MinReadySeconds <= 0 {
+					t.Errorf("%s: no minReadySeconds", what)
+				}
+				wantWritableTmp(t, what, pod, c)
 				if m.Kind == "DaemonSet" {
 					if _, ok := c.Resources.Limits["nvidia.com/gpu"]; !ok || len(pod.NodeSelector) == 0 {
 						t.Errorf("%s: a GPU executor without nvidia.com/gpu limits or a nodeSelector", what)
 					}
 				}
 			case "shm-registry", "sequence-router":
-				addr, ok := argValue(c.Args, "probe-addr")
-				if !ok {
-					t.Errorf("%s: no --probe-addr", what)
-					break
-				}
-				var port int
-				for _, p := range c.Ports {
-					if p.Name == "probe" {
-						port = p.ContainerPort
-					}
-				}
-				if !strings.HasSuffix(addr, ":"+strconv.Itoa(port)) {
-					t.Errorf("%s: --probe-addr %s but the probe port is %d", what, addr, port)
-				}
+				wantProbePort(t, what, c)
 				wantProbe(t, what, c.LivenessProbe, "/livez")
 				wantProbe(t, what, c.ReadinessProbe, "/readyz")
 				if svc == "sequence-router" && (m.Spec.Replicas == nil || *m.Spec.Replicas < 2) {
@@ -290,6 +294,43 @@ func wantDrain(t *testing.T, what string, c container, addr string) {
 	if v, _ := argValue(cmd, "addr"); v != addr {
 		t.Errorf("%s: preStop drains through %q, want the admin Service %s", what, v, addr)
 	}
+}
+
+// wantProbePort: --probe-addr listens on the container's port named probe.
+func wantProbePort(t *testing.T, what string, c container) {
+	t.Helper()
+	addr, ok := argValue(c.Args, "probe-addr")
+	if !ok {
+		t.Errorf("%s: no --probe-addr", what)
+		return
+	}
+	var port int
+	for _, p := range c.Ports {
+		if p.Name == "probe" {
+			port = p.ContainerPort
+		}
+	}
+	if !strings.HasSuffix(addr, ":"+strconv.Itoa(port)) {
+		t.Errorf("%s: --probe-addr %s but the probe port is %d", what, addr, port)
+	}
+}
+
+// wantWritableTmp: with a read-only root filesystem, /tmp (where models
+// loaded with files in the request are written) is a size-limited emptyDir.
+func wantWritableTmp(t *testing.T, what string, pod podSpec, c container) {
+	t.Helper()
+	var vol string
+	for _, vm := range c.VolumeMounts {
+		if vm.MountPath == "/tmp" && !vm.ReadOnly {
+			vol = vm.Name
+		}
+	}
+	for _, v := range pod.Volumes {
+		if v.Name == vol && v.EmptyDir != nil && v.EmptyDir.SizeLimit != "" {
+			return
+		}
+	}
+	t.Errorf("%s: no writable, size-limited /tmp", what)
 }
 
 func wantProbe(t *testing.T, what string, p *probe, path string) {
