@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/services/executor"
 )
@@ -712,5 +713,27 @@ func TestExecutorLoss(t *testing.T) {
 	}
 	if r := do(t, "GET", base+"/v2/health/ready", nil, nil); r.status != 200 {
 		t.Fatalf("server ready after restart: %d", r.status)
+	}
+}
+
+// TestNoExecutorYet: a gateway that holds no executor's catalog cannot
+// know whether a model exists, and says so with 503 (retry), not 404; once
+// an executor has reported, an unknown model is 404 again.
+func TestNoExecutorYet(t *testing.T) {
+	ns := startNATS(t)
+	g := startGateway(t, ns)
+	url := "http://" + g.HTTPAddr() + "/v2/models/simple/infer"
+	r := do(t, "POST", url, []byte(simpleRequestJSON("")), nil)
+	if r.status != 503 || !strings.Contains(string(r.body), "no executor is connected to this gateway yet") {
+		t.Fatalf("infer with no executor: %d %s, want 503 naming the missing executor", r.status, r.body)
+	}
+	f := newFakeExecutor(t, ns, "exec-1", &busv1.ModelVersionState{Name: "simple", Version: "1", State: "READY", Config: simpleConfig("simple")})
+	f.start()
+	waitFor(t, "the executor's catalog", 10*time.Second, func() bool {
+		return do(t, "POST", url, []byte(simpleRequestJSON("")), nil).status == 200
+	})
+	r = do(t, "POST", "http://"+g.HTTPAddr()+"/v2/models/nope/infer", []byte(simpleRequestJSON("")), nil)
+	if r.status != 404 {
+		t.Fatalf("unknown model with an executor: %d %s, want 404", r.status, r.body)
 	}
 }
