@@ -23,7 +23,9 @@ type (
 		Spec struct {
 			Replicas        *int `yaml:"replicas"`
 			MinReadySeconds int  `yaml:"minReadySeconds"`
-			Template        struct {
+			// A Service's
+			InternalTrafficPolicy string `yaml:"internalTrafficPolicy"`
+			Template              struct {
 				Spec podSpec `yaml:"spec"`
 			} `yaml:"template"`
 			Ports []struct {
@@ -173,8 +175,20 @@ func checkChart(t *testing.T, file string) {
 				if v, _ := argValue(c.Args, "admin-port"); adminSvc != "" && v != strconv.Itoa(adminPort) {
 					t.Errorf("%s: --admin-port %q, but Service %s sends the admin API to %d", what, v, adminSvc, adminPort)
 				}
-				if v, _ := argValue(c.Args, "allow-client-shm"); v == "true" && !pod.HostIPC {
-					t.Errorf("%s: --allow-client-shm true without hostIPC: clients and executors would not share /dev/shm", what)
+				if v, _ := argValue(c.Args, "allow-client-shm"); v == "true" {
+					if !pod.HostIPC {
+						t.Errorf("%s: --allow-client-shm true without hostIPC: clients and executors would not share /dev/shm", what)
+					}
+					// A client's regions are on its node: it must reach the
+					// gateway there, whichever replica the Service picks.
+					if m.Kind != "DaemonSet" {
+						t.Errorf("%s: --allow-client-shm true in a %s: a client's registration can land on another node's gateway", what, m.Kind)
+					}
+					for _, svc := range docs {
+						if svc.Kind == "Service" && svc.Metadata.Name == m.Metadata.Name && svc.Spec.InternalTrafficPolicy != "Local" {
+							t.Errorf("%s: --allow-client-shm true but Service %s routes to every node (internalTrafficPolicy %q)", what, svc.Metadata.Name, svc.Spec.InternalTrafficPolicy)
+						}
+					}
 				}
 			case "executor":
 				wantDevShm(t, what, pod, c)
