@@ -1167,3 +1167,27 @@ func TestModelControlPollTwoExecutors(t *testing.T) {
 	}
 	checkModel(t, "http://"+g.HTTPAddr(), "added", "1", [4]int{6, 7, 8, 9})
 }
+
+// TestModelControlLoadTooLarge: files in a load request that do not fit in
+// one bus message are refused with a limit the user can read (400), not
+// the bus's own error naming an internal subject; the server keeps serving
+// and a load that fits still works.
+func TestModelControlLoadTooLarge(t *testing.T) {
+	ns := startNATS(t) // max_payload 1 MiB, NATS's default
+	g := startGateway(t, ns)
+	repo := controlRepo(t)
+	startExplicitExecutor(t, ns, "ex1", repo, "simple")
+	waitModelReady(t, g, "simple")
+	base := "http://" + g.HTTPAddr()
+
+	big := base64.StdEncoding.EncodeToString(make([]byte, 2<<20))
+	body := `{"parameters":{"config":"{\"backend\":\"identity\"}","file:1/weights.bin":"` + big + `"}}`
+	r := post(t, base+"/v2/repository/models/huge/load", body)
+	if r.status != 400 || !strings.Contains(string(r.body), "over the") || !strings.Contains(string(r.body), "max_payload") ||
+		strings.Contains(string(r.body), "nereid.") {
+		t.Fatalf("oversized load: %d %s, want 400 naming the limit and not a bus subject", r.status, r.body)
+	}
+	if !ready(t, base, "simple", "") {
+		t.Fatal("simple not ready after the refused load")
+	}
+}

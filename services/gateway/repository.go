@@ -38,6 +38,9 @@ func (g *Gateway) modelControl(ctx context.Context, req *busv1.ModelControlReque
 	if len(ids) == 0 {
 		return tritonerr.Unavailablef("failed to %s '%s', no executor serves the model repository", action(req), req.GetName())
 	}
+	if err := g.checkControlSize(req); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
 	pending := map[string]bool{}
@@ -83,6 +86,25 @@ func (g *Gateway) modelControl(ctx context.Context, req *busv1.ModelControlReque
 		}
 		slices.Sort(missing)
 		return tritonerr.Unavailablef("failed to %s '%s', executor '%s' did not answer", action(req), req.GetName(), missing[0])
+	}
+	return nil
+}
+
+// controlHeadroom is what a load's bus message carries beside the request
+// itself (headers: deadline, trace context, reply subject).
+const controlHeadroom = 4 << 10
+
+// checkControlSize refuses a load whose files and configuration do not fit
+// in one bus message, in words a user can act on, before it is sent (the
+// bus would refuse it naming its own subject and limit).
+func (g *Gateway) checkControlSize(req *busv1.ModelControlRequest) error {
+	nc := g.bus.NATS()
+	if nc == nil || len(req.GetFiles()) == 0 {
+		return nil
+	}
+	limit := nc.MaxPayload() - controlHeadroom
+	if n := int64(proto.Size(req)); limit > 0 && n > limit {
+		return tritonerr.InvalidArgf("failed to load '%s': the files and configuration in the load request take %d bytes, over the %d bytes a load request can carry (the NATS server's max_payload); put large model files in the model repository, or raise max_payload", req.GetName(), n, limit)
 	}
 	return nil
 }
