@@ -3,6 +3,8 @@ package executor
 import (
 	"testing"
 	"time"
+
+	"github.com/nereid-io/nereid/services/executor/internal/dynbatch"
 )
 
 // TestCutRules checks the batch the dynamic batcher forms from a queue
@@ -42,22 +44,21 @@ func TestCutRules(t *testing.T) {
 		{"delay passed: never above max_batch_size", true, []int{4}, long, true, []int{3, 3, 3}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &scheduler{dynamic: tc.dynamic, maxBatch: 8, maxPreferred: 8, maxDelay: tc.delay, preferred: map[int]bool{}}
-			if len(tc.preferred) > 0 {
-				s.maxPreferred = 0
+			cfg := dynbatch.Config{MaxQueueDelay: tc.delay, Preferred: tc.preferred}
+			if tc.dynamic {
+				cfg.MaxBatchSize = 8
 			}
-			for _, p := range tc.preferred {
-				s.preferred[p] = true
-				s.maxPreferred = max(s.maxPreferred, p)
-			}
-			queued := time.Now()
+			s := &scheduler{queue: dynbatch.New[*pending](cfg)}
+			now := time.Now()
+			queued := now
 			if tc.expired {
 				queued = queued.Add(-2 * tc.delay)
 			}
 			for _, size := range tc.sizes {
-				s.queue = append(s.queue, &pending{size: size, queued: queued})
+				s.queue.Enqueue(queued, &pending{size: size, queued: queued}, size, 0)
 			}
-			n, wait := s.cut()
+			batch, wait := s.queue.Next(now, 1)
+			n := len(batch)
 			if n != tc.want {
 				t.Fatalf("batch of %d requests, want %d", n, tc.want)
 			}

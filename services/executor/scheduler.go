@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/shm"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
+	"github.com/nereid-io/nereid/services/executor/internal/dynbatch"
 )
 
 // pending is a validated request waiting for, or in, an execution.
@@ -64,6 +64,9 @@ func (p *pending) giveUp(ctx context.Context) {
 	}
 	p.cancelled.Store(true)
 }
+
+// Cancelled reports whether p was given up while queued (dynbatch.Item).
+func (p *pending) Cancelled() bool { return p.cancelled.Load() }
 
 // execStart is when the execution that took p started (now if none has).
 func (p *pending) execStart() time.Time {
@@ -155,20 +158,18 @@ func (p *pending) Complete(_ *backend.Request, resp *backend.Response) {
 // requests; under load requests queue and the batcher takes over, and an
 // instance that finishes an execution takes the next batch due itself
 // (again).
+//
+// Which requests form a batch, and when, is decided by the queue
+// (internal/dynbatch, pure logic on a clock passed in); the scheduler
+// does the rest: the lock, the instances, the batcher goroutine and its
+// timer, and answering the requests dropped or left at unload.
 type scheduler struct {
-	mv        *modelVersion
-	ctx       context.Context
-	dynamic   bool
-	maxBatch  int
-	preferred map[int]bool
-	// maxPreferred is the largest preferred batch size, max_batch_size
-	// when none is set: batches grow no further unless the queue delay
-	// has passed.
-	maxPreferred int
-	maxDelay     time.Duration
+	mv  *modelVersion
+	ctx context.Context
 
 	mu      sync.Mutex
-	queue   []*pending
+	queue   *dynbatch.Queue[*pending]
+	gaveUp  []*pending  // DropCancelled's buffer, reused; empty between uses
 	free    []*instance // instances neither executing nor handed a batch
 	closed  bool
 	notify  chan struct{} // the queue or the free list changed (capacity 1)
@@ -180,23 +181,9 @@ func newScheduler(ctx context.Context, mv *modelVersion) *scheduler {
 	s := &scheduler{
 		mv:     mv,
 		ctx:    ctx,
+		queue:  dynbatch.New[*pending](dynbatch.ConfigFrom(mv.cfg)),
 		notify: make(chan struct{}, 1),
 		quit:   make(chan struct{}),
-	}
-	// Dynamic batching needs a batch dimension; without one every request
-	// runs alone, as in Triton's default scheduler.
-	if db := mv.cfg.GetDynamicBatching(); db != nil && mv.cfg.GetMaxBatchSize() > 0 {
-		s.dynamic = true
-		s.maxBatch = int(mv.cfg.GetMaxBatchSize())
-		s.maxDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond
-		s.preferred = map[int]bool{}
-		for _, n := range db.GetPreferredBatchSize() {
-			s.preferred[int(n)] = true
-			s.maxPreferred = max(s.maxPreferred, int(n))
-		}
-		if s.maxPreferred == 0 {
-			s.maxPreferred = s.maxBatch
-		}
 	}
 	for _, in := range mv.instances {
 		in.work = make(chan []*pending)
@@ -217,17 +204,13 @@ func (s *scheduler) enqueue(p *pending) error {
 		s.mu.Unlock()
 		return tritonerr.Unavailablef("model '%s' version %s is unloading", s.mv.name, s.mv.vstr)
 	}
-	s.queue = append(s.queue, p)
-	if len(s.queue) == 1 && len(s.free) > 0 {
-		if n, _ := s.cut(); n == 1 {
-			in := s.takeFree()
-			s.queue = s.queue[:0]
-			s.mu.Unlock()
-			// Never counted pending: it runs now.
-			in.executeBatch(s.ctx, []*pending{p})
-			s.release(in)
-			return nil
-		}
+	if s.queue.Enqueue(p.queued, p, p.size, len(s.free)) {
+		in := s.takeFree()
+		s.mu.Unlock()
+		// Never counted pending: it runs now.
+		in.executeBatch(s.ctx, []*pending{p})
+		s.release(in)
+		return nil
 	}
 	s.countPending()
 	s.mu.Unlock()
@@ -237,7 +220,16 @@ func (s *scheduler) enqueue(p *pending) error {
 
 // countPending publishes the queue's length as the version's
 // nv_inference_pending_request_count; s.mu is held.
-func (s *scheduler) countPending() { s.mv.stats.pending.Store(int64(len(s.queue))) }
+func (s *scheduler) countPending() { s.mv.stats.pending.Store(int64(s.queue.Len())) }
+
+// now is the time the queue's decisions are taken at: the zero time when
+// they do not read the clock (no queue delay), sparing a read per batch.
+func (s *scheduler) now() time.Time {
+	if s.queue.Timed() {
+		return time.Now()
+	}
+	return time.Time{}
+}
 
 func (s *scheduler) wake() {
 	select {
@@ -266,7 +258,7 @@ func (s *scheduler) release(in *instance) {
 // lightly loaded model would be a goroutine scheduled for nothing.
 func (s *scheduler) freeUnlock(in *instance) {
 	s.free = append(s.free, in)
-	queued := len(s.queue) > 0
+	queued := s.queue.Len() > 0
 	s.mu.Unlock()
 	if queued {
 		s.wake()
@@ -278,8 +270,7 @@ func (s *scheduler) freeUnlock(in *instance) {
 func (s *scheduler) stop() {
 	s.mu.Lock()
 	s.closed = true
-	left := s.queue
-	s.queue = nil
+	left := s.queue.Drain(nil)
 	s.countPending()
 	s.mu.Unlock()
 	close(s.quit)
@@ -320,17 +311,12 @@ func (s *scheduler) next() (*instance, []*pending) {
 	for {
 		s.mu.Lock()
 		s.dropCancelled()
-		var wait time.Duration
-		if len(s.free) > 0 {
-			var n int
-			if n, wait = s.cut(); n > 0 {
-				batch := slices.Clone(s.queue[:n])
-				s.queue = slices.Delete(s.queue, 0, n)
-				s.countPending()
-				in := s.takeFree()
-				s.mu.Unlock()
-				return in, batch
-			}
+		batch, wait := s.queue.Next(s.now(), len(s.free))
+		if batch != nil {
+			s.countPending()
+			in := s.takeFree()
+			s.mu.Unlock()
+			return in, batch
 		}
 		s.mu.Unlock()
 
@@ -355,14 +341,13 @@ func (s *scheduler) next() (*instance, []*pending) {
 // dropCancelled drops the queued requests whose client gave up; s.mu must
 // be held.
 func (s *scheduler) dropCancelled() {
-	s.queue = slices.DeleteFunc(s.queue, func(p *pending) bool {
-		if p.cancelled.Load() {
-			s.mv.stats.failed(p.received, p.dropped)
-			p.finish()
-			return true
-		}
-		return false
-	})
+	s.gaveUp = s.queue.DropCancelled(s.gaveUp)
+	for i, p := range s.gaveUp {
+		s.mv.stats.failed(p.received, p.dropped)
+		p.finish()
+		s.gaveUp[i] = nil
+	}
+	s.gaveUp = s.gaveUp[:0]
 	s.countPending()
 }
 
@@ -375,9 +360,8 @@ func (s *scheduler) again(in *instance) []*pending {
 	s.mu.Lock()
 	if !s.closed {
 		s.dropCancelled()
-		if n, _ := s.cut(); n > 0 {
-			batch := slices.Clone(s.queue[:n])
-			s.queue = slices.Delete(s.queue, 0, n)
+		// The instance calling is idle: it just finished.
+		if batch, _ := s.queue.Next(s.now(), 1); batch != nil {
 			s.countPending()
 			s.mu.Unlock()
 			return batch
@@ -385,62 +369,6 @@ func (s *scheduler) again(in *instance) []*pending {
 	}
 	s.freeUnlock(in)
 	return nil
-}
-
-// cut decides, with s.mu held, how many queued requests form the next
-// batch now (n > 0), or how long to wait for more (n == 0; wait 0 means
-// until a request arrives). The rules are those of Triton's dynamic batcher
-// (dynamic_batch_scheduler.cc, GetDynamicBatch):
-//
-//   - requests are taken in order while their summed batch sizes fit
-//     max_batch_size; a request that would overflow it ends the batch and
-//     sends it at once;
-//   - the batch is the largest preferred_batch_size reached on the way, or,
-//     once the next request would take it past the largest preferred size,
-//     what was gathered before it; such a batch goes at once unless the
-//     oldest request has waited max_queue_delay_microseconds, in which
-//     case everything that fits goes;
-//   - otherwise the batch goes at once when it reached the largest
-//     preferred size (max_batch_size without preferred sizes), when no
-//     queue delay is set, or when the oldest request has waited it out;
-//     else the batcher waits for more requests until then.
-func (s *scheduler) cut() (n int, wait time.Duration) {
-	if len(s.queue) == 0 {
-		return 0, 0
-	}
-	if !s.dynamic {
-		return 1, 0
-	}
-	size, best, full := 0, 0, false
-	for n < len(s.queue) {
-		next := s.queue[n].size
-		if n > 0 {
-			if size+next > s.maxPreferred && best == 0 {
-				best = n
-			}
-			if size+next > s.maxBatch {
-				full = true
-				break
-			}
-		}
-		size += next
-		n++
-		if s.preferred[size] {
-			best = n
-		}
-	}
-	var age time.Duration
-	if s.maxDelay > 0 {
-		age = time.Since(s.queue[0].queued)
-	}
-	expired := s.maxDelay > 0 && age >= s.maxDelay
-	switch {
-	case best > 0 && !expired:
-		return best, 0
-	case full, size >= s.maxPreferred, s.maxDelay == 0, expired:
-		return n, 0
-	}
-	return 0, s.maxDelay - age
 }
 
 // instance runs one backend instance: one execution at a time.
