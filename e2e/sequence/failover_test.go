@@ -280,12 +280,14 @@ func TestRouterKilledUnderLoad(t *testing.T) {
 	e := start(t, opts{routers: 2, models: []string{model}})
 	h := e.g.HTTP()
 	active := -1
-	for i := range e.routers {
-		if strings.Contains(e.routers[i].Output(), "active: serving sequences") {
-			active = i
+	if !constellation.WaitFor(20*time.Second, func() bool {
+		for i := range e.routers {
+			if strings.Contains(e.routers[i].Output(), "active: serving sequences") {
+				active = i
+			}
 		}
-	}
-	if active < 0 {
+		return active >= 0
+	}) {
 		t.Fatal("no active router")
 	}
 
