@@ -207,6 +207,9 @@ func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest
 		if req.GetConfig() == "" {
 			return tritonerr.InvalidArgf("failed to load '%s', model configuration must be provided when model files are overridden", name)
 		}
+		if err := e.checkUploadBudget(name, req.GetFiles()); err != nil {
+			return err
+		}
 		if tmp, err = writeOverride(name, req.GetFiles()); err != nil {
 			return err
 		}
@@ -317,6 +320,7 @@ func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest
 	if len(fresh) > 0 {
 		keepTmp = tmp != ""
 		e.setOverrideDir(name, tmp)
+		e.setOverrideBytes(name, filesSize(req.GetFiles()))
 	}
 	e.changed()
 	for _, mv := range retired {
@@ -414,7 +418,66 @@ func (e *Executor) unloadModel(name string) {
 	if tmp := e.overrideDir(name); tmp != "" {
 		_ = os.RemoveAll(tmp)
 		e.setOverrideDir(name, "")
+		e.setOverrideBytes(name, 0)
 	}
+}
+
+// DefaultUploadBudget is the temporary storage the files of load requests
+// may take at once on an executor when Config.UploadBudget is 0.
+const DefaultUploadBudget = 1 << 30
+
+// UploadBudgetFlag is the flag that sets Config.UploadBudget.
+const UploadBudgetFlag = "--model-upload-budget"
+
+func filesSize(files map[string][]byte) int64 {
+	var n int64
+	for _, b := range files {
+		n += int64(len(b))
+	}
+	return n
+}
+
+// checkUploadBudget refuses a load whose files would take the temporary
+// storage of load requests past the budget, so that uploads are bounded by
+// the operator's figure rather than by the disk. The files of the model's
+// own current upload do not count: a reload replaces them.
+func (e *Executor) checkUploadBudget(name string, files map[string][]byte) error {
+	budget := e.cfg.UploadBudget
+	if budget == 0 {
+		budget = DefaultUploadBudget
+	}
+	if budget < 0 {
+		return nil
+	}
+	n := filesSize(files)
+	if n > budget {
+		return tritonerr.InvalidArgf("failed to load '%s', the files in the load request take %d bytes, over the %d bytes that uploaded model files may take on an executor (%s)", name, n, budget, UploadBudgetFlag)
+	}
+	e.mu.Lock()
+	var held int64
+	for m, b := range e.overrideBytes {
+		if m != name {
+			held += b
+		}
+	}
+	e.mu.Unlock()
+	if held+n > budget {
+		return tritonerr.Unavailablef("failed to load '%s', the files in the load request take %d bytes and models loaded with files already hold %d of the %d bytes that uploaded model files may take on an executor (%s); unload one of them first", name, n, held, budget, UploadBudgetFlag)
+	}
+	return nil
+}
+
+func (e *Executor) setOverrideBytes(name string, n int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n == 0 {
+		delete(e.overrideBytes, name)
+		return
+	}
+	if e.overrideBytes == nil {
+		e.overrideBytes = map[string]int64{}
+	}
+	e.overrideBytes[name] = n
 }
 
 // maxNameLen is the longest file name the file systems allow (NAME_MAX).

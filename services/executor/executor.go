@@ -141,6 +141,10 @@ type Config struct {
 	// arrived in a load request takes its backend library from
 	// BackendDirectory only.
 	AllowUploadedCode bool
+	// UploadBudget bounds the bytes of temporary storage that the files of
+	// load requests may take at once (--model-upload-budget), over every
+	// model loaded with files; 0 is DefaultUploadBudget, negative unbounded.
+	UploadBudget int64
 	// RedisURL is where the durable states of sequences live (models with
 	// the parameter state_durability "redis"): redis://host:port/db or
 	// rediss://. Empty keeps them in this process's memory (the standalone
@@ -187,9 +191,12 @@ type Executor struct {
 	// overrides are the temporary repositories of models loaded with file
 	// overrides, by model (under mu).
 	overrides map[string]string
-	shm       *shmState  // shared memory and GPUs (shm.go)
-	states    stateStore // durable sequence states (statestore.go)
-	cb        *cbackend.Loader
+	// overrideBytes is the size of each of those repositories' files,
+	// counted against Config.UploadBudget.
+	overrideBytes map[string]int64
+	shm           *shmState  // shared memory and GPUs (shm.go)
+	states        stateStore // durable sequence states (statestore.go)
+	cb            *cbackend.Loader
 
 	// uploads are the model directories written from a load request that
 	// are loading, while code that arrived in requests is not allowed

@@ -38,6 +38,7 @@ func main() {
 	tritonflag.BoolVar(fs, &noAutoComplete, "disable-auto-complete-config", false, "do not auto-complete model configurations: every model needs its config.pbtxt")
 	tritonflag.BoolVar(fs, &exitOnError, "exit-on-error", true, "exit when a model named at start fails to load, as tritonserver does (false: it is listed UNAVAILABLE with the reason and the others serve)")
 	tritonflag.BoolVar(fs, &allowUploadedCode, "allow-uploaded-code", false, "let a repository load run code that arrives in the request: backend libraries, other shared libraries and Python files among its file: parameters (default false: such a load is refused, and an uploaded model's backend library comes from --backend-directory only)")
+	uploadBudget := fs.Int64("model-upload-budget", executor.DefaultUploadBudget, "bytes of temporary storage that the files of load requests (file: parameters) may take at once on this executor; -1: unbounded")
 	fs.Func("model-control-mode", "none, poll or explicit (Triton's model control modes; default none)", func(v string) (err error) {
 		mode, err = executor.ParseControlMode(v)
 		return err
@@ -71,7 +72,7 @@ func main() {
 		RepositoryPath: first(repos), MoreRepositories: rest(repos), Models: models, ControlMode: mode, PollInterval: pollInterval,
 		Trace:               trace.Config(),
 		DisableAutoComplete: strictCfg || noAutoComplete, ExitOnError: exitOnError, ID: *id, Node: *node, Logger: log, Logging: logs,
-		BackendDirectory: *backendDir, BackendConfig: backendConfig, ServerLibrary: *serverLib, AllowUploadedCode: allowUploadedCode,
+		BackendDirectory: *backendDir, BackendConfig: backendConfig, ServerLibrary: *serverLib, AllowUploadedCode: allowUploadedCode, UploadBudget: *uploadBudget,
 		RedisURL: *redisURL, RedisAuth: redisAuth,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "nereid-executor:", err)
