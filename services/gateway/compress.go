@@ -57,9 +57,11 @@ func requestEncoding(h http.Header) (string, error) {
 
 // readBody reads an (optionally compressed) request body, refusing more than
 // limit bytes after decompression so a small compressed body cannot expand
-// into an arbitrarily large allocation. declared is the body's
-// Content-Length (-1: unknown), for the message about an uncompressed body
-// that is too large.
+// into an arbitrarily large allocation: inflation stops at the byte past the
+// limit, and the bytes it produces count in the in-flight budget as they
+// come, as received ones do (when r is under the intake limits). declared
+// is the body's Content-Length (-1: unknown), for the message about an
+// uncompressed body that is too large.
 func readBody(r io.Reader, encoding string, limit, declared int64) ([]byte, error) {
 	var src io.Reader = r
 	if encoding == encGzip || encoding == encDeflate {
@@ -68,25 +70,101 @@ func readBody(r io.Reader, encoding string, limit, declared int64) ([]byte, erro
 			return nil, bodyError(err, "failed to decompress request body: %v")
 		}
 		defer dec.Close()
-		src = dec
+		z := &inflater{r: dec, limit: limit, tooLarge: tritonerr.InvalidArgf(
+			"Decompressed data size exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", limit)}
+		if b, ok := r.(*intakeBody); ok {
+			z.count = b.hold
+		}
+		src = z
 	}
-	body, err := io.ReadAll(io.LimitReader(src, limit+1))
+	body, over, err := readAtMost(src, limit)
 	if err != nil {
 		if encoding != encIdentity {
 			return nil, bodyError(err, "failed to decompress request body: %v")
 		}
 		return nil, bodyError(err, "failed to read request body: %v")
 	}
-	if int64(len(body)) > limit {
-		if encoding != encIdentity {
-			return nil, tritonerr.InvalidArgf(
-				"Decompressed data size exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", limit)
-		}
+	if over {
 		return nil, tritonerr.InvalidArgf(
 			"request JSON size of %d bytes exceeds the maximum allowed input size of %d bytes. Use --http-max-input-size to increase the limit.",
-			max(declared, int64(len(body))), limit)
+			max(declared, limit+1), limit)
 	}
 	return body, nil
+}
+
+// readAtMost reads r to its end, or to the byte past limit (over). Its
+// buffer doubles as the bytes come but never grows past limit bytes, so a
+// body beyond the limit costs the limit, not a doubling after it.
+func readAtMost(r io.Reader, limit int64) (buf []byte, over bool, err error) {
+	const first = 512
+	buf = make([]byte, 0, min(limit, first))
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) >= limit {
+				var one [1]byte
+				for {
+					n, err := r.Read(one[:])
+					switch {
+					case n > 0:
+						return nil, true, nil
+					case err == io.EOF:
+						return buf, false, nil
+					case err != nil:
+						return nil, false, err
+					}
+				}
+			}
+			next := make([]byte, len(buf), min(limit, max(2*int64(cap(buf)), first)))
+			copy(next, buf)
+			buf = next
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case err == io.EOF:
+			return buf, false, nil
+		case err != nil:
+			return nil, false, err
+		}
+	}
+}
+
+// inflater is a decompressor's output bounded and counted: it yields at
+// most limit bytes, failing with tooLarge at the first byte past them
+// instead of inflating further, and passes each byte it produces to count
+// (nil: none) as it comes, whose error ends the reading. A compressed
+// message a thousand times smaller than what it inflates to thus costs no
+// more than limit, and counts in the in-flight budget what it makes the
+// server hold.
+type inflater struct {
+	r        io.Reader
+	limit    int64 // negative: none
+	tooLarge error
+	count    func(n int64) error
+	n        int64 // bytes produced
+	err      error
+}
+
+func (z *inflater) Read(p []byte) (int, error) {
+	if z.err != nil {
+		return 0, z.err
+	}
+	if z.limit >= 0 && int64(len(p)) > z.limit-z.n+1 {
+		p = p[:z.limit-z.n+1] // no further than the byte that says the limit is passed
+	}
+	n, err := z.r.Read(p)
+	z.n += int64(n)
+	if z.limit >= 0 && z.n > z.limit {
+		z.err = z.tooLarge
+		return 0, z.err
+	}
+	if n > 0 && z.count != nil {
+		if cerr := z.count(int64(n)); cerr != nil {
+			z.err = cerr
+			return 0, cerr
+		}
+	}
+	return n, err
 }
 
 // newDecompressor sniffs the stream instead of trusting the header's name:

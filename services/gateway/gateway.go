@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	_ "google.golang.org/grpc/encoding/gzip" // gzip for gRPC message compression
 	health "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 
@@ -66,9 +64,6 @@ type Config struct {
 	// regions (tritonserver --allow-client-shm; default false). Status
 	// works either way.
 	AllowClientShm bool
-	// GRPCMaxMessageSize bounds gRPC messages both ways. Default
-	// math.MaxInt32, as Triton.
-	GRPCMaxMessageSize int
 	// RequestTimeout bounds an inference whose client set no deadline, so
 	// that a request lost with its executor fails instead of hanging.
 	// Default 60 s.
@@ -88,7 +83,8 @@ type Config struct {
 	// HandoffThreshold is that size; 0 means handoff.DefaultThreshold (1
 	// MiB), negative turns hand-off off.
 	HandoffThreshold int
-	// Limits bound request bodies and slow, idle or chatty connections.
+	// Limits bound request bodies, gRPC messages and slow, idle or chatty
+	// connections.
 	Limits Limits
 	// HTTPTLS and GRPCTLS, when set, serve HTTPS and gRPC over TLS from
 	// these files (tritonserver's --grpc-use-ssl and friends; the HTTP
@@ -177,9 +173,6 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.HTTPMaxInputSize <= 0 {
 		cfg.HTTPMaxInputSize = DefaultHTTPMaxInputSize
-	}
-	if cfg.GRPCMaxMessageSize <= 0 {
-		cfg.GRPCMaxMessageSize = math.MaxInt32
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
@@ -291,8 +284,6 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if g.grpcLn != nil {
 		opts := append(cfg.Limits.grpcOptions(),
-			grpc.MaxRecvMsgSize(cfg.GRPCMaxMessageSize),
-			grpc.MaxSendMsgSize(cfg.GRPCMaxMessageSize),
 			grpc.ForceServerCodecV2(g.grpcCodec()), // large tensors without extra copies
 			// Pooled goroutines serve the RPCs: a goroutine started per RPC
 			// grows (copies) its stack on every request on the way through
@@ -374,6 +365,9 @@ func (g *Gateway) run(ctx context.Context) error {
 	defer g.bus.Close()
 	defer g.streamWork.Close()
 	defer g.group.Stop()
+	if g.grpcSrv != nil {
+		defer grpcInflation.add(g.cfg.Limits.GRPCMaxInputSize, &g.inflight)()
+	}
 	sub, err := g.bus.Subscribe(bus.HeartbeatSubject, func(_ context.Context, data []byte) {
 		var hb busv1.ExecutorHeartbeat
 		if err := proto.Unmarshal(data, &hb); err != nil {

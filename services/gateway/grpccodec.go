@@ -76,7 +76,7 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 			if done, err := c.unmarshalRequest(data, req); done {
 				return err
 			}
-			return c.proto.Unmarshal(data, v)
+			return c.unmarshalProto(data, v)
 		}
 		// A small request: one copy of the message (gRPC reuses its
 		// buffers), which the request's strings and bytes alias rather
@@ -85,7 +85,40 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 		// the two would read differently, malformed messages included).
 		return infercodec.UnmarshalRequest(data.Materialize(), req)
 	}
-	return c.proto.Unmarshal(data, v)
+	return c.unmarshalProto(data, v)
+}
+
+// grpcPooledMax is the size of the largest message the generic codec
+// gathers or encodes into a buffer of grpc-go's default pool, which would
+// keep a larger one (an anonymous sync.Pool) after the message is done
+// with; larger messages get buffers of their own, left to the collector.
+const grpcPooledMax = 1 << 20
+
+// unmarshalProto is the generic codec's Unmarshal, gathering a large
+// message into a buffer of its own.
+func (c *codec) unmarshalProto(data mem.BufferSlice, v any) error {
+	if data.Len() <= grpcPooledMax {
+		return c.proto.Unmarshal(data, v)
+	}
+	m, ok := v.(proto.Message)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	return proto.Unmarshal(data.Materialize(), m)
+}
+
+// marshalProto is the generic codec's Marshal, encoding a large message
+// into a buffer of its own.
+func (c *codec) marshalProto(v any) (mem.BufferSlice, error) {
+	m, ok := v.(proto.Message)
+	if !ok || proto.Size(m) <= grpcPooledMax {
+		return c.proto.Marshal(v)
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 }
 
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
@@ -105,7 +138,7 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 		resp, wrap, errMsg = m.GetInferResponse(), 2, m.GetErrorMessage()
 	}
 	if resp == nil {
-		return c.proto.Marshal(v)
+		return c.marshalProto(v)
 	}
 	// The hand-off memory the outputs may lie in: released once the
 	// transport is done with buffers that point into it, or at once when
@@ -115,7 +148,7 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 		return bs, nil
 	}
 	defer out.Release()
-	return c.proto.Marshal(v)
+	return c.marshalProto(v)
 }
 
 // frames reads a BufferSlice without gathering it.

@@ -19,11 +19,13 @@ import (
 //     shown it is coming, and then counts in the budget at once
 //     (readAnnounced; a shared hand-off file gets its pages as they are
 //     written);
-//   - the bytes received by all bodies in flight count against one budget
-//     (Limits.HTTPMaxInflightBodySize): once it is spent, a body that would
-//     add to it is refused with UNAVAILABLE, so a crowd of large or lying
-//     uploads cannot exhaust memory. A body alone may exceed it, so that a
-//     tensor larger than the budget still goes through on a quiet gateway;
+//   - the bytes received by all bodies in flight, and those compressed
+//     bodies and gRPC messages inflate to as they are produced, count
+//     against one budget (Limits.HTTPMaxInflightBodySize): once it is
+//     spent, a body that would add to it is refused with UNAVAILABLE, so a
+//     crowd of large, lying or highly compressed uploads cannot exhaust
+//     memory. A body alone may exceed it, so that a tensor larger than the
+//     budget still goes through on a quiet gateway;
 //   - a body must keep arriving at a minimum rate after a grace period
 //     (Limits.HTTPBodyMinRate, HTTPBodyGrace): a client trickling bytes
 //     loses its connection instead of holding it, and its buffer, forever,
@@ -58,7 +60,8 @@ type intakeBody struct {
 	w       http.ResponseWriter // its read deadlines are set through rc
 	start   time.Time
 	n       int64 // bytes received
-	charged int64 // bytes counted in the budget: received or reserved
+	held    int64 // bytes held beyond them: what the body inflated to (hold)
+	charged int64 // bytes counted in the budget: received, held or reserved
 	failed  error
 	slow    bool // failed the minimum rate: the connection goes
 }
@@ -90,13 +93,10 @@ func (b *intakeBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.body.Read(p)
 	if n > 0 {
-		if more := b.n + int64(n) - b.charged; more > 0 {
-			if !b.g.inflight.take(b.charged, more) {
-				return 0, b.refuse()
-			}
-			b.charged += more
-		}
 		b.n += int64(n)
+		if err := b.charge(); err != nil {
+			return 0, err
+		}
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		b.slow = true
@@ -114,6 +114,30 @@ func (b *intakeBody) Read(p []byte) (int, error) {
 }
 
 func (b *intakeBody) Close() error { return b.body.Close() }
+
+// charge counts in the budget what the body has received and holds beyond
+// what is counted already, unless the budget refuses it.
+func (b *intakeBody) charge() error {
+	if more := b.n + b.held - b.charged; more > 0 {
+		if !b.g.inflight.take(b.charged, more) {
+			return b.refuse()
+		}
+		b.charged += more
+	}
+	return nil
+}
+
+// hold counts n more bytes that the body's request holds beyond the bytes
+// received: a compressed body's inflated bytes, as they are produced
+// (readBody), so that a small compressed body counts in the budget for
+// what it makes the server hold.
+func (b *intakeBody) hold(n int64) error {
+	if b.failed != nil {
+		return b.failed
+	}
+	b.held += n
+	return b.charge()
+}
 
 // rc is the response's controller, made where it is used (on the stack:
 // most bodies never set a deadline, and a controller kept in b would be an
@@ -192,6 +216,7 @@ func unexpectedEOF(err error) error {
 // reserve counts total bytes of the body in the budget now, ahead of
 // their arrival (a buffer of that size is about to be allocated).
 func (b *intakeBody) reserve(total int64) error {
+	total += b.held
 	if total <= b.charged {
 		return nil
 	}

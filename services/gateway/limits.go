@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"flag"
+	"math"
 	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/nereid-io/nereid/pkg/tritonflag"
@@ -23,6 +25,13 @@ const (
 	DefaultGRPCKeepaliveTimeout    = 20 * time.Second
 	DefaultGRPCMinRecvPingInterval = 5 * time.Minute
 	DefaultGRPCMaxConnectionIdle   = 15 * time.Minute
+	// DefaultGRPCMaxInputSize is --http-max-input-size's default: what a
+	// compressed message may inflate to is bounded alike over both
+	// protocols.
+	DefaultGRPCMaxInputSize = DefaultHTTPMaxInputSize
+	// DefaultGRPCMaxMessageSize is Triton's gRPC message size limit
+	// (INT32_MAX), which is also the largest uncompressed HTTP infer body.
+	DefaultGRPCMaxMessageSize = math.MaxInt32
 )
 
 // Limits bound what a client can make the gateway hold: request bodies in
@@ -56,6 +65,14 @@ type Limits struct {
 	// GRPCMaxConnectionIdle closes (GOAWAY) a connection with no call open
 	// for that long; clients reconnect when they next call.
 	GRPCMaxConnectionIdle time.Duration
+	// GRPCMaxInputSize bounds a gRPC message after decompression: a
+	// compressed message that would inflate beyond it is refused with
+	// RESOURCE_EXHAUSTED as soon as its inflation passes it. Negative: only
+	// GRPCMaxMessageSize applies.
+	GRPCMaxInputSize int64
+	// GRPCMaxMessageSize bounds gRPC messages as they are sent, both ways
+	// (the largest is 2 GiB - 1, protobuf's and Triton's limit).
+	GRPCMaxMessageSize int
 }
 
 // RegisterFlags defines the flags that fill l, with Triton's names and
@@ -73,6 +90,10 @@ func (l *Limits) RegisterFlags(fs *flag.FlagSet) {
 	tritonflag.BoolVar(fs, &l.GRPCKeepalivePermitWithoutCalls, "grpc-keepalive-permit-without-calls", false, "let gRPC clients send keepalive pings while no call is open")
 	millis(fs, &l.GRPCMinRecvPingInterval, "grpc-http2-min-recv-ping-interval-without-data", DefaultGRPCMinRecvPingInterval,
 		"shortest interval in milliseconds between a gRPC client's pings; a client pinging more often is disconnected")
+	fs.Int64Var(&l.GRPCMaxInputSize, "grpc-max-input-size", DefaultGRPCMaxInputSize,
+		"largest gRPC message in bytes after decompression: a compressed message inflating beyond it is refused (negative: only --grpc-max-message-size)")
+	fs.IntVar(&l.GRPCMaxMessageSize, "grpc-max-message-size", DefaultGRPCMaxMessageSize,
+		"largest gRPC message in bytes as sent, received or answered (at most 2147483647)")
 	fs.DurationVar(&l.GRPCMaxConnectionIdle, "grpc-max-connection-idle", DefaultGRPCMaxConnectionIdle, "gRPC connections with no call open for this long are closed (negative: never)")
 }
 
@@ -99,6 +120,12 @@ func (l Limits) withDefaults() Limits {
 	if l.HTTPMaxInflightBodySize == 0 {
 		l.HTTPMaxInflightBodySize = DefaultHTTPMaxInflightBodySize
 	}
+	if l.GRPCMaxInputSize == 0 {
+		l.GRPCMaxInputSize = DefaultGRPCMaxInputSize
+	}
+	if l.GRPCMaxMessageSize <= 0 || l.GRPCMaxMessageSize > DefaultGRPCMaxMessageSize {
+		l.GRPCMaxMessageSize = DefaultGRPCMaxMessageSize
+	}
 	if l.HTTPBodyMinRate == 0 {
 		l.HTTPBodyMinRate = DefaultHTTPBodyMinRate
 	}
@@ -116,7 +143,8 @@ func (l Limits) withDefaults() Limits {
 // no limit.
 func off(d time.Duration) time.Duration { return max(d, 0) }
 
-// grpcOptions are the gRPC server's keepalive settings.
+// grpcOptions are the gRPC server's keepalive settings, message size
+// limits and buffer pool.
 func (l Limits) grpcOptions() []grpc.ServerOption {
 	idle := off(l.GRPCMaxConnectionIdle)
 	if idle == 0 {
@@ -132,5 +160,10 @@ func (l Limits) grpcOptions() []grpc.ServerOption {
 			MinTime:             off(l.GRPCMinRecvPingInterval),
 			PermitWithoutStream: l.GRPCKeepalivePermitWithoutCalls,
 		}),
+		grpc.MaxRecvMsgSize(l.GRPCMaxMessageSize),
+		grpc.MaxSendMsgSize(l.GRPCMaxMessageSize),
+		// Received frames and decompressed messages are held in buffers of
+		// a pool that keeps few, and no large ones (grpcpool.go).
+		experimental.BufferPool(newGRPCBufferPool()),
 	}
 }
