@@ -101,11 +101,13 @@ helm-lint: $(HELM)
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/gpu-values.yaml
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/secure-values.yaml
+	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/nodepools-values.yaml
 	@mkdir -p $(BIN)/helm-out
 	$(HELM) template nereid $(CHART) > $(BIN)/helm-out/default.yaml
 	$(HELM) template nereid $(CHART) -f $(CHART)/ci/gpu-values.yaml > $(BIN)/helm-out/gpu.yaml
 	$(HELM) template nereid $(CHART) -f $(CHART)/ci/secure-values.yaml > $(BIN)/helm-out/secure.yaml
-	NEREID_HELM_MANIFESTS=$(BIN)/helm-out/default.yaml,$(BIN)/helm-out/gpu.yaml,$(BIN)/helm-out/secure.yaml $(GO) test -count=1 -run TestChart -v ./deploy/validate
+	$(HELM) template nereid $(CHART) -f $(CHART)/ci/nodepools-values.yaml > $(BIN)/helm-out/nodepools.yaml
+	NEREID_HELM_MANIFESTS=$(BIN)/helm-out/default.yaml,$(BIN)/helm-out/gpu.yaml,$(BIN)/helm-out/secure.yaml,$(BIN)/helm-out/nodepools.yaml $(GO) test -count=1 -run TestChart -v ./deploy/validate
 
 clean:
 	rm -rf $(BIN)

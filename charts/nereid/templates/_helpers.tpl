@@ -44,6 +44,178 @@ helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace 
 {{- default (printf "redis://%s:6379/0" (include "nereid.name" (list . "redis"))) .Values.redis.url -}}
 {{- end -}}
 
+{{/*
+runtimeClassName and priorityClassName of a pod: the global values, each
+overridden by the first of the given value maps (most specific first) that
+sets it. Call with (list $ <values>...).
+*/}}
+{{- define "nereid.podClasses" -}}
+{{- $root := index . 0 -}}
+{{- $rc := $root.Values.runtimeClassName -}}
+{{- $pc := $root.Values.priorityClassName -}}
+{{- $rcSet := false -}}
+{{- $pcSet := false -}}
+{{- range $v := rest . }}
+{{- if and (kindIs "map" $v) (not $rcSet) (index $v "runtimeClassName") }}
+{{- $rc = index $v "runtimeClassName" }}
+{{- $rcSet = true }}
+{{- end }}
+{{- if and (kindIs "map" $v) (not $pcSet) (index $v "priorityClassName") }}
+{{- $pc = index $v "priorityClassName" }}
+{{- $pcSet = true }}
+{{- end }}
+{{- end }}
+{{- with $rc }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- with $pc }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Spread a Deployment's pods over topology domains (nodes by default),
+preferred rather than required. Call with (list $ "<component>" <values>),
+<values> holding topologySpread.
+*/}}
+{{- define "nereid.topologySpread" -}}
+{{- $root := index . 0 -}}
+{{- $ts := index (index . 2) "topologySpread" | default dict -}}
+{{- if $ts.enabled }}
+topologySpreadConstraints:
+  - maxSkew: {{ $ts.maxSkew | default 1 }}
+    topologyKey: {{ $ts.topologyKey | default "kubernetes.io/hostname" }}
+    whenUnsatisfiable: {{ $ts.whenUnsatisfiable | default "ScheduleAnyway" }}
+    labelSelector:
+      matchLabels:
+        {{- include "nereid.selectorLabels" (list $root (index . 1)) | nindent 8 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A PodDisruptionBudget for a Deployment of more than one replica: voluntary
+evictions (node drains, upgrades) take at most maxUnavailable pods at once
+(or keep minAvailable). Call with (list $ "<component>" <values>), <values>
+holding replicas and podDisruptionBudget.
+*/}}
+{{- define "nereid.pdb" -}}
+{{- $root := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- $v := index . 2 -}}
+{{- $pdb := $v.podDisruptionBudget | default dict -}}
+{{- if and $pdb.enabled (gt (int $v.replicas) 1) }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "nereid.name" (list $root $component) }}
+  labels:
+    {{- include "nereid.labels" (list $root $component) | nindent 4 }}
+spec:
+  {{- if not (kindIs "invalid" $pdb.minAvailable) }}
+  minAvailable: {{ $pdb.minAvailable }}
+  {{- else }}
+  maxUnavailable: {{ $pdb.maxUnavailable | default 1 }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "nereid.selectorLabels" (list $root $component) | nindent 6 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The Secret holding the NATS password of each role (keys gateway, executor,
+sequence-router, shm-registry): security.nats.existingSecret, or the one
+the chart makes (<release>-nats-credentials) for the in-chart NATS when
+security.generateCredentials; empty otherwise (no credentials). Call with $.
+*/}}
+{{- define "nereid.natsSecret" -}}
+{{- if .Values.security.nats.existingSecret -}}
+{{- .Values.security.nats.existingSecret -}}
+{{- else if and (not .Values.nats.url) .Values.security.generateCredentials -}}
+{{- include "nereid.name" (list . "nats-credentials") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The same for Redis (keys sequence-router, shm-registry, executor). */}}
+{{- define "nereid.redisSecret" -}}
+{{- if .Values.security.redis.existingSecret -}}
+{{- .Values.security.redis.existingSecret -}}
+{{- else if and (not .Values.redis.url) .Values.security.generateCredentials -}}
+{{- include "nereid.name" (list . "redis-credentials") -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The data of a credentials Secret the chart makes: one random password per
+role, the ones already in the cluster's Secret of that name kept (upgrades
+do not change them). Call with (list $ "<secret name>" (list "<role>"...)).
+*/}}
+{{- define "nereid.generatedPasswords" -}}
+{{- $root := index . 0 -}}
+{{- $name := index . 1 -}}
+{{- $existing := lookup "v1" "Secret" $root.Release.Namespace $name -}}
+{{- $data := dict -}}
+{{- if and $existing $existing.data -}}
+{{- $data = $existing.data -}}
+{{- end -}}
+{{- range $role := index . 2 }}
+{{- if hasKey $data $role }}
+{{ $role }}: {{ index $data $role }}
+{{- else }}
+{{ $role }}: {{ randAlphaNum 32 | b64enc }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The executor workloads, as a JSON list of pools: "gpu" (executor.gpu, a
+DaemonSet), "cpu" (executor.cpu, a Deployment) and executor.nodePools,
+each with name, kind, replicas, gpus, gpuResourceName, nodeSelector,
+tolerations, affinity, resources, args, runtimeClassName and
+priorityClassName. Call with $; read with fromJsonArray.
+*/}}
+{{- define "nereid.executorPools" -}}
+{{- $e := .Values.executor -}}
+{{- $pools := list -}}
+{{- $fields := list "nodeSelector" "tolerations" "affinity" "resources" "runtimeClassName" "priorityClassName" -}}
+{{- if $e.gpu.enabled -}}
+{{- $p := dict "name" "gpu" "kind" "DaemonSet" "replicas" 0 "gpus" (int $e.gpu.gpusPerNode) "gpuResourceName" ($e.gpu.resourceName | default "nvidia.com/gpu") "args" list -}}
+{{- range $f := $fields }}{{ $_ := set $p $f (index $e.gpu $f) }}{{ end -}}
+{{- $pools = append $pools $p -}}
+{{- end -}}
+{{- if $e.cpu.enabled -}}
+{{- $p := dict "name" "cpu" "kind" "Deployment" "replicas" (int $e.cpu.replicas) "gpus" 0 "gpuResourceName" "" "args" list -}}
+{{- range $f := $fields }}{{ $_ := set $p $f (index $e.cpu $f) }}{{ end -}}
+{{- $pools = append $pools $p -}}
+{{- end -}}
+{{- range $np := $e.nodePools -}}
+{{- $name := required "executor.nodePools[].name is required" $np.name -}}
+{{- if has $name (list "gpu" "cpu") -}}
+{{- fail (printf "executor.nodePools: the name %q is taken by executor.%s" $name $name) -}}
+{{- end -}}
+{{- range $pools }}{{ if eq .name $name }}{{ fail (printf "executor.nodePools: two pools named %q" $name) }}{{ end }}{{ end -}}
+{{- $kind := index $np "kind" | default "DaemonSet" -}}
+{{- if not (has $kind (list "Deployment" "DaemonSet")) -}}
+{{- fail (printf "executor.nodePools[%s].kind must be Deployment or DaemonSet, not %q" $name $kind) -}}
+{{- end -}}
+{{- $gpus := ternary (index $np "gpusPerNode") $e.gpu.gpusPerNode (hasKey $np "gpusPerNode") -}}
+{{- $p := dict "name" $name "kind" $kind "replicas" (int (index $np "replicas" | default 1)) "gpus" (int $gpus) "gpuResourceName" (index $np "gpuResourceName" | default ($e.gpu.resourceName | default "nvidia.com/gpu")) "args" (index $np "args" | default list) -}}
+{{- range $f := $fields }}{{ $_ := set $p $f (index $np $f) }}{{ end -}}
+{{- $pools = append $pools $p -}}
+{{- end -}}
+{{- toJson $pools -}}
+{{- end -}}
+
+{{/* The component labels of the executor pools, as a JSON list. Call with $. */}}
+{{- define "nereid.executorComponents" -}}
+{{- $names := list -}}
+{{- range $p := include "nereid.executorPools" . | fromJsonArray }}
+{{- $names = append $names (printf "executor-%s" $p.name) }}
+{{- end }}
+{{- toJson $names -}}
+{{- end -}}
+
 {{/* Pod-level settings every Nereid pod shares. */}}
 {{- define "nereid.podSpec" -}}
 {{- with .Values.imagePullSecrets }}
@@ -111,7 +283,8 @@ makes (<release>-gateway-admin). Call with $.
 
 {{/*
 A Nereid container's environment. Call with (list $ "<role>"): the NATS
-credentials of the role from security.nats.existingSecret, the Redis ACL
+credentials of the role from security.nats.existingSecret or the generated
+Secret (nereid.natsSecret), the Redis ACL
 credentials for the router, the registry and the executors, CA paths of mounted TLS
 Secrets, and NODE_NAME for gateway and executors (nereid.nodeEnv).
 */}}
@@ -130,7 +303,7 @@ Secrets, and NODE_NAME for gateway and executors (nereid.nodeEnv).
 {{- if and $root.Values.sharedMemory.hostIPC (has $role (list "gateway" "executor")) }}
 {{- $items = append $items (dict "name" "NODE_NAME" "valueFrom" (dict "fieldRef" (dict "fieldPath" "spec.nodeName"))) }}
 {{- end }}
-{{- with $sec.nats.existingSecret }}
+{{- with include "nereid.natsSecret" $root }}
 {{- $items = append $items (dict "name" "NEREID_NATS_USER" "value" $role) }}
 {{- $items = append $items (dict "name" "NEREID_NATS_PASSWORD" "valueFrom" (dict "secretKeyRef" (dict "name" . "key" $role))) }}
 {{- end }}
@@ -138,7 +311,7 @@ Secrets, and NODE_NAME for gateway and executors (nereid.nodeEnv).
 {{- $items = append $items (dict "name" "NEREID_NATS_CA" "value" "/etc/nereid/nats-tls/ca.crt") }}
 {{- end }}
 {{- if has $role (list "sequence-router" "shm-registry" "executor") }}
-{{- with $sec.redis.existingSecret }}
+{{- with include "nereid.redisSecret" $root }}
 {{- $items = append $items (dict "name" "NEREID_REDIS_USER" "value" $role) }}
 {{- $items = append $items (dict "name" "NEREID_REDIS_PASSWORD" "valueFrom" (dict "secretKeyRef" (dict "name" . "key" $role))) }}
 {{- end }}
