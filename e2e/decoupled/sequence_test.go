@@ -453,8 +453,9 @@ func metricValues(t *testing.T, url, prefix string) map[string]float64 {
 	return out
 }
 
-// nv_inference_first_response_histogram_ms with --metrics-config
-// histogram_latencies=true: one observation per request at its first
+// nv_inference_first_response_histogram_ms on the gateway's
+// /metrics/constellation with --metrics-config histogram_latencies=true:
+// one observation per request at its first
 // response, in Triton's buckets (100, 500, 2000, 5000 ms). repeat_int32
 // waits DELAY[0] = 600 ms before its first response, so each observation
 // lies above 500 ms.
@@ -467,7 +468,7 @@ func testFirstResponseHistogram(t *testing.T, e *env) {
 		}
 		return k + "}"
 	}
-	before := metricValues(t, e.g.Metrics(), fam)
+	before := metricValues(t, e.g.Metrics()+"/constellation", fam)
 	if _, ok := before[key("_bucket", "5000")]; !ok {
 		t.Fatalf("no histogram for repeat_int32 in %v", before)
 	}
@@ -484,7 +485,7 @@ func testFirstResponseHistogram(t *testing.T, e *env) {
 	}
 	collect(t, stream, n, 0)
 	stream.CloseSend()
-	after := metricValues(t, e.g.Metrics(), fam)
+	after := metricValues(t, e.g.Metrics()+"/constellation", fam)
 	d := func(k string) float64 { return after[k] - before[k] }
 	if got := d(key("_count", "")); got != n {
 		t.Errorf("count grew by %v, want %d", got, n)

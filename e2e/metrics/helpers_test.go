@@ -179,3 +179,10 @@ func waitReady(t *testing.T, base string, models ...string) {
 		}
 	}
 }
+
+// pageOf is a /metrics page's text.
+func pageOf(t *testing.T, url string) string {
+	t.Helper()
+	_, p := scrape(t, url)
+	return p
+}

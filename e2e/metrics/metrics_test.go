@@ -22,10 +22,11 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 )
 
-// Triton's per-model metrics on the gateway's endpoint against known
-// traffic: successes, failures of each reason, the pending count while
-// requests queue, queue time of a slow model (counter and summary), and
-// the sums once a second executor joins; every service's own /metrics.
+// Triton's per-model metrics on the gateway's /metrics/constellation
+// against known traffic: successes, failures of each reason, the pending
+// count while requests queue, queue time of a slow model (counter and
+// summary), and the sums once a second executor joins; every service's
+// own /metrics.
 func TestMetricsAgainstTraffic(t *testing.T) {
 	c := constellation.NewCluster(t)
 	deployRepo := constellation.RepoPath(t, "deploy/model_repository")
@@ -42,7 +43,7 @@ func TestMetricsAgainstTraffic(t *testing.T) {
 	regPort, regURL := port()
 	constellation.Start(t, "shm-registry", c.Bin.Path("nereid-shm-registry"), "--nats-url", c.NATSURL, "--metrics-port", regPort)
 	models := []string{"simple", "simple_string", "slow", "seq1", "identity_fp32", "square_int32"}
-	execArgs := []string{"--model-repository", testRepo}
+	execArgs := []string{"--model-repository", testRepo, "--metrics-config", "summary_latencies=true", "--metrics-config", "histogram_latencies=true"}
 	for _, m := range models {
 		execArgs = append(execArgs, "--load-model", m)
 	}
@@ -50,7 +51,8 @@ func TestMetricsAgainstTraffic(t *testing.T) {
 	c.Executor(deployRepo, "ex-1", append(execArgs, "--metrics-port", ex1Port)...)
 	gw := c.Gateway("--metrics-config", "summary_latencies=true", "--metrics-config", "histogram_latencies=true", "--allow-client-shm", "true")
 	waitReady(t, gw.HTTP(), models...)
-	url := gw.Metrics()
+	own := gw.Metrics()
+	url := own + "/constellation"
 	infer := func(m string) string { return gw.HTTP() + "/v2/models/" + m + "/infer" }
 
 	// Nothing yet: every reason is reported, at zero, with no pending.
@@ -242,7 +244,15 @@ func TestMetricsAgainstTraffic(t *testing.T) {
 			model("nereid_sequence_router_active_sequences", "seq1"):  1,
 			model("nereid_sequence_router_queued_requests", "seq1"):   0,
 			series("nereid_sequence_router_models"):                   1,
+			// Its own part of Triton's metrics: what it failed and holds.
+			model("nv_inference_request_failure", "seq1", "reason", "REJECTED"): 1,
+			model("nv_inference_request_failure", "seq1", "reason", "OTHER"):    1,
+			model("nv_inference_request_failure", "seq1", "reason", "BACKEND"):  0,
+			model("nv_inference_pending_request_count", "seq1"):                 0,
 		})
+		if strings.Contains(pageOf(t, routerURL), "nv_inference_request_success") {
+			t.Error("the router reports successes, which its executors count")
+		}
 	})
 
 	t.Run("executor endpoint", func(t *testing.T) {
@@ -251,8 +261,25 @@ func TestMetricsAgainstTraffic(t *testing.T) {
 		if got[series("nereid_nats_round_trip_seconds_count", "kind", "sequence_pull")] < 1 {
 			t.Errorf("executor's sequence_pull round trips missing:\n%s", page)
 		}
-		if strings.Contains(page, "nv_gpu_") || strings.Contains(page, "nv_inference_") {
-			t.Errorf("executor endpoint shows GPU metrics without a GPU, or per-model metrics that are the gateway's:\n%s", page)
+		if strings.Contains(page, "nv_gpu_") {
+			t.Errorf("executor endpoint shows GPU metrics without a GPU:\n%s", page)
+		}
+		// The only executor so far: its own figures are the
+		// constellation's, the router's failures of seq1 aside.
+		cons, _ := scrape(t, url)
+		for _, k := range []string{
+			model("nv_inference_request_success", "simple"), model("nv_inference_count", "simple"),
+			model("nv_inference_request_failure", "simple_string", "reason", "BACKEND"),
+			model("nv_inference_request_failure", "slow", "reason", "CANCELED"),
+			model("nv_inference_request_summary_us_count", "simple"), model("nv_inference_queue_duration_us", "slow"),
+		} {
+			if v, ok := got[k]; !ok || v != cons[k] {
+				t.Errorf("executor's %s = %v (present %v), the constellation's %v", k, v, ok, cons[k])
+			}
+		}
+		// The gateway's own page leaves them to executors and routers.
+		if _, page := scrape(t, own); strings.Contains(page, "nv_inference_") || strings.Contains(page, "nv_gpu_") {
+			t.Errorf("gateway's /metrics shows per-model or GPU metrics that executors report:\n%s", page)
 		}
 	})
 
@@ -295,7 +322,7 @@ func TestMetricsAgainstTraffic(t *testing.T) {
 	})
 
 	t.Run("exported families", func(t *testing.T) {
-		checkFamilies(t, map[string]string{"gateway": url, "executor": ex1URL, "sequence-router": routerURL, "shm-registry": regURL})
+		checkFamilies(t, map[string]string{"gateway": own, "executor": ex1URL, "sequence-router": routerURL, "shm-registry": regURL})
 	})
 
 	t.Run("a second executor joins: sums", func(t *testing.T) {

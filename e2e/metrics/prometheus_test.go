@@ -19,8 +19,8 @@ import (
 
 // A real Prometheus (Debian's prometheus package, where installed) scrapes
 // every service of a running constellation under the shipped scrape
-// configuration's job names: each target is up, and what it stored of the
-// gateway answers a query.
+// configuration's job names: each target is up, and Triton's per-model
+// series are stored once, from the executor that served the request.
 func TestPrometheusScrapesConstellation(t *testing.T) {
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -42,7 +42,8 @@ func TestPrometheusScrapesConstellation(t *testing.T) {
 	targets["nereid-shm-registry"] = port()
 	constellation.Start(t, "shm-registry", c.Bin.Path("nereid-shm-registry"), "--nats-url", c.NATSURL, "--metrics-port", targets["nereid-shm-registry"])
 	targets["nereid-executor"] = port()
-	c.Executor(constellation.RepoPath(t, "deploy/model_repository"), "ex-1", "--load-model", "simple", "--metrics-port", targets["nereid-executor"])
+	c.Executor(constellation.RepoPath(t, "deploy/model_repository"), "ex-1", "--load-model", "simple", "--metrics-port", targets["nereid-executor"],
+		"--metrics-config", "summary_latencies=true")
 	gw := c.Gateway("--metrics-config", "summary_latencies=true")
 	targets["nereid-gateway"] = strconv.Itoa(gw.MetricsPort)
 	waitReady(t, gw.HTTP(), "simple")
@@ -109,15 +110,22 @@ func TestPrometheusScrapesConstellation(t *testing.T) {
 	}) {
 		t.Fatalf("targets up: %v, want every job of %v at 1", up, jobs)
 	}
-	// The scrapes parsed: Triton's counter and summary are stored.
+	// The scrapes parsed: Triton's counter and summary are stored, from
+	// the executor alone, and the dashboard's sum is the one request.
 	var got map[string]float64
 	if !constellation.WaitFor(30*time.Second, func() bool {
 		got = query(`nv_inference_request_success{model="simple"}`)
-		return got["nereid-gateway"] == 1
+		return got["nereid-executor"] == 1
 	}) {
-		t.Errorf("nv_inference_request_success of simple in Prometheus: %v, want 1 from nereid-gateway", got)
+		t.Errorf("nv_inference_request_success of simple in Prometheus: %v, want 1 from nereid-executor", got)
 	}
-	if got = query(`nv_inference_request_summary_us_count{model="simple"}`); got["nereid-gateway"] != 1 {
+	if len(got) != 1 {
+		t.Errorf("nv_inference_request_success of simple stored from %v, want the executor alone", got)
+	}
+	if got = query(`nv_inference_request_summary_us_count{model="simple"}`); got["nereid-executor"] != 1 || len(got) != 1 {
 		t.Errorf("request summary count in Prometheus: %v", got)
+	}
+	if got = query(`sum by (model) (nv_inference_request_success{model="simple"})`); got[""] != 1 {
+		t.Errorf("sum by (model) of nv_inference_request_success: %v, want 1", got)
 	}
 }

@@ -63,6 +63,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
+	"github.com/nereid-io/nereid/pkg/tritonmetrics"
 	_ "github.com/nereid-io/nereid/services/executor/internal/builtin" // the built-in backends
 	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
 	"github.com/nereid-io/nereid/services/executor/internal/gpu"
@@ -152,6 +153,9 @@ type Config struct {
 	RedisURL string
 	// RedisAuth are the ACL user, password and TLS material for RedisURL.
 	RedisAuth redisconn.Options
+	// Metrics are tritonserver's --metrics-config settings of the
+	// per-model metrics on the executor's /metrics.
+	Metrics tritonmetrics.Config
 }
 
 // Executor serves a model repository over NATS.
@@ -263,7 +267,7 @@ func New(cfg Config) (*Executor, error) {
 		Logger: e.log, Server: (*backendServer)(e),
 	})
 	var err error
-	if e.metrics, e.gpus, err = newMetrics(); err != nil {
+	if e.metrics, e.gpus, err = newMetrics(e); err != nil {
 		return nil, fmt.Errorf("executor: GPU metrics: %w", err)
 	}
 	return e, nil
@@ -671,10 +675,20 @@ func (e *Executor) handleStats(_ context.Context, data []byte) (proto.Message, e
 	if err := proto.Unmarshal(data, &req); err != nil {
 		return nil, tritonerr.InvalidArgf("malformed statistics request: %v", err)
 	}
+	resp := e.statsReply(req.GetName(), req.GetVersion())
+	if req.GetName() == "" {
+		resp.Gpus = gpuProtos(e.gpus.Read())
+	}
+	return resp, nil
+}
+
+// statsReply is the statistics and metrics of the READY versions matching
+// name and version (empty: all), in the order of the models' names and
+// versions.
+func (e *Executor) statsReply(name, version string) *busv1.StatisticsReply {
 	resp := &busv1.StatisticsReply{ModelStats: []*inference.ModelStatistics{}}
 	for _, mv := range e.snapshot() {
-		if mv.state != StateReady || (req.GetName() != "" && req.GetName() != mv.name) ||
-			(req.GetVersion() != "" && req.GetVersion() != mv.vstr) {
+		if mv.state != StateReady || (name != "" && name != mv.name) || (version != "" && version != mv.vstr) {
 			continue
 		}
 		resp.ModelStats = append(resp.ModelStats, mv.stats.proto(mv.name, mv.vstr))
@@ -683,10 +697,7 @@ func (e *Executor) handleStats(_ context.Context, data []byte) (proto.Message, e
 			resp.FirstResponse = append(resp.FirstResponse, h)
 		}
 	}
-	if req.GetName() == "" {
-		resp.Gpus = gpuProtos(e.gpus.Read())
-	}
-	return resp, nil
+	return resp
 }
 
 // TraceSettings returns the trace settings the executor applies.

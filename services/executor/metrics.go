@@ -8,14 +8,29 @@ import (
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/opsmetrics"
+	"github.com/nereid-io/nereid/pkg/tritonmetrics"
 	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
 	"github.com/nereid-io/nereid/services/executor/internal/gpu"
 )
 
-// The executor's /metrics: Triton's GPU metrics of the GPUs this executor
-// sees, Nereid's NATS round trips, and the custom metric families of the
-// Triton backends it runs. Triton's per-model metrics are the gateways':
-// they sum every executor's statistics (busv1.StatisticsReply).
+// The executor's /metrics: Triton's per-model metrics of the requests
+// this executor served, Triton's GPU metrics of the GPUs it sees, Nereid's
+// NATS round trips, and the custom metric families of the Triton backends
+// it runs. Each request is counted by the one executor that served it (a
+// sequence router counts those it failed or holds itself), so Prometheus'
+// sums over executors are the constellation's; a gateway's
+// /metrics/constellation shows those sums on one page.
+
+// modelCollector reports Triton's per-model metrics of the READY versions
+// from the executor's own statistics, as it reports them to gateways.
+type modelCollector struct{ e *Executor }
+
+func (c modelCollector) Describe(ch chan<- *prometheus.Desc) { tritonmetrics.Describe(ch) }
+
+func (c modelCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c.e.statsReply("", "")
+	tritonmetrics.Collect(ch, c.e.cfg.Metrics, r.GetModelStats(), []*busv1.StatisticsReply{r})
+}
 
 // gpuCollector reads NVML at scrape time. Without a GPU there is no
 // sampler and no GPU metric, as Triton has none.
@@ -45,8 +60,9 @@ func gpuProtos(rs []gpu.Reading) []*busv1.GpuMetrics {
 
 // newMetrics makes the executor's registry and, when NVML finds GPUs, the
 // sampler of their metrics (closed by the caller).
-func newMetrics() (*opsmetrics.Registry, *gpu.Sampler, error) {
+func newMetrics(e *Executor) (*opsmetrics.Registry, *gpu.Sampler, error) {
 	reg := opsmetrics.New()
+	reg.MustRegister(modelCollector{e})
 	s, err := gpu.OpenSampler()
 	switch {
 	case err == nil:

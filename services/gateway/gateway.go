@@ -95,6 +95,14 @@ type Config struct {
 	HTTPRestricted, GRPCRestricted Restrictions
 	// Metrics are tritonserver's --metrics-config settings.
 	Metrics MetricsConfig
+	// MetricsConstellation serves on /metrics what /metrics/constellation
+	// serves: Triton's per-model and GPU metrics summed over the
+	// constellation beside the gateway's own, as Triton's page of one
+	// server. False (the default), /metrics has only the gateway's own:
+	// executors and sequence routers report the per-model metrics of
+	// their work on their own /metrics, so that Prometheus scraping every
+	// service counts each request once.
+	MetricsConstellation bool
 	// Trace is tritonserver's --trace-config: the startup trace settings,
 	// which the trace extension changes at run time across the
 	// constellation. Zero: tracing off, OpenTelemetry mode.

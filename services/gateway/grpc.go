@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	health "google.golang.org/grpc/health/grpc_health_v1"
@@ -116,6 +117,9 @@ func modelInferHandler(srv any, ctx context.Context, dec func(any) error, interc
 	if err := dec(r); err != nil {
 		return nil, err
 	}
+	if r.bad != nil {
+		return nil, r.bad // the message did not decode (the codec's Unmarshal)
+	}
 	in := &r.req
 	s := srv.(*grpcService)
 	if interceptor == nil {
@@ -144,6 +148,7 @@ type grpcRequest struct {
 	req  inference.ModelInferRequest
 	room infercodec.RequestRoom
 	fw   forwarding
+	bad  error // set, and req unusable, when the message did not decode (badRequest)
 	body [grpcSmallBody]byte
 }
 
@@ -194,7 +199,9 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 	var order streamOrder // numbers the requests of each sequence (sequence.go)
 	go func() {
 		for {
-			req, err := stream.Recv()
+			in := &streamRequest{req: new(inference.ModelInferRequest)}
+			err := stream.RecvMsg(in)
+			req := in.req
 			if err != nil {
 				if errors.Is(err, io.EOF) {
 					err = nil
@@ -207,6 +214,14 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 			case st.window <- struct{}{}:
 			case <-ctx.Done():
 				return // the handler returns ctx's error
+			}
+			if in.bad != nil {
+				// A message that did not decode is answered in its turn,
+				// as the client's mistake, and the stream goes on.
+				p := st.push(undecoded(req))
+				p.err = in.bad
+				st.complete(p)
+				continue
 			}
 			if vv, err := s.g.resolveRequest(req.GetModelName(), req.GetModelVersion()); err == nil && isDecoupled(vv) {
 				st.begin()
@@ -241,6 +256,21 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 		st.stop()
 		return ctx.Err()
 	}
+}
+
+// undecoded is what an error answer to a request that did not decode can
+// name of it: the model, version and id that were read, where UTF-8.
+func undecoded(req *inference.ModelInferRequest) *inference.ModelInferRequest {
+	named := new(inference.ModelInferRequest)
+	for _, f := range [...]struct {
+		dst *string
+		src string
+	}{{&named.ModelName, req.GetModelName()}, {&named.ModelVersion, req.GetModelVersion()}, {&named.Id, req.GetId()}} {
+		if utf8.ValidString(f.src) {
+			*f.dst = f.src
+		}
+	}
+	return named
 }
 
 // streamState orders one stream's answers.

@@ -12,7 +12,9 @@ import (
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/handoff"
+	"github.com/nereid-io/nereid/pkg/infer"
 	"github.com/nereid-io/nereid/pkg/infercodec"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
 // codec is the gRPC server codec: protobuf, except for the two messages
@@ -59,18 +61,60 @@ func (g *Gateway) grpcCodec() *codec {
 func (c *codec) Name() string { return "proto" }
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
-	if r, ok := v.(*grpcRequest); ok {
-		// A unary infer request (modelInferHandler): a small one is
-		// copied into r and decoded with its lists in r's room.
-		if n := data.Len(); n <= len(r.body) && n < c.threshold {
-			b := r.body[:n]
-			data.CopyTo(b)
-			err := infercodec.UnmarshalRequestIn(b, &r.req, &r.room)
-			r.fw.utf8Valid = err == nil // the decoder checked every string
-			return err
+	// An infer request that does not decode is the client's mistake, kept
+	// for its handler to answer: grpc-go answers an error of the codec
+	// itself with INTERNAL, and ends a stream with it.
+	switch t := v.(type) {
+	case *grpcRequest:
+		if err := c.unmarshalUnary(data, t); err != nil {
+			t.bad = badRequest(data, err)
 		}
-		v = &r.req
+		return nil
+	case *streamRequest:
+		if err := c.unmarshal(data, t.req); err != nil {
+			t.bad = badRequest(data, err)
+		}
+		return nil
 	}
+	return c.unmarshal(data, v)
+}
+
+// unmarshalUnary decodes a unary infer request (modelInferHandler): a
+// small one is copied into r and decoded with its lists in r's room.
+func (c *codec) unmarshalUnary(data mem.BufferSlice, r *grpcRequest) error {
+	if n := data.Len(); n <= len(r.body) && n < c.threshold {
+		b := r.body[:n]
+		data.CopyTo(b)
+		err := infercodec.UnmarshalRequestIn(b, &r.req, &r.room)
+		r.fw.utf8Valid = err == nil // the decoder checked every string
+		return err
+	}
+	return c.unmarshal(data, &r.req)
+}
+
+// streamRequest is what ModelStreamInfer receives a request into, so that
+// a request that does not decode is answered as the client's mistake, in
+// its turn, and the stream goes on.
+type streamRequest struct {
+	req *inference.ModelInferRequest
+	bad error // set when req did not decode: badRequest's answer
+}
+
+// badRequest is the answer to an infer request whose message did not
+// decode (err, protobuf's words): INVALID_ARGUMENT, naming the string when
+// one that is not UTF-8 is why (protobuf refuses those in proto3 strings,
+// and names only the field's type).
+func badRequest(data mem.BufferSlice, err error) error {
+	var req inference.ModelInferRequest
+	if req.UnmarshalVT(data.Materialize()) == nil {
+		if bad := infer.CheckUTF8(&req); bad != nil {
+			return bad
+		}
+	}
+	return tritonerr.InvalidArgf("malformed ModelInferRequest message: %v", err)
+}
+
+func (c *codec) unmarshal(data mem.BufferSlice, v any) error {
 	if req, ok := v.(*inference.ModelInferRequest); ok {
 		if data.Len() >= c.threshold {
 			if done, err := c.unmarshalRequest(data, req); done {

@@ -10,6 +10,7 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/internal/testutil/racebuild"
 	"github.com/nereid-io/nereid/pkg/handoff"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
 // pieces cuts b into buffers of step bytes (the last shorter), as gRPC
@@ -169,6 +170,29 @@ func FuzzCodecUnmarshalRequest(f *testing.F) {
 		}
 		if err == nil && !proto.Equal(got, &want) {
 			t.Fatal("codec and protobuf disagree")
+		}
+		// Received by a handler, a message protobuf refuses is the
+		// client's mistake: INVALID_ARGUMENT, never a codec error (which
+		// grpc-go would answer with INTERNAL).
+		for _, target := range []any{&streamRequest{req: new(inference.ModelInferRequest)}, new(grpcRequest)} {
+			if err := c.Unmarshal(pieces(b, int(step)), target); err != nil {
+				t.Fatalf("%T: codec error %v", target, err)
+			}
+			var bad error
+			switch r := target.(type) {
+			case *streamRequest:
+				bad = r.bad
+				handoff.TakeRegion(r.req).Release()
+			case *grpcRequest:
+				bad = r.bad
+				handoff.TakeRegion(&r.req).Release()
+			}
+			if (bad == nil) != (errWant == nil) {
+				t.Fatalf("%T: answer %v, protobuf %v", target, bad, errWant)
+			}
+			if bad != nil && tritonerr.From(bad).Kind != tritonerr.InvalidArg {
+				t.Fatalf("%T: answer %v is not INVALID_ARG", target, bad)
+			}
 		}
 	})
 }

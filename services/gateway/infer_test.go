@@ -626,12 +626,22 @@ func TestStatisticsAndMetrics(t *testing.T) {
 		t.Fatalf("gRPC ModelStatistics: %v %v", st, err)
 	}
 
+	// The gateway's own page leaves Triton's per-model metrics to the
+	// executors; /metrics/constellation sums them.
 	r := do(t, "GET", "http://"+g.MetricsAddr()+"/metrics", nil, nil)
 	if r.status != 200 {
 		t.Fatalf("metrics: %d", r.status)
 	}
+	if strings.Contains(string(r.body), "nv_inference_") || !strings.Contains(string(r.body), "nereid_executors{") {
+		t.Errorf("gateway's /metrics:\n%s", r.body)
+	}
+	r = do(t, "GET", "http://"+g.MetricsAddr()+"/metrics/constellation", nil, nil)
+	if r.status != 200 {
+		t.Fatalf("metrics/constellation: %d", r.status)
+	}
 	text := string(r.body)
 	for _, want := range []string{
+		"nereid_executors{",
 		fmt.Sprintf(`nv_inference_request_success{model="simple",version="1"} %d`, n),
 		`nv_inference_request_failure{model="simple",reason="REJECTED",version="1"} 0`,
 		`nv_inference_request_failure{model="simple",reason="CANCELED",version="1"} 0`,

@@ -5,13 +5,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/opsmetrics"
+	"github.com/nereid-io/nereid/pkg/tritonmetrics"
 )
 
-// The router's /metrics: what it holds per model whose lease it has, and
-// Nereid's NATS round trips. Its part of Triton's per-model metrics (the
-// requests it holds and those it failed) reaches the gateways over
-// bus.SequenceStatsSubject instead.
+// The router's /metrics: what it holds per model whose lease it has, its
+// part of Triton's per-model metrics of those models (the requests it
+// holds and those it failed itself, nv_inference_pending_request_count and
+// nv_inference_request_failure; executors report the rest), and Nereid's
+// NATS round trips. Gateways get the same part over
+// bus.SequenceStatsSubject for the statistics extension and
+// /metrics/constellation.
 var (
 	modelLabels = []string{"model", "version"}
 	descQueued  = prometheus.NewDesc("nereid_sequence_router_queued_requests",
@@ -32,6 +37,7 @@ func (c routerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueued, descBacklog, descActive, descSlots, descLeases} {
 		ch <- d
 	}
+	tritonmetrics.DescribeHeld(ch)
 }
 
 func (c routerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -42,8 +48,10 @@ func (c routerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.s.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(len(models)))
+	held := make([]*busv1.VersionMetrics, 0, len(models))
 	for _, m := range models {
 		m.lock()
+		held = append(held, m.metrics())
 		queued := len(m.pre)
 		var backlog, active, instances int
 		if m.core != nil {
@@ -59,6 +67,7 @@ func (c routerCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(v.d, prometheus.GaugeValue, float64(v.n), m.name, m.version)
 		}
 	}
+	tritonmetrics.CollectHeld(ch, held)
 }
 
 // MetricsHandler serves the router's metrics at /metrics.

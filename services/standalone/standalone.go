@@ -312,6 +312,9 @@ func (s *Server) Run(ctx context.Context) error {
 		Logging:          s.cfg.Logging,
 		GRPCRestricted:   s.cfg.GRPCRestricted,
 		Logger:           s.log,
+
+		// One server: Triton's page on /metrics.
+		MetricsConstellation: true,
 	})
 	if err != nil {
 		return err

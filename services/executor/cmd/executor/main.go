@@ -21,6 +21,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
+	"github.com/nereid-io/nereid/pkg/tritonmetrics"
 	"github.com/nereid-io/nereid/services/executor"
 )
 
@@ -46,7 +47,9 @@ func main() {
 	id := fs.String("id", "", "executor id on the bus (default: random)")
 	node := fs.String("node", "", "node name for node-local resources (default: host name)")
 	probeAddr := fs.String("probe-addr", "", "address for /livez, /readyz and /metrics (empty disables)")
-	metricsPort := fs.Int("metrics-port", 0, "port serving /metrics: GPU metrics, NATS round trips and the Triton backends' custom metrics (0 disables)")
+	metricsPort := fs.Int("metrics-port", 0, "port serving /metrics: Triton's per-model metrics of the requests this executor served, GPU metrics, NATS round trips and the Triton backends' custom metrics (0 disables)")
+	var metricsCfg tritonmetrics.Config
+	fs.Var(&metricsCfg, "metrics-config", tritonmetrics.FlagUsage)
 	backendDir := fs.String("backend-directory", "/opt/tritonserver/backends", "where Triton backend libraries are looked for (<dir>/<backend>/libtriton_<backend>.so)")
 	backendConfig := tritonflag.BackendConfig{}
 	fs.Var(backendConfig, "backend-config", "a setting for backends: <backend>,<setting>=<value> (repeatable)")
@@ -73,7 +76,7 @@ func main() {
 		Trace:               trace.Config(),
 		DisableAutoComplete: strictCfg || noAutoComplete, ExitOnError: exitOnError, ID: *id, Node: *node, Logger: log, Logging: logs,
 		BackendDirectory: *backendDir, BackendConfig: backendConfig, ServerLibrary: *serverLib, AllowUploadedCode: allowUploadedCode, UploadBudget: *uploadBudget,
-		RedisURL: *redisURL, RedisAuth: redisAuth,
+		RedisURL: *redisURL, RedisAuth: redisAuth, Metrics: metricsCfg,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "nereid-executor:", err)
 		os.Exit(1)

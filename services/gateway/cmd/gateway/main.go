@@ -37,6 +37,7 @@ func main() {
 	allowHTTP := tritonflag.Bool(fs, "allow-http", true, "serve HTTP/REST")
 	allowGRPC := tritonflag.Bool(fs, "allow-grpc", true, "serve gRPC")
 	allowMetrics := tritonflag.Bool(fs, "allow-metrics", true, "serve Prometheus metrics")
+	metricsConstellation := tritonflag.Bool(fs, "metrics-constellation", false, "serve on /metrics, beside the gateway's own metrics, Triton's per-model and GPU metrics summed over the constellation (always on /metrics/constellation); for a Prometheus that scrapes this gateway alone, not the executors and sequence routers")
 	maxInput := fs.Int64("http-max-input-size", gateway.DefaultHTTPMaxInputSize, "largest HTTP request body, in bytes, after decompression")
 	allowShm := tritonflag.Bool(fs, "allow-client-shm", false, "let clients register and unregister shared-memory regions")
 	timeout := fs.Duration("request-timeout", gateway.DefaultRequestTimeout, "deadline of an inference whose client sets none")
@@ -78,6 +79,8 @@ func main() {
 		Limits:           limits,
 		Logger:           log,
 		Logging:          logs,
+
+		MetricsConstellation: *metricsConstellation,
 	}
 	err := edge.Apply(&cfg)
 	if err == nil {
