@@ -40,8 +40,8 @@ func TestExecutorKilledInFlight(t *testing.T) {
 		t.Fatalf("stuck never became ready: %v\n%s", err, ex.Output())
 	}
 
-	// The liveness traffic of the requests the gateway waits for, by reply
-	// subject: its probes, as an executor hears them, and the executor's
+	// The liveness traffic of the requests the gateway waits for, by request
+	// (bus.ProbeID of its reply subject): its probes, as an executor hears them, and the executor's
 	// word that it holds them, as the gateway's inboxes receive it.
 	probed := map[string]bool{}
 	var mu sync.Mutex
@@ -49,8 +49,8 @@ func TestExecutorKilledInFlight(t *testing.T) {
 	if _, err := obs.Subscribe(bus.AliveSubject, func(m *nats.Msg) {
 		mu.Lock()
 		defer mu.Unlock()
-		for _, r := range strings.Split(string(m.Data), "\n") {
-			probed[r] = true
+		for data := m.Data; len(data) >= len(bus.ProbeID("")); data = data[len(bus.ProbeID("")):] {
+			probed[string(data[:len(bus.ProbeID(""))])] = true
 		}
 	}); err != nil {
 		t.Fatal(err)
@@ -60,7 +60,8 @@ func TestExecutorKilledInFlight(t *testing.T) {
 		if m.Header.Get(bus.HeaderAlive) != "" {
 			mu.Lock()
 			defer mu.Unlock()
-			probed[m.Subject] = true
+			id := bus.ProbeID(m.Subject)
+			probed[string(id[:])] = true
 		}
 	}); err != nil {
 		t.Fatal(err)

@@ -1,8 +1,8 @@
 package bus
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"strings"
 	"sync"
@@ -20,7 +20,9 @@ import (
 // -9) or is cut off from NATS (a partition), its requester would wait for
 // its deadline. So a requester that has heard nothing on a request's reply
 // subject for a while asks, on AliveSubject, who still holds it: the body
-// lists the reply subjects in question, one per line. Every Conn that
+// lists the requests in question by id (ProbeID, a digest of the reply
+// subject: every role listens there, and a reply subject is known only to
+// its requester and its responder). Every Conn that
 // handles requests listens there, and the one holding such a request (a
 // handler running or queued, a delegated request not yet answered, a
 // request held explicitly) answers at once with an empty message carrying
@@ -99,7 +101,6 @@ func (c *Conn) sweep() {
 	defer t.Stop()
 	var (
 		boxes []*inbox
-		toks  []string
 		probe []string
 		hb    heartbeats
 		rtt   roundTrip
@@ -120,11 +121,11 @@ func (c *Conn) sweep() {
 			continue
 		}
 		hb.beat(c)
-		boxes, toks = boxes[:0], toks[:0]
+		boxes = boxes[:0]
 		c.mu.Lock()
-		for tok, b := range c.inboxes {
+		for _, b := range c.inboxes {
 			if b.watched {
-				boxes, toks = append(boxes, b), append(toks, tok)
+				boxes = append(boxes, b)
 			}
 		}
 		c.mu.Unlock()
@@ -137,7 +138,7 @@ func (c *Conn) sweep() {
 			switch b.quiet(keepingUp) {
 			case quietHeard:
 			case quietProbe:
-				probe = append(probe, c.prefix+toks[i])
+				probe = append(probe, boxes[i].name)
 			case quietLost:
 				b.fail()
 			}
@@ -269,46 +270,77 @@ func (b *inbox) alive() {
 	b.mu.Unlock()
 }
 
-// sendProbes publishes the reply subjects on AliveSubject, as few messages
-// as the max payload allows.
+// probeIDLen is the length of a request's id in a liveness probe.
+const probeIDLen = 16
+
+// ProbeID is what a liveness probe says of the request whose reply subject
+// is reply: a digest that names it to the Conn holding it, and tells every
+// other listener nothing about the subject (which only the requester and
+// the responder may know: the requester accepts a reply only on it).
+func ProbeID(reply string) (id [probeIDLen]byte) {
+	sum := sha256.Sum256([]byte(reply))
+	copy(id[:], sum[:])
+	return id
+}
+
+// sendProbes publishes the ids of the requests whose reply subjects are
+// replies on AliveSubject, as few messages as the max payload allows.
 func (c *Conn) sendProbes(replies []string) {
 	if len(replies) == 0 {
 		return
 	}
-	limit := int(c.nc.MaxPayload()) / 2
-	var buf bytes.Buffer
+	limit := max(int(c.nc.MaxPayload())/2, probeIDLen)
+	buf := make([]byte, 0, min(len(replies)*probeIDLen, limit))
 	for _, r := range replies {
-		if buf.Len() > 0 && buf.Len()+1+len(r) > limit {
-			_ = c.nc.Publish(AliveSubject, buf.Bytes())
-			buf = bytes.Buffer{}
+		if len(buf)+probeIDLen > limit {
+			_ = c.nc.Publish(AliveSubject, buf)
+			buf = make([]byte, 0, min(len(replies)*probeIDLen, limit))
 		}
-		if buf.Len() > 0 {
-			buf.WriteByte('\n')
-		}
-		buf.WriteString(r)
+		id := ProbeID(r)
+		buf = append(buf, id[:]...)
 	}
-	_ = c.nc.Publish(AliveSubject, buf.Bytes())
+	_ = c.nc.Publish(AliveSubject, buf)
 }
 
-// answerProbes answers, on each listed reply subject, for the requests this
-// Conn holds.
+// answerProbes answers, on the reply subject of each request this Conn
+// holds whose id the probe lists, for that request.
 func (c *Conn) answerProbes(m *nats.Msg) {
-	data := m.Data
-	for len(data) > 0 {
-		var line []byte
-		line, data, _ = bytes.Cut(data, []byte{'\n'})
-		if len(line) == 0 {
-			continue
-		}
-		reply := string(line)
-		if c.holds(reply) {
+	if len(m.Data) < probeIDLen {
+		return
+	}
+	asked := make(map[[probeIDLen]byte]struct{}, len(m.Data)/probeIDLen)
+	for data := m.Data; len(data) >= probeIDLen; data = data[probeIDLen:] {
+		asked[[probeIDLen]byte(data[:probeIDLen])] = struct{}{}
+	}
+	for _, reply := range c.heldReplies() {
+		if _, ok := asked[ProbeID(reply)]; ok {
 			_ = c.nc.PublishMsg(&nats.Msg{Subject: reply, Header: nats.Header{HeaderAlive: []string{"1"}}})
 		}
 	}
 }
 
+// heldReplies lists the reply subjects of the requests this Conn holds: a
+// handler serves them, or they are held (and not past their deadline).
+func (c *Conn) heldReplies() []string {
+	cs := &c.cancels
+	now := time.Now()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	out := make([]string, 0, len(cs.inflight)+len(cs.held))
+	for reply := range cs.inflight {
+		out = append(out, reply)
+	}
+	for reply, h := range cs.held {
+		if _, ok := cs.inflight[reply]; !ok && (h.deadline.IsZero() || now.Before(h.deadline)) {
+			out = append(out, reply)
+		}
+	}
+	return out
+}
+
 // holding is a request this Conn holds without running a handler for it.
 type holding struct {
+	key      uint64    // the request's cancellation key, when received here
 	n        int       // Hold calls not yet released
 	auto     bool      // a delegated request not yet answered
 	deadline time.Time // the requester's; zero for none
@@ -346,9 +378,24 @@ func (c *Conn) Hold(reply string) (release func()) {
 	if err := c.listenCancels(); err != nil {
 		c.opts.log.Warn("bus: liveness probes not answered", "err", err)
 	}
-	c.hold(reply, time.Time{}, false)
+	c.hold(reply, time.Time{}, false, 0)
 	var once sync.Once
 	return func() { once.Do(func() { c.unhold(reply, false) }) }
+}
+
+// heldKey is the cancellation key of the request held on reply, 0 when
+// none is known here.
+func (c *Conn) heldKey(reply string) uint64 {
+	cs := &c.cancels
+	if cs.holding.Load() == 0 {
+		return 0
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if h := cs.held[reply]; h != nil {
+		return h.key
+	}
+	return 0
 }
 
 // Release ends the hold HandleDelegated took on a request this Conn passed
@@ -360,7 +407,7 @@ func (c *Conn) Release(reply string) { c.unhold(reply, true) }
 // deadline are dropped (a request passed on and never released).
 const purgeEvery = 1024
 
-func (c *Conn) hold(reply string, deadline time.Time, auto bool) {
+func (c *Conn) hold(reply string, deadline time.Time, auto bool, key uint64) {
 	cs := &c.cancels
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -385,6 +432,9 @@ func (c *Conn) hold(reply string, deadline time.Time, auto bool) {
 		h.auto = true
 	} else {
 		h.n++
+	}
+	if key != 0 {
+		h.key = key
 	}
 	if deadline.After(h.deadline) {
 		h.deadline = deadline

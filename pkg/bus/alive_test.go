@@ -53,7 +53,7 @@ func liveness(t *testing.T, s *server.Server, client *Conn) *atomic.Int64 {
 	if _, err := nc.Subscribe(AliveSubject, func(*nats.Msg) { n.Add(1) }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nc.Subscribe(client.prefix+"*", func(m *nats.Msg) {
+	if _, err := nc.Subscribe(client.prefix+">", func(m *nats.Msg) {
 		if m.Header[HeaderAlive] != nil {
 			n.Add(1)
 		}
@@ -290,16 +290,16 @@ func TestAliveHoldsEnd(t *testing.T) {
 	if c.holds("_INBOX.x.1") {
 		t.Fatal("released request still held")
 	}
-	c.hold("_INBOX.x.2", time.Now().Add(time.Hour), true)
+	c.hold("_INBOX.x.2", time.Now().Add(time.Hour), true, 0)
 	c.ReplyError("_INBOX.x.2", tritonerr.Internalf("no"))
 	if c.holds("_INBOX.x.2") {
 		t.Fatal("answered delegated request still held")
 	}
-	c.hold("_INBOX.x.3", time.Now().Add(-time.Second), true)
+	c.hold("_INBOX.x.3", time.Now().Add(-time.Second), true, 0)
 	if c.holds("_INBOX.x.3") {
 		t.Fatal("a request past its deadline still held")
 	}
-	c.hold("_INBOX.x.4", time.Time{}, true)
+	c.hold("_INBOX.x.4", time.Time{}, true, 0)
 	c.Release("_INBOX.x.4")
 	if c.holds("_INBOX.x.4") {
 		t.Fatal("released delegated request still held")

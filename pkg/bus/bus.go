@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +28,7 @@ import (
 type Conn struct {
 	nc     *nats.Conn
 	opts   options
-	prefix string // "<inbox>." ; a token completes it
+	prefix string // "<inbox>." ; "<class>.<nonce>.<n>" completes it
 	mux    *nats.Subscription
 	done   chan struct{}
 	close  sync.Once
@@ -129,7 +131,7 @@ func New(nc *nats.Conn, opts ...Option) (*Conn, error) {
 		done:    make(chan struct{}),
 		inboxes: make(map[string]*inbox),
 	}
-	sub, err := nc.Subscribe(c.prefix+"*", c.dispatch)
+	sub, err := nc.Subscribe(c.prefix+">", c.dispatch)
 	if err != nil {
 		return nil, err
 	}
@@ -189,13 +191,20 @@ func (c *Conn) Close() error {
 
 // dispatch routes a message on the reply subscription to its inbox. It only
 // queues, so the subscription never backs up behind a slow consumer of one
-// transfer; flow control bounds what each inbox can hold.
+// transfer; flow control bounds what each inbox can hold. A message whose
+// last token names an inbox in use but whose subject is not that inbox's
+// (another class of responder, or a guessed nonce) is forged: it is
+// dropped and counted.
 func (c *Conn) dispatch(m *nats.Msg) {
-	tok := m.Subject[len(c.prefix):]
+	tok := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	c.mu.Lock()
 	b := c.inboxes[tok]
 	c.mu.Unlock()
 	if b != nil {
+		if m.Subject != b.name {
+			c.forged(m)
+			return
+		}
 		if len(m.Header) > 0 && m.Header[HeaderAlive] != nil {
 			b.alive() // a responder still holds the request (alive.go)
 			return
@@ -211,32 +220,55 @@ func (c *Conn) dispatch(m *nats.Msg) {
 	}
 }
 
-// register opens an inbox reachable at the returned subject.
-func (c *Conn) register() (subject string, b *inbox) { return c.registerInbox(false) }
+// forgedReplies counts the messages refused by dispatch, in every Conn of
+// the process.
+var forgedReplies atomic.Uint64
 
-// registerRequest opens the inbox of a request, swept for the liveness of
-// its responder (alive.go).
-func (c *Conn) registerRequest() (subject string, b *inbox) {
-	return c.registerInbox(c.opts.liveness > 0)
+// ForgedReplies is the number of messages this process's Conns refused
+// because they arrived on a subject other than the inbox they claimed: a
+// reply from a role or an instance the request did not go to.
+func ForgedReplies() uint64 { return forgedReplies.Load() }
+
+func (c *Conn) forged(m *nats.Msg) {
+	if n := forgedReplies.Add(1); n&(n-1) == 0 { // 1, 2, 4, ...: a flood does not flood the log
+		c.opts.log.Warn("bus: refused a reply from a responder the request did not go to", "subject", m.Subject, "refused", n)
+	}
 }
 
-func (c *Conn) registerInbox(watched bool) (subject string, b *inbox) {
+// register opens an inbox reachable at the returned subject, private to a
+// transfer with the requester whose reply subject is reply.
+func (c *Conn) register(reply string) (subject string, b *inbox) {
+	return c.registerInbox(false, peerClass(reply))
+}
+
+// registerRequest opens the inbox of a request to subject, swept for the
+// liveness of its responder (alive.go).
+func (c *Conn) registerRequest(subject string) (reply string, b *inbox) {
+	return c.registerInbox(c.opts.liveness > 0, ReplyClass(subject))
+}
+
+func (c *Conn) registerInbox(watched bool, class string) (subject string, b *inbox) {
 	lost, _ := c.link.state()
 	b = &inbox{signal: make(chan struct{}, 1), done: c.done, lost: lost}
 	// The subject in the inbox's own bytes (an inbox is never reused, so
 	// they do not change), its token a part of it.
-	sb := strconv.AppendUint(append(b.subject[:0], c.prefix...), c.seq.Add(1), 36)
+	sb := append(b.subject[:0], c.prefix...)
+	sb = append(append(sb, class...), '.')
+	sb = append(strconv.AppendUint(sb, rand.Uint64(), 36), '.')
+	sb = strconv.AppendUint(sb, c.seq.Add(1), 36)
 	if len(sb) <= len(b.subject) {
 		subject = unsafe.String(unsafe.SliceData(sb), len(sb))
 	} else {
 		subject = string(sb) // a long custom prefix
 	}
-	tok := subject[len(c.prefix):]
+	b.name = subject
+	tok := subject[strings.LastIndexByte(subject, '.')+1:]
 	b.q = b.first[:0]
 	if watched {
 		b.watched = true
 		b.heard = 1 // a fresh request counts as word at its start
 	}
+	b.key = rand.Uint64() | 1
 	c.mu.Lock()
 	c.inboxes[tok] = b
 	c.mu.Unlock()
@@ -245,7 +277,7 @@ func (c *Conn) registerInbox(watched bool) (subject string, b *inbox) {
 
 func (c *Conn) unregister(subject string) {
 	c.mu.Lock()
-	delete(c.inboxes, subject[len(c.prefix):])
+	delete(c.inboxes, subject[strings.LastIndexByte(subject, '.')+1:])
 	c.mu.Unlock()
 }
 
@@ -326,18 +358,19 @@ func (c *Conn) subscribe(s *Subscription, subject, queue string, cb nats.MsgHand
 }
 
 // requestContext is the context a handler of m runs in: the requester's
-// trace context and deadline. ok is false, and the requester told so, when
-// the deadline has already passed.
-func (c *Conn) requestContext(m *nats.Msg) (ctx context.Context, cancel context.CancelFunc, ok bool) {
+// trace context and deadline; key is the request's cancellation key. ok is
+// false, and the requester told so, when the deadline has already passed.
+func (c *Conn) requestContext(m *nats.Msg) (ctx context.Context, cancel context.CancelFunc, key uint64, ok bool) {
 	ctx, cancel = c.traceContext(m), func() {}
-	if d, has := unwrap(m); has {
+	d, has, key := unwrap(m)
+	if has {
 		if !time.Now().Before(d) {
 			c.respondError(m.Reply, tritonerr.Unavailablef("request to %s timed out before it was handled", target(m.Subject)))
-			return nil, nil, false
+			return nil, nil, 0, false
 		}
 		ctx, cancel = context.WithDeadline(ctx, d)
 	}
-	return ctx, cancel, true
+	return ctx, cancel, key, true
 }
 
 // traceContext is Background carrying m's trace context, if any.
@@ -436,7 +469,9 @@ type inbox struct {
 	silent      int
 	gone        bool
 
-	subject [64]byte // the bytes of its subject (registerInbox)
+	name    string    // its subject
+	key     uint64    // a request's cancellation key (cancel.go)
+	subject [128]byte // the bytes of its subject (registerInbox)
 }
 
 func (b *inbox) put(m *nats.Msg) {

@@ -1,8 +1,11 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,11 +15,22 @@ import (
 
 // Cancellation: a requester whose ctx is cancelled (not merely past its
 // deadline, which the responder knows already) publishes the reply subject
-// of the abandoned request on CancelSubject. Every Conn that handles
-// requests listens there and cancels the ctx of the handler serving that
-// reply subject, so that work which has not started (a request waiting in a
-// batcher's queue) is dropped instead of run for nobody. Reply subjects are
-// unique per request, so the broadcast names exactly one request.
+// of the abandoned request and the request's cancellation key on
+// CancelSubject. Every Conn that handles requests listens there and cancels
+// the ctx of the handler serving that reply subject, so that work which has
+// not started (a request waiting in a batcher's queue) is dropped instead of
+// run for nobody. Reply subjects are unique per request, so the broadcast
+// names exactly one request.
+//
+// The key is a random number the requester put in the request (envelope.go,
+// HeaderKey) and nowhere else until it cancels: only the requester and the
+// responder know it. A reply subject is no secret to the other Conns of the
+// requester's role (they may read their role's inboxes), so a cancellation
+// that names a request served here without its key is ignored. A process
+// that serves a request it did not receive itself (TrackRequest, Hold: an
+// executor running a batch from the sequence router) knows no key and
+// follows any cancellation naming the reply subject, as the router forwards
+// them.
 //
 // The cancellation and the request arrive on different subscriptions, which
 // nats.go dispatches independently: a cancellation may overtake its own
@@ -40,11 +54,11 @@ type cancels struct {
 	alive *nats.Subscription // liveness probes (alive.go)
 
 	mu       sync.Mutex
-	inflight map[string]canceler
-	early    map[string]time.Time // cancellations that overtook their request
-	held     map[string]*holding  // requests held without a handler (alive.go)
-	purgeAt  int                  // size of held at which expired holds are dropped
-	holding  atomic.Int64         // len(held), read without the lock
+	inflight map[string]tracked
+	early    map[string]*tombstone // cancellations that overtook their request
+	held     map[string]*holding   // requests held without a handler (alive.go)
+	purgeAt  int                   // size of held at which expired holds are dropped
+	holding  atomic.Int64          // len(held), read without the lock
 }
 
 // listenCancels subscribes to CancelSubject, and to AliveSubject for the
@@ -54,11 +68,12 @@ func (c *Conn) listenCancels() error {
 	c.cancels.once.Do(func() {
 		// Under the lock: the sweep's heartbeats (alive.go) read them.
 		c.cancels.mu.Lock()
-		c.cancels.inflight = map[string]canceler{}
-		c.cancels.early = map[string]time.Time{}
+		c.cancels.inflight = map[string]tracked{}
+		c.cancels.early = map[string]*tombstone{}
 		c.cancels.mu.Unlock()
 		sub, err := c.nc.Subscribe(CancelSubject, func(m *nats.Msg) {
-			c.cancelHandler(string(m.Data))
+			reply, key := parseCancel(m.Data)
+			c.cancelHandler(reply, key)
 		})
 		if err == nil {
 			err = c.setLimits(sub)
@@ -89,13 +104,15 @@ func (c *Conn) TrackRequest(ctx context.Context, reply string) (context.Context,
 }
 
 // trackHandler registers the handler serving reply; the returned func
-// unregisters it. ctx is cancelled if the requester cancels.
+// unregisters it. ctx is cancelled if the requester cancels. The key is the
+// one of the request when this Conn received it (HandleDelegated), none
+// otherwise.
 func (c *Conn) trackHandler(ctx context.Context, reply string) (context.Context, func()) {
 	if reply == "" || c.cancels.inflight == nil {
 		return ctx, func() {}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	c.trackCancel(reply, causeFunc(cancel))
+	c.trackCancel(reply, c.heldKey(reply), causeFunc(cancel))
 	return ctx, func() {
 		c.untrack(reply)
 		cancel(nil)
@@ -110,21 +127,48 @@ type causeFunc context.CancelCauseFunc
 
 func (f causeFunc) cancel(cause error) { f(cause) }
 
+// tracked is a request served here: what cancels it, and its key (0: not
+// known here, any cancellation naming it is followed).
+type tracked struct {
+	c   canceler
+	key uint64
+}
+
+// tombstone is a cancellation that overtook its request: when it came, and
+// the keys it came with (0 for none).
+type tombstone struct {
+	at   time.Time
+	keys []uint64
+}
+
+// maxTombstoneKeys bounds the keys remembered for one reply subject: a
+// flood of bogus cancellations cannot grow a tombstone without end.
+const maxTombstoneKeys = 4
+
+// applies reports whether a cancellation remembered here cancels the
+// request whose key is key.
+func (t *tombstone) applies(key uint64) bool {
+	return key == 0 || slices.Contains(t.keys, key)
+}
+
 // trackCancel registers cancel as what a cancellation of the request
-// whose reply subject is reply calls (at once when the cancellation
-// overtook the request). It reports false, registering nothing, when the
-// Conn does not follow cancellations or there is no reply subject.
-func (c *Conn) trackCancel(reply string, cancel canceler) bool {
+// whose reply subject is reply, with key (0 for any), calls (at once when
+// the cancellation overtook the request). It reports false, registering
+// nothing, when the Conn does not follow cancellations or there is no
+// reply subject.
+func (c *Conn) trackCancel(reply string, key uint64, cancel canceler) bool {
 	if reply == "" || c.cancels.inflight == nil {
 		return false
 	}
 	cs := &c.cancels
 	cs.mu.Lock()
-	if _, ok := cs.early[reply]; ok {
-		delete(cs.early, reply)
-		cancel.cancel(errRequesterCancelled)
+	if len(cs.early) > 0 {
+		if t, ok := cs.early[reply]; ok && t.applies(key) {
+			delete(cs.early, reply)
+			cancel.cancel(errRequesterCancelled)
+		}
 	}
-	cs.inflight[reply] = cancel
+	cs.inflight[reply] = tracked{c: cancel, key: key}
 	cs.mu.Unlock()
 	return true
 }
@@ -137,39 +181,77 @@ func (c *Conn) untrack(reply string) {
 	cs.mu.Unlock()
 }
 
-// cancelHandler cancels the handler serving reply, or remembers the
-// cancellation for a request still to arrive.
-func (c *Conn) cancelHandler(reply string) {
+// parseCancel reads a cancellation: the reply subject, a space and the key
+// in hexadecimal (key 0 when absent, as the sequence router forwards them).
+func parseCancel(data []byte) (reply string, key uint64) {
+	r, k, ok := bytes.Cut(data, []byte{' '})
+	if ok {
+		key, _ = strconv.ParseUint(string(k), 16, 64)
+	}
+	return string(r), key
+}
+
+// cancelHandler cancels the handler serving reply when key is its key (or
+// it has none), or remembers the cancellation for a request still to
+// arrive.
+func (c *Conn) cancelHandler(reply string, key uint64) {
 	if reply == "" {
 		return
 	}
 	cs := &c.cancels
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cancel, ok := cs.inflight[reply]; ok {
-		cancel.cancel(errRequesterCancelled)
+	if t, ok := cs.inflight[reply]; ok {
+		if t.key == 0 || t.key == key {
+			t.c.cancel(errRequesterCancelled)
+		}
 		return
 	}
 	now := time.Now()
 	if len(cs.early) >= 256 {
 		for k, t := range cs.early {
-			if now.Sub(t) > cancelTombstoneTTL {
+			if now.Sub(t.at) > cancelTombstoneTTL {
 				delete(cs.early, k)
 			}
 		}
 	}
+	if t, ok := cs.early[reply]; ok {
+		if len(t.keys) < maxTombstoneKeys && !slices.Contains(t.keys, key) {
+			t.keys = append(t.keys, key)
+		}
+		return
+	}
 	if len(cs.early) < 1<<16 { // a flood of bogus cancellations cannot grow it without end
-		cs.early[reply] = now
+		cs.early[reply] = &tombstone{at: now, keys: []uint64{key}}
 	}
 }
 
-// sendCancel tells the responders that the request waiting on reply was
-// cancelled, when err ended it because ctx was cancelled.
-func (c *Conn) sendCancel(ctx context.Context, reply string, err error) error {
+// cancelServed cancels the handler serving reply whatever its key: this
+// Conn's own decision (a stream nobody reads any more).
+func (c *Conn) cancelServed(reply string) {
+	cs := &c.cancels
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if t, ok := cs.inflight[reply]; ok {
+		t.c.cancel(errRequesterCancelled)
+	}
+}
+
+// sendCancel tells the responders that the request waiting on reply, whose
+// cancellation key is key, was cancelled, when err ended it because ctx was
+// cancelled.
+func (c *Conn) sendCancel(ctx context.Context, reply string, key uint64, err error) error {
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
-		_ = c.nc.Publish(CancelSubject, []byte(reply))
+		c.publishCancel(reply, key)
 	}
 	return err
+}
+
+// publishCancel publishes the cancellation of the request on reply.
+func (c *Conn) publishCancel(reply string, key uint64) {
+	msg := make([]byte, 0, len(reply)+17)
+	msg = append(append(msg, reply...), ' ')
+	_ = c.nc.Publish(CancelSubject, strconv.AppendUint(msg, key, 16))
 }
 
 // stopCancels ends the cancellation subscription (Close).

@@ -63,7 +63,7 @@ func TestCancelBeforeRequest(t *testing.T) {
 	if err := srv.listenCancels(); err != nil {
 		t.Fatal(err)
 	}
-	srv.cancelHandler("_INBOX.x.1")
+	srv.cancelHandler("_INBOX.x.1", 0)
 	ctx, done := srv.trackHandler(context.Background(), "_INBOX.x.1")
 	defer done()
 	if !errors.Is(context.Cause(ctx), errRequesterCancelled) {
@@ -114,5 +114,117 @@ func TestCancelNotSentOnSuccessOrTimeout(t *testing.T) {
 	case r := <-seen:
 		t.Fatalf("a cancellation was published for %s", r)
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestCancelNeedsTheKey: a cancellation naming a request's reply subject
+// without the key the requester put in the request (what another Conn of
+// the requester's role, which may read its role's inboxes, can forge) does
+// not cancel it; the requester's own does. Plain, chunked and streamed
+// requests alike.
+func TestCancelNeedsTheKey(t *testing.T) {
+	s := startServer(t, 0)
+	client := connect(t, s, WithChunkSize(1024))
+	srv := connect(t, s, WithChunkSize(1024))
+	spy, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Close()
+	for _, tc := range []struct {
+		name   string
+		size   int
+		stream bool
+	}{{"plain", 16, false}, {"chunked", 8 << 10, false}, {"stream", 16, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			subject := "test.cancelkey." + tc.name
+			replies := make(chan string, 1)
+			sub, err := spy.Subscribe(subject, func(m *nats.Msg) {
+				if m.Header.Get(HeaderChunk) == "" || m.Header.Get(HeaderChunk) == "0" {
+					replies <- m.Reply
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			_ = spy.Flush()
+			cause := make(chan error, 1)
+			started := make(chan struct{})
+			mustHandle(t, srv, subject, "", func(ctx context.Context, req []byte) (proto.Message, error) {
+				close(started)
+				<-ctx.Done()
+				cause <- context.Cause(ctx)
+				return nil, ctx.Err()
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				if tc.stream {
+					st, err := client.Stream(ctx, subject, bytesValue(pattern(tc.size, 1)), 0)
+					if err == nil {
+						_, err = st.Recv()
+						st.Close()
+					}
+					errc <- err
+					return
+				}
+				errc <- client.Request(ctx, subject, bytesValue(pattern(tc.size, 1)), nil)
+			}()
+			<-started
+			reply := <-replies
+			for _, forged := range []string{reply, reply + " 0", reply + " 1", reply + " ffffffffffffffff"} {
+				if err := spy.Publish(CancelSubject, []byte(forged)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = spy.Flush()
+			select {
+			case got := <-cause:
+				t.Fatalf("a cancellation without the request's key ended the handler: %v", got)
+			case <-time.After(300 * time.Millisecond):
+			}
+			cancel()
+			wantErr(t, <-errc, tritonerr.Cancelled, "")
+			select {
+			case got := <-cause:
+				if !errors.Is(got, errRequesterCancelled) {
+					t.Fatalf("handler ctx ended with %v, want the requester's cancellation", got)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the requester's own cancellation never reached the handler")
+			}
+		})
+	}
+}
+
+// TestCancelKeyTombstone: a forged cancellation that overtakes a request
+// is not applied to it; the requester's own, or a keyless one for a
+// request tracked without a key (TrackRequest of a request received
+// elsewhere), is.
+func TestCancelKeyTombstone(t *testing.T) {
+	s := startServer(t, 0)
+	srv := connect(t, s)
+	if err := srv.listenCancels(); err != nil {
+		t.Fatal(err)
+	}
+	srv.cancelHandler("_INBOX.x.1", 7)
+	var cancelled error
+	srv.trackCancel("_INBOX.x.1", 8, causeFunc(func(err error) { cancelled = err }))
+	if cancelled != nil {
+		t.Fatal("a cancellation with another key was applied")
+	}
+	srv.untrack("_INBOX.x.1")
+	srv.cancelHandler("_INBOX.x.2", 9)
+	srv.trackCancel("_INBOX.x.2", 9, causeFunc(func(err error) { cancelled = err }))
+	if !errors.Is(cancelled, errRequesterCancelled) {
+		t.Fatal("the requester's early cancellation was not applied")
+	}
+	srv.untrack("_INBOX.x.2")
+	ctx, done := srv.TrackRequest(context.Background(), "_INBOX.x.3")
+	defer done()
+	srv.cancelHandler("_INBOX.x.3", 0)
+	if !errors.Is(context.Cause(ctx), errRequesterCancelled) {
+		t.Fatal("a forwarded cancellation of a request tracked without a key was not applied")
 	}
 }

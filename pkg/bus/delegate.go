@@ -72,7 +72,7 @@ func (c *Conn) handleDelegated(subject, queue string, fn DelegateFunc, ordered b
 
 func (c *Conn) serveDelegated(s *Subscription, m *nats.Msg, fn DelegateFunc) {
 	defer s.inflight.Done()
-	ctx, cancel, ok := c.requestContext(m)
+	ctx, cancel, key, ok := c.requestContext(m)
 	if !ok {
 		return
 	}
@@ -81,7 +81,7 @@ func (c *Conn) serveDelegated(s *Subscription, m *nats.Msg, fn DelegateFunc) {
 		// Held, for the requester's liveness probes, until answered from
 		// this Conn or released (Release): fn may keep it queued for long.
 		d, _ := ctx.Deadline()
-		c.hold(m.Reply, d, true)
+		c.hold(m.Reply, d, true, key)
 	}
 	data, ackTo, _, ok := c.receiveRequest(ctx, m)
 	if !ok {

@@ -24,6 +24,8 @@
 //	Nereid-Deadline    requester's deadline, Unix nanoseconds, decimal; absent = none.
 //	                   A responder refuses (UNAVAILABLE) a request whose deadline has
 //	                   passed and runs the handler under that deadline.
+//	Nereid-Key         the request's cancellation key, hexadecimal: random, known to
+//	                   the requester and the responder only (see Cancellation).
 //	traceparent, ...   OpenTelemetry context, written by the global propagator
 //	                   (otel.GetTextMapPropagator) through HeaderCarrier.
 //	Nereid-Error-Kind  on a reply: the request failed; Triton's kind name
@@ -32,15 +34,28 @@
 //	Nereid-Error       the message, with '%', control characters and a leading or
 //	                   trailing space written as %XX (upper-case hex).
 //
-// A request that fits in one message and would carry its deadline alone in
-// headers (no trace context) has no headers: its body starts with an
-// envelope, 0x00 0x01 and the deadline in Unix nanoseconds as 8 bytes
-// big-endian, then the protobuf body (no protobuf encoding starts with 0x00).
+// A request that fits in one message and would carry its deadline and key
+// alone in headers (no trace context) has no headers: its body starts with
+// an envelope, 0x00 0x02, the deadline in Unix nanoseconds as 8 bytes
+// big-endian (0: none) and the key as 8 bytes, then the protobuf body (no
+// protobuf encoding starts with 0x00). An envelope 0x00 0x01 and the
+// deadline alone (no key) is read too.
 //
 // A reply without Nereid-Error-Kind is a success; a reply with no headers at
 // all is the whole body. A request is a message to the subject with a reply
 // subject; every message for that request comes back to that reply subject,
-// which is one token under the requester's own wildcard inbox subscription.
+// under the requester's own wildcard inbox subscription:
+//
+//	<inbox prefix of the role>.<nuid>.<class>.<nonce>.<n>
+//
+// class names the roles that may answer (ReplyClass: "executor" for an
+// inference request, "executor_sequence-router" for a sequence request,
+// "all" for settings; for a private inbox of a transfer, the peer's role),
+// nonce is random and n counts the Conn's inboxes. The NATS permissions
+// (permissions.go) let a role publish only under the classes it belongs
+// to; the requester takes a message only on the exact subject of an inbox
+// in use, and refuses and counts (ForgedReplies) one that names an inbox
+// number in use on another subject: another class, or a guessed nonce.
 //
 // # Chunks
 //
@@ -93,9 +108,15 @@
 //
 // A requester whose ctx is cancelled (not one whose deadline passed: the
 // responder holds the deadline already) publishes the request's reply
-// subject R, as the body, on CancelSubject ("nereid.v1.cancel"). Every Conn
-// that handles requests subscribes there and cancels the ctx of the handler
-// serving R (cause: the requester cancelled), so a handler can drop work
+// subject R, a space and its key in hexadecimal, as the body, on
+// CancelSubject ("nereid.v1.cancel"). Every Conn that handles requests
+// subscribes there and cancels the ctx of the handler serving R (cause:
+// the requester cancelled) when the key is the request's, so that nobody
+// but the requester (not even another Conn of its role, which may read its
+// role's inboxes) can cancel it; a process serving a request it did not
+// receive (TrackRequest: an executor running a batch of the sequence
+// router, which forwards cancellations as R alone) follows any
+// cancellation naming R. So a handler can drop work
 // that has not started, such as a request still waiting in a batcher's
 // queue. The cancellation may overtake its request (two subscriptions are
 // dispatched independently); it is then remembered for a few seconds and
@@ -106,9 +127,11 @@
 //
 // A requester that has heard nothing on a request's reply subject R for one
 // to two sweep intervals (WithLiveness, default 1 s; one goroutine per Conn
-// sweeps every request in flight) publishes R, one per line with the
-// others of that sweep, on AliveSubject ("nereid.v1.alive"). Every Conn
-// that handles requests subscribes there and answers for each R it holds
+// sweeps every request in flight) publishes ProbeID(R) (16 bytes of its
+// SHA-256: every role reads the probes, and must not learn R), back to
+// back with the others of that sweep, on AliveSubject ("nereid.v1.alive").
+// Every Conn that handles requests subscribes there and answers for each R
+// it holds whose id is listed
 // (a handler running or queued, a delegated request not yet answered or
 // released, a request held with Hold) with an empty message carrying
 // Nereid-Alive: 1 on R; the requester counts it as word and drops it.

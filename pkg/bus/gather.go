@@ -20,7 +20,7 @@ func (c *Conn) Gather(ctx context.Context, subject string, req proto.Message, fn
 	if err != nil {
 		return tritonerr.Internalf("bus: cannot encode request to %s: %v", target(subject), err)
 	}
-	reply, in := c.register()
+	reply, in := c.registerInbox(false, ReplyClass(subject))
 	defer c.unregister(reply)
 	hdr := nats.Header{}
 	if d, ok := ctx.Deadline(); ok {

@@ -51,14 +51,14 @@ func (c *Conn) handle(subject, queue string, h BodyFunc, bytes bool, chanLen int
 
 func (c *Conn) serve(s *Subscription, m *nats.Msg, h BodyFunc) {
 	defer s.inflight.Done()
-	d, timed := unwrap(m)
+	d, timed, key := unwrap(m)
 	if timed && !time.Now().Before(d) {
 		c.respondError(m.Reply, tritonerr.Unavailablef("request to %s timed out before it was handled", target(m.Subject)))
 		return
 	}
 	rc := newRequestCtx(c.traceContext(m), d, timed)
 	defer rc.cancel(nil)
-	tracked := c.trackCancel(m.Reply, rc)
+	tracked := c.trackCancel(m.Reply, key, rc)
 	if tracked {
 		defer c.untrack(m.Reply)
 	}
@@ -156,7 +156,7 @@ func (c *Conn) respondPayload(ctx context.Context, reply string, body *payload, 
 		return c.nc.PublishMsg(&nats.Msg{Subject: reply, Data: body.bytes()})
 	}
 	if in == nil {
-		ackTo, in = c.register()
+		ackTo, in = c.register(reply)
 		defer c.unregister(ackTo)
 	}
 	hdr := nats.Header{HeaderSize: []string{strconv.Itoa(body.Len())}, HeaderChunk: []string{"0"}}
@@ -202,7 +202,7 @@ func (c *Conn) receiveRequest(ctx context.Context, m *nats.Msg) (data []byte, ac
 	}
 	buf := make([]byte, total)
 	n := copy(buf, m.Data)
-	ackTo, in = c.register()
+	ackTo, in = c.register(m.Reply)
 	if n < total {
 		if err := c.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{HeaderContinue: []string{ackTo}}}); err != nil {
 			c.unregister(ackTo)

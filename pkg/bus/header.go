@@ -15,6 +15,10 @@ import (
 const (
 	// HeaderDeadline is the requester's deadline in Unix nanoseconds (decimal).
 	HeaderDeadline = "Nereid-Deadline"
+	// HeaderKey is a request's cancellation key (hexadecimal): a random
+	// number only the requester and the responder know, which a
+	// cancellation must carry (cancel.go).
+	HeaderKey = "Nereid-Key"
 	// HeaderErrorKind is Triton's error kind of a failed request ("INVALID_ARG").
 	HeaderErrorKind = "Nereid-Error-Kind"
 	// HeaderError is the error message, percent-escaped (see escapeValue).
@@ -78,6 +82,24 @@ func isNoResponders(m *nats.Msg) bool {
 
 func setDeadline(h nats.Header, d time.Time) {
 	h[HeaderDeadline] = []string{strconv.FormatInt(d.UnixNano(), 10)}
+}
+
+// setCancelKey writes the request's cancellation key (HeaderKey).
+func setCancelKey(h nats.Header, key uint64) {
+	h[HeaderKey] = []string{strconv.FormatUint(key, 16)}
+}
+
+// cancelKey reads HeaderKey; 0 when absent or malformed.
+func cancelKey(h nats.Header) uint64 {
+	s := get(h, HeaderKey)
+	if s == "" {
+		return 0
+	}
+	k, err := strconv.ParseUint(s, 16, 64)
+	if err != nil {
+		return 0
+	}
+	return k
 }
 
 func deadline(h nats.Header) (time.Time, bool) {

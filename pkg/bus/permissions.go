@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Role is a kind of Nereid service as NATS sees it: one NATS user per role,
@@ -36,10 +38,23 @@ func inboxWildcard(r Role) string { return InboxPrefix(r) + ".>" }
 // the router handed it to, which never received the request from the
 // gateway; a transfer in chunks answers on an inbox named in a header, not
 // in the reply field; and a request may run longer than any response
-// expiry a server can afford to track. So each role may publish to the
-// inboxes of exactly the roles it exchanges requests with (derived below),
-// and subscribe to its own only: no role can read another's replies, and
-// nobody has blanket rights on _INBOX.>.
+// expiry a server can afford to track.
+//
+// So a reply subject says who may answer on it. A Conn's inboxes are
+//
+//	<InboxPrefix(role)>.<nuid>.<class>.<nonce>.<n>
+//
+// where class names the roles that answer (ReplyClass: the repliers of
+// the request's route, or the peer a private inbox of a transfer is made
+// for), nonce is random and n counts the Conn's inboxes. Each role may
+// publish only under the classes it belongs to, in the inboxes of the
+// roles it exchanges requests with (RolePermissions), and subscribe to
+// its own inboxes only: an executor may answer a gateway's inference
+// request, the shm-registry may not, whatever subject it learns. The
+// requester accepts a message only on the exact subject of a request in
+// flight (class and nonce included) and counts the others as forged
+// (ForgedReplies); the nonce binds the reply to the one instance the
+// request reached, which alone learnt it.
 
 // Route is one family of subjects, written with NATS wildcards, and who
 // uses it. The table below is the only statement of who may talk to whom:
@@ -54,9 +69,10 @@ type Route struct {
 	// Subscribers listen on it or serve its requests.
 	Subscribers []Role
 	// Repliers answer its requests (the subscribers, or whoever they hand a
-	// request to). Replies go to the requester's inbox, and a transfer in
-	// chunks runs both ways between the two inboxes, so publishers may
-	// publish to the repliers' inboxes and repliers to the publishers'.
+	// request to). Replies go to the requester's inbox of their class, and
+	// a transfer in chunks runs both ways between the two inboxes, so
+	// repliers may publish to the publishers' inboxes of the repliers'
+	// class, and publishers to the repliers' inboxes of their own.
 	Repliers []Role
 }
 
@@ -116,8 +132,9 @@ var routes = []Route{
 		Subscribers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
 	// Liveness probes of requests in flight: every role that sends
 	// requests asks every Conn that handles requests which of them it still
-	// holds. The holder answers on the request's reply subject, which its
-	// role may publish to already: it answers that request.
+	// holds, naming them by an id that does not show their reply subjects.
+	// The holder answers on the request's reply subject, which its role
+	// may publish to already: it answers that request.
 	{Pattern: AliveSubject, Publishers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter},
 		Subscribers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter, RoleShmRegistry}},
 	// Liveness pings of the singleton services; probes, not services, send
@@ -156,8 +173,11 @@ type Permissions struct {
 }
 
 // RolePermissions derives role's permissions from the routes: what it
-// publishes and subscribes to, its own inbox, and the inboxes of the roles
-// it exchanges requests and replies with.
+// publishes and subscribes to, its own inboxes, and in the inboxes of the
+// roles it exchanges requests and replies with, the classes of subjects it
+// may answer on: as a replier, the requests of the route's publishers (the
+// class of the route's repliers); as a publisher, the private inboxes the
+// repliers open for it during a transfer (the class of its own role).
 func RolePermissions(r Role) Permissions {
 	pub := map[string]bool{}
 	sub := map[string]bool{inboxWildcard(r): true}
@@ -168,7 +188,7 @@ func RolePermissions(r Role) Permissions {
 		if slices.Contains(rt.Publishers, r) {
 			pub[rt.Pattern] = true
 			for _, p := range rt.Repliers {
-				pub[inboxWildcard(p)] = true
+				pub[classInboxes(p, roleClass(r))] = true
 			}
 		}
 		if slices.Contains(rt.Subscribers, r) {
@@ -176,11 +196,100 @@ func RolePermissions(r Role) Permissions {
 		}
 		if slices.Contains(rt.Repliers, r) {
 			for _, p := range rt.Publishers {
-				pub[inboxWildcard(p)] = true
+				pub[classInboxes(p, replierClass(rt.Repliers))] = true
 			}
 		}
 	}
 	return Permissions{Publish: sortedKeys(pub), Subscribe: sortedKeys(sub)}
+}
+
+// classInboxes matches the inboxes of every Conn of role r made for class.
+func classInboxes(r Role, class string) string { return InboxPrefix(r) + ".*." + class + ".>" }
+
+// roleClass is the class of a private inbox made for a peer of role r.
+func roleClass(r Role) string { return Token(string(r)) }
+
+// replierClass is the class of the requests a set of roles answers: their
+// names in the order of Roles, joined by '_', or "all".
+func replierClass(rs []Role) string {
+	if len(rs) == len(Roles()) {
+		return "all"
+	}
+	var b strings.Builder
+	for _, r := range Roles() {
+		if slices.Contains(rs, r) {
+			if b.Len() > 0 {
+				b.WriteByte('_')
+			}
+			b.WriteString(Token(string(r)))
+		}
+	}
+	return b.String()
+}
+
+// unroutedClass is the class of requests on subjects no route names: no
+// role may answer them under the shipped configuration.
+const unroutedClass = "none"
+
+// replyClasses caches ReplyClass by subject (bounded: subjects name
+// models and executors, a few per deployment).
+var replyClasses sync.Map
+
+const maxReplyClasses = 1 << 14
+
+var replyClassCount atomic.Int64
+
+// ReplyClass is the class of the reply subject of a request on subject:
+// the roles that answer the requests of its route.
+func ReplyClass(subject string) string {
+	if v, ok := replyClasses.Load(subject); ok {
+		return v.(string)
+	}
+	class := unroutedClass
+	for _, rt := range routes {
+		if len(rt.Repliers) > 0 && patternMatches(rt.Pattern, subject) {
+			class = replierClass(rt.Repliers)
+			break
+		}
+	}
+	if replyClassCount.Load() < maxReplyClasses {
+		if _, loaded := replyClasses.LoadOrStore(subject, class); !loaded {
+			replyClassCount.Add(1)
+		}
+	}
+	return class
+}
+
+// peerClass is the class of a private inbox made for the requester whose
+// reply subject is reply: its role, the token after "_INBOX.".
+func peerClass(reply string) string {
+	rest, ok := strings.CutPrefix(reply, "_INBOX.")
+	if !ok {
+		return unroutedClass
+	}
+	if i := strings.IndexByte(rest, '.'); i > 0 {
+		return rest[:i]
+	}
+	return unroutedClass
+}
+
+// patternMatches reports whether a literal subject falls under pattern
+// (with NATS's * and >).
+func patternMatches(pattern, subject string) bool {
+	for {
+		p, prest, pmore := strings.Cut(pattern, ".")
+		if p == ">" {
+			return subject != ""
+		}
+		s, srest, smore := strings.Cut(subject, ".")
+		if p != "*" && p != s {
+			return false
+		}
+		if !pmore || !smore {
+			return pmore == smore
+		}
+		pattern, subject = prest, srest
+	}
 }
 
 func sortedKeys(m map[string]bool) []string {

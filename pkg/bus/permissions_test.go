@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"errors"
 	"go/ast"
 	"go/parser"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // subjectExamples holds one subject made by every exported subject builder
@@ -311,19 +314,30 @@ func TestShippedNATSConfigEnforcesRoles(t *testing.T) {
 
 	// What the roles do use goes through: a gateway's request reaches an
 	// executor, whose reply reaches the gateway's inbox.
-	if _, err := exec.Subscribe(InferSubject("m", "1"), func(m *nats.Msg) { _ = m.Respond([]byte("ok")) }); err != nil {
+	exBus, err := New(exec)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := exec.Flush(); err != nil {
+	t.Cleanup(func() { exBus.Close() })
+	if _, err := exBus.Handle(InferSubject("m", "1"), QueueExecutors, func(context.Context, []byte) (proto.Message, error) {
+		return wrapperspb.Bytes([]byte("ok")), nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	gwc, gwErrs := connectAs(t, s, RoleGateway, pw[RoleGateway])
-	m, err := gwc.Request(InferSubject("m", "1"), []byte("q"), 10*time.Second)
+	gwBus, err := New(gwc)
 	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gwBus.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out wrapperspb.BytesValue
+	if err := gwBus.Request(ctx, InferSubject("m", "1"), wrapperspb.Bytes([]byte("q")), &out); err != nil {
 		t.Fatalf("gateway -> executor request: %v", err)
 	}
-	if string(m.Data) != "ok" {
-		t.Fatalf("reply %q", m.Data)
+	if string(out.Value) != "ok" {
+		t.Fatalf("reply %q", out.Value)
 	}
 	select {
 	case err := <-gwErrs:
@@ -331,5 +345,29 @@ func TestShippedNATSConfigEnforcesRoles(t *testing.T) {
 	case err := <-exErrs:
 		t.Fatalf("executor: %v", err)
 	default:
+	}
+
+	// Nobody but an executor may answer in a gateway's inference inbox,
+	// nor reach the old flat inboxes.
+	reg, regErrs := connectAs(t, s, RoleShmRegistry, pw[RoleShmRegistry])
+	for _, c := range []struct {
+		nc   *nats.Conn
+		errs chan error
+		who  string
+	}{{reg, regErrs, "shm-registry"}, {gwc, gwErrs, "gateway"}} {
+		for _, subj := range []string{
+			InboxPrefix(RoleGateway) + ".abc.executor.x.1",
+			InboxPrefix(RoleGateway) + ".abc.executor_sequence-router.x.1",
+			InboxPrefix(RoleExecutor) + ".abc.executor.x.1",
+			InboxPrefix(RoleGateway) + ".abc.1",
+		} {
+			if err := c.nc.Publish(subj, []byte("forged")); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			expectViolation(t, c.errs, c.who+" publishing on "+subj)
+		}
 	}
 }

@@ -95,7 +95,7 @@ func (c *Conn) request(ctx context.Context, subject string, body *payload) ([]by
 	if err := c.awaitLink(ctx, subject); err != nil {
 		return nil, err
 	}
-	reply, in := c.registerRequest()
+	reply, in := c.registerRequest(subject)
 	defer c.unregister(reply)
 
 	d, timed := ctx.Deadline()
@@ -106,37 +106,39 @@ func (c *Conn) request(ctx context.Context, subject string, body *payload) ([]by
 		hdr = make(nats.Header, 3)
 		otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(hdr))
 	}
-	if len(hdr) == 0 && timed && c.fits(body.Len()+envelopeLen, nil) {
-		// The deadline alone: in an envelope rather than headers (envelope.go).
-		if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: enveloped(d, body)}); err != nil {
+	if len(hdr) == 0 && c.fits(body.Len()+envelopeLen, nil) {
+		// The deadline and the cancellation key alone: in an envelope
+		// rather than headers (envelope.go).
+		if !timed {
+			d = time.Time{}
+		}
+		if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: enveloped(d, in.key, body)}); err != nil {
 			return nil, transferError(err, subject)
 		}
 		out, err := c.awaitReply(ctx, in, subject, nil, false)
-		return out, c.sendCancel(ctx, reply, err)
+		return out, c.sendCancel(ctx, reply, in.key, err)
+	}
+	if hdr == nil {
+		hdr = make(nats.Header, 3)
 	}
 	if timed {
-		if hdr == nil {
-			hdr = make(nats.Header, 3)
-		}
 		setDeadline(hdr, d)
 	}
-	if len(hdr) == 0 {
-		hdr = nil // a plain PUB: nothing to say
-	}
+	setCancelKey(hdr, in.key)
 
 	if c.fits(body.Len(), hdr) {
 		if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: body.bytes()}); err != nil {
 			return nil, transferError(err, subject)
 		}
 		out, err := c.awaitReply(ctx, in, subject, nil, false)
-		return out, c.sendCancel(ctx, reply, err)
+		return out, c.sendCancel(ctx, reply, in.key, err)
 	}
 	final, streamed, err := c.sendRequest(ctx, in, subject, reply, hdr, body)
 	if err != nil {
-		return nil, c.sendCancel(ctx, reply, transferError(err, subject))
+		return nil, c.sendCancel(ctx, reply, in.key, transferError(err, subject))
 	}
 	out, err := c.awaitReply(ctx, in, subject, final, streamed)
-	return out, c.sendCancel(ctx, reply, err)
+	return out, c.sendCancel(ctx, reply, in.key, err)
 }
 
 // sendRequest sends body in chunks: the first to subject (any member of a

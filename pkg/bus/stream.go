@@ -139,7 +139,7 @@ func (c *Conn) stream(ctx context.Context, subject string, req proto.Message, wi
 	if err := ctx.Err(); err != nil {
 		return nil, transferError(err, subject)
 	}
-	reply, in := c.registerRequest()
+	reply, in := c.registerRequest(subject)
 	s := &Stream{c: c, ctx: ctx, subject: subject, reply: reply, in: in, window: window, queued: queued, stop: make(chan struct{})}
 	hdr := make(nats.Header, 4)
 	hdr[HeaderStream] = []string{strconv.Itoa(window)}
@@ -149,6 +149,7 @@ func (c *Conn) stream(ctx context.Context, subject string, req proto.Message, wi
 	if d, ok := ctx.Deadline(); ok {
 		setDeadline(hdr, d)
 	}
+	setCancelKey(hdr, in.key)
 	otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(hdr))
 	body := newPayload(parts...)
 	if c.fits(body.Len(), hdr) {
@@ -158,7 +159,7 @@ func (c *Conn) stream(ctx context.Context, subject string, req proto.Message, wi
 	}
 	if err != nil {
 		c.unregister(reply)
-		return nil, c.sendCancel(ctx, reply, transferError(err, subject))
+		return nil, c.sendCancel(ctx, reply, in.key, transferError(err, subject))
 	}
 	s.pinger.Go(s.ping)
 	return s, nil
@@ -356,7 +357,7 @@ func (s *Stream) fail(err error) error {
 	s.ended = true
 	s.mu.Unlock()
 	s.Close()
-	return s.c.sendCancel(s.ctx, s.reply, err)
+	return s.c.sendCancel(s.ctx, s.reply, s.in.key, err)
 }
 
 // Close releases the stream. Before its end, it cancels the responder's
@@ -377,7 +378,7 @@ func (s *Stream) Close() {
 	s.pinger.Wait()
 	s.c.unregister(s.reply)
 	if !ended {
-		_ = s.c.nc.Publish(CancelSubject, []byte(s.reply))
+		s.c.publishCancel(s.reply, s.in.key)
 	}
 }
 
@@ -426,7 +427,7 @@ func (c *Conn) openStream(m *nats.Msg, ackTo string, in *inbox) (w *StreamWriter
 	}
 	release = func() {}
 	if in == nil {
-		ackTo, in = c.register()
+		ackTo, in = c.register(m.Reply)
 		release = func() { c.unregister(ackTo) }
 	}
 	low := window
@@ -453,7 +454,7 @@ func (c *Conn) ReplyStream(subject, reply string, window int) *StreamWriter {
 	if window < 1 {
 		window = DefaultStreamWindow
 	}
-	ackTo, in := c.register()
+	ackTo, in := c.register(reply)
 	w := &StreamWriter{c: c, subject: subject, reply: reply, ackTo: ackTo, in: in, window: window, low: min(window, streamAskLow),
 		room: make(chan struct{}, 1), release: func() { c.unregister(ackTo) }}
 	in.setNotify(w.credited)
@@ -649,7 +650,7 @@ func (w *StreamWriter) flush() error {
 func (w *StreamWriter) fail(err error) error {
 	w.err = w.failure(err)
 	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		w.c.cancelHandler(w.reply) // nobody reads: stop the work
+		w.c.cancelServed(w.reply) // nobody reads: stop the work
 	}
 	return w.err
 }

@@ -26,15 +26,16 @@ const (
 	// starts; executors answer by publishing a heartbeat at once.
 	SolicitSubject = Prefix + ".catalog.solicit"
 
-	// CancelSubject carries the reply subject (the body, as text) of a
-	// request its requester cancelled; every Conn that handles requests
-	// listens and cancels the ctx of the handler serving it.
+	// CancelSubject carries the reply subject and the cancellation key
+	// (the body, as text: "R key") of a request its requester cancelled;
+	// every Conn that handles requests listens and cancels the ctx of the
+	// handler serving it when the key is the request's (cancel.go).
 	CancelSubject = Prefix + ".cancel"
 
-	// AliveSubject carries liveness probes: the reply subjects (the body,
-	// one per line) of requests whose requester has heard nothing for a
-	// while. Every Conn that handles requests listens, and answers for
-	// those it holds on their reply subjects (HeaderAlive).
+	// AliveSubject carries liveness probes: the ids (ProbeID of their
+	// reply subjects, back to back) of requests whose requester has heard
+	// nothing for a while. Every Conn that handles requests listens, and
+	// answers for those it holds on their reply subjects (HeaderAlive).
 	AliveSubject = Prefix + ".alive"
 
 	// ModelControlSubject carries ModelControlRequest (repository load and

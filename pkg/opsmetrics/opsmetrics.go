@@ -27,7 +27,8 @@ type Registry struct {
 // to about 6.5 s, by fours.
 var RoundTripBuckets = prometheus.ExponentialBuckets(0.0001, 4, 9)
 
-// New is a registry holding nereid_nats_round_trip_seconds alone.
+// New is a registry holding nereid_nats_round_trip_seconds and
+// nereid_bus_forged_replies.
 func New() *Registry {
 	r := &Registry{Registry: prometheus.NewRegistry()}
 	r.roundTrip = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -35,7 +36,10 @@ func New() *Registry {
 		Help:    "Time from sending a request over NATS to its reply (or failure), by subject kind",
 		Buckets: RoundTripBuckets,
 	}, []string{"kind"})
-	r.MustRegister(r.roundTrip)
+	r.MustRegister(r.roundTrip, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nereid_bus_forged_replies",
+		Help: "Messages this process refused on its reply inboxes because they did not come from the role and instance the request went to (a forged or misdirected reply)",
+	}, func() float64 { return float64(bus.ForgedReplies()) }))
 	return r
 }
 
