@@ -91,8 +91,9 @@ func (g *Gateway) modelControl(ctx context.Context, req *busv1.ModelControlReque
 }
 
 // controlHeadroom is what a load's bus message carries beside the request
-// itself (headers: deadline, trace context, reply subject).
-const controlHeadroom = 4 << 10
+// itself: its headers (a deadline and the trace context, some hundred
+// bytes).
+const controlHeadroom = 1 << 10
 
 // checkControlSize refuses a load whose files and configuration do not fit
 // in one bus message, in words a user can act on, before it is sent (the
