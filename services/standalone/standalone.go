@@ -110,6 +110,9 @@ type Config struct {
 	// AllowUploadedCode is the executor's (--allow-uploaded-code): code
 	// that arrives in a repository load may be loaded and run.
 	AllowUploadedCode bool
+	// UploadBudget is the executor's (--model-upload-budget): the bytes the
+	// files of load requests may take at once; 0 is the executor's default.
+	UploadBudget int64
 }
 
 // DefaultConfig is tritonserver's defaults: ports 8000/8001/8002, all
@@ -285,7 +288,7 @@ func (s *Server) Run(ctx context.Context) error {
 	ex, err := executor.New(executor.Config{
 		Conn: exConn, Local: s.local, RepositoryPath: s.cfg.ModelRepository, MoreRepositories: s.cfg.MoreRepositories, Models: s.cfg.Models, ControlMode: s.cfg.ControlMode, PollInterval: s.cfg.PollInterval,
 		DisableAutoComplete: s.cfg.DisableAutoComplete, ExitOnError: s.cfg.ExitOnError, Logger: s.log,
-		BackendDirectory: s.cfg.BackendDirectory, BackendConfig: s.cfg.BackendConfig, ServerLibrary: s.cfg.ServerLibrary, AllowUploadedCode: s.cfg.AllowUploadedCode,
+		BackendDirectory: s.cfg.BackendDirectory, BackendConfig: s.cfg.BackendConfig, ServerLibrary: s.cfg.ServerLibrary, AllowUploadedCode: s.cfg.AllowUploadedCode, UploadBudget: s.cfg.UploadBudget,
 		RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Trace: s.cfg.Trace, Logging: s.cfg.Logging,
 	})
 	if err != nil {

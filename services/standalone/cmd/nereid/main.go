@@ -54,6 +54,7 @@ func main() {
 	fs.StringVar(&cfg.BackendDirectory, "backend-directory", "/opt/tritonserver/backends", "where Triton backend libraries are looked for (<dir>/<backend>/libtriton_<backend>.so)")
 	cfg.BackendConfig = tritonflag.BackendConfig{}
 	fs.Var(tritonflag.BackendConfig(cfg.BackendConfig), "backend-config", "a setting for backends: <backend>,<setting>=<value> (repeatable)")
+	fs.Int64Var(&cfg.UploadBudget, "model-upload-budget", executor.DefaultUploadBudget, "bytes of temporary storage that the files of load requests (file: parameters) may take at once; -1: unbounded")
 	tritonflag.BoolVar(fs, &cfg.AllowUploadedCode, "allow-uploaded-code", false, "let a repository load run code that arrives in the request: backend libraries, other shared libraries and Python files among its file: parameters (default false: such a load is refused, and an uploaded model's backend library comes from --backend-directory only)")
 	fs.StringVar(&cfg.ServerLibrary, "server-library", "", "the libtritonserver.so Triton backends link against (default: next to this binary, then the loader's path)")
 	var logFlags logsetting.Flags
