@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/fdlimit"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/opsmetrics"
@@ -69,6 +70,7 @@ func main() {
 	redisAuth.FromEnv()
 
 	logs, log := logFlags.MustBuild("nereid-executor")
+	fdlimit.RaiseAndReport(log) // connections need descriptors: as many as the system allows
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, log, auth, *natsURL, *probeAddr, *metricsPort, executor.Config{

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/fdlimit"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
@@ -55,6 +56,7 @@ func main() {
 	auth.FromEnv()
 
 	logs, log := logFlags.MustBuild("nereid-gateway")
+	fdlimit.RaiseAndReport(log) // connections need descriptors: as many as the system allows
 	addr := func(host string, port int, on bool) string {
 		if !on || port < 0 {
 			return ""

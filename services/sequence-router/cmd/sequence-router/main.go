@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/fdlimit"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/opsmetrics"
@@ -47,6 +48,7 @@ func main() {
 	cfg.DelayBacklog, _ = strconv.Atoi(os.Getenv("TRITONSERVER_BACKLOG_DELAY_SCHEDULER"))
 
 	logs, log := logFlags.MustBuild("nereid-sequence-router")
+	fdlimit.RaiseAndReport(log) // connections need descriptors: as many as the system allows
 	cfg.Logging = logs
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/fdlimit"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/opsmetrics"
@@ -36,6 +37,7 @@ func main() {
 	redisAuth.FromEnv()
 
 	logs, log := logFlags.MustBuild("nereid-shm-registry")
+	fdlimit.RaiseAndReport(log) // connections need descriptors: as many as the system allows
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, log, logs, auth, *natsURL, *redisURL, redisAuth, *probeAddr, *metricsPort); err != nil {

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nereid-io/nereid/pkg/fdlimit"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
 	"github.com/nereid-io/nereid/services/executor"
@@ -81,6 +82,7 @@ func main() {
 	cfg.Trace = gw.Trace
 
 	cfg.Logging, cfg.Logger = logFlags.MustBuild("nereid")
+	fdlimit.RaiseAndReport(cfg.Logger) // connections need descriptors: as many as the system allows
 
 	srv, err := standalone.New(cfg)
 	if err != nil {
