@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	health "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 
@@ -143,6 +144,7 @@ type Gateway struct {
 	started              time.Time
 
 	inflight inflightBudget // HTTP body bytes in flight (intake.go)
+	conns    connGuard      // connections shed or too slow (conns.go, grpcrate.go)
 	hijacked sync.WaitGroup // connections taken over for chunked bodies (chunked.go)
 	// streamWork runs the requests of gRPC streams, each on a goroutine
 	// kept from earlier requests (grown stack and all).
@@ -223,6 +225,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.inflight.limit = cfg.Limits.HTTPMaxInflightBodySize
 	g.registerMetrics()
+	g.guardConns()
 	ok := false
 	defer func() {
 		if !ok {
@@ -285,6 +288,7 @@ func New(cfg Config) (*Gateway, error) {
 			ReadHeaderTimeout: off(cfg.Limits.HTTPReadHeaderTimeout),
 			IdleTimeout:       off(cfg.Limits.HTTPIdleTimeout),
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			ConnState:         g.conns.httpConnState(),
 		}
 	}
 	if g.metricsLn != nil {
@@ -298,9 +302,11 @@ func New(cfg Config) (*Gateway, error) {
 			// decoding and the bus; a pooled one keeps its stack.
 			grpc.NumStreamWorkers(grpcStreamWorkers),
 		)
+		creds := insecure.NewCredentials()
 		if grpcTLS != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(grpcTLS)))
+			creds = credentials.NewTLS(grpcTLS)
 		}
+		opts = append(opts, grpc.Creds(g.messageRate(creds)))
 		opts = append(opts, restrictedOptions(cfg.GRPCRestricted)...)
 		g.grpcSrv = grpc.NewServer(opts...)
 		g.grpcSrv.RegisterService(grpcServiceDesc(), &grpcService{g: g})

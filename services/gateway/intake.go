@@ -153,6 +153,7 @@ func (b *intakeBody) done() {
 		// The rest of a slow body is not worth waiting for: a deadline in
 		// the past makes the server drop the connection after the answer.
 		_ = b.rc().SetReadDeadline(time.Unix(1, 0))
+		b.g.conns.closed.WithLabelValues("http", "min_rate").Inc()
 	case b.g.cfg.Limits.HTTPBodyMinRate > 0:
 		_ = b.rc().SetReadDeadline(time.Time{})
 	}

@@ -18,6 +18,8 @@ const (
 	DefaultHTTPMaxInflightBodySize = 1 << 30
 	DefaultHTTPBodyMinRate         = 4 << 10
 	DefaultHTTPBodyGrace           = 30 * time.Second
+	DefaultGRPCMessageMinRate      = DefaultHTTPBodyMinRate
+	DefaultGRPCMessageGrace        = DefaultHTTPBodyGrace
 	DefaultHTTPReadHeaderTimeout   = 10 * time.Second
 	DefaultHTTPIdleTimeout         = 2 * time.Minute
 	// The gRPC keepalive defaults are Triton's (and gRPC core's).
@@ -46,6 +48,15 @@ type Limits struct {
 	// HTTPBodyGrace, or its connection is closed.
 	HTTPBodyMinRate int64
 	HTTPBodyGrace   time.Duration
+	// GRPCMessageMinRate (bytes/s) is the rate a gRPC message must keep
+	// up after GRPCMessageGrace from its first byte, while its client may
+	// send (flow control allows), or its connection is closed (grpcrate.go).
+	GRPCMessageMinRate int64
+	GRPCMessageGrace   time.Duration
+	// ShedIdleAt is the number of open descriptors from which the oldest
+	// idle HTTP connections are closed to make room for new ones (0: 90%
+	// of the soft RLIMIT_NOFILE; negative: never).
+	ShedIdleAt int
 	// HTTPReadHeaderTimeout bounds the reading of a request's headers.
 	HTTPReadHeaderTimeout time.Duration
 	// HTTPIdleTimeout closes a keep-alive connection idle that long.
@@ -83,6 +94,11 @@ func (l *Limits) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&l.HTTPBodyMinRate, "http-body-min-rate", DefaultHTTPBodyMinRate,
 		"bytes per second an HTTP request body must keep up after --http-body-grace, or its connection is closed (negative: no minimum)")
 	fs.DurationVar(&l.HTTPBodyGrace, "http-body-grace", DefaultHTTPBodyGrace, "time an HTTP request body gets before --http-body-min-rate applies")
+	fs.Int64Var(&l.GRPCMessageMinRate, "grpc-message-min-rate", DefaultGRPCMessageMinRate,
+		"bytes per second a gRPC message must keep up after --grpc-message-grace, while flow control lets its client send, or its connection is closed (negative: no minimum)")
+	fs.DurationVar(&l.GRPCMessageGrace, "grpc-message-grace", DefaultGRPCMessageGrace, "time a gRPC message gets from its first byte before --grpc-message-min-rate applies")
+	fs.IntVar(&l.ShedIdleAt, "shed-idle-connections-at", 0,
+		"open file descriptors from which the oldest idle HTTP connections are closed to make room for new clients (0: 90% of the soft RLIMIT_NOFILE; negative: never)")
 	fs.DurationVar(&l.HTTPReadHeaderTimeout, "http-read-header-timeout", DefaultHTTPReadHeaderTimeout, "time allowed to read an HTTP request's headers")
 	fs.DurationVar(&l.HTTPIdleTimeout, "http-idle-timeout", DefaultHTTPIdleTimeout, "idle HTTP keep-alive connections are closed after this long (negative: never)")
 	millis(fs, &l.GRPCKeepaliveTime, "grpc-keepalive-time", DefaultGRPCKeepaliveTime, "milliseconds a gRPC connection may be idle before the server pings it")
@@ -130,6 +146,10 @@ func (l Limits) withDefaults() Limits {
 		l.HTTPBodyMinRate = DefaultHTTPBodyMinRate
 	}
 	def(&l.HTTPBodyGrace, DefaultHTTPBodyGrace)
+	if l.GRPCMessageMinRate == 0 {
+		l.GRPCMessageMinRate = DefaultGRPCMessageMinRate
+	}
+	def(&l.GRPCMessageGrace, DefaultGRPCMessageGrace)
 	def(&l.HTTPReadHeaderTimeout, DefaultHTTPReadHeaderTimeout)
 	def(&l.HTTPIdleTimeout, DefaultHTTPIdleTimeout)
 	def(&l.GRPCKeepaliveTime, DefaultGRPCKeepaliveTime)

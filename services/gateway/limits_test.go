@@ -15,6 +15,7 @@ func TestLimitsFlags(t *testing.T) {
 	}{
 		{"defaults", nil, Limits{
 			HTTPMaxInflightBodySize: DefaultHTTPMaxInflightBodySize, HTTPBodyMinRate: DefaultHTTPBodyMinRate, HTTPBodyGrace: DefaultHTTPBodyGrace,
+			GRPCMessageMinRate: DefaultGRPCMessageMinRate, GRPCMessageGrace: DefaultGRPCMessageGrace,
 			HTTPReadHeaderTimeout: DefaultHTTPReadHeaderTimeout, HTTPIdleTimeout: DefaultHTTPIdleTimeout,
 			GRPCKeepaliveTime: DefaultGRPCKeepaliveTime, GRPCKeepaliveTimeout: DefaultGRPCKeepaliveTimeout,
 			GRPCMinRecvPingInterval: DefaultGRPCMinRecvPingInterval, GRPCMaxConnectionIdle: DefaultGRPCMaxConnectionIdle,
@@ -24,8 +25,10 @@ func TestLimitsFlags(t *testing.T) {
 			"--grpc-keepalive-permit-without-calls", "true", "--grpc-max-connection-idle", "-1s",
 			"--http-max-inflight-body-size", "-1", "--http-body-min-rate", "100", "--http-body-grace", "2s",
 			"--http-read-header-timeout", "3s", "--http-idle-timeout", "4s",
-			"--grpc-max-input-size", "1048576", "--grpc-max-message-size", "4194304"}, Limits{
+			"--grpc-max-input-size", "1048576", "--grpc-max-message-size", "4194304",
+			"--grpc-message-min-rate", "-1", "--grpc-message-grace", "5s", "--shed-idle-connections-at", "900"}, Limits{
 			HTTPMaxInflightBodySize: -1, HTTPBodyMinRate: 100, HTTPBodyGrace: 2 * time.Second,
+			GRPCMessageMinRate: -1, GRPCMessageGrace: 5 * time.Second, ShedIdleAt: 900,
 			HTTPReadHeaderTimeout: 3 * time.Second, HTTPIdleTimeout: 4 * time.Second,
 			GRPCKeepaliveTime: 1500 * time.Millisecond, GRPCKeepaliveTimeout: 250 * time.Millisecond, GRPCKeepalivePermitWithoutCalls: true,
 			GRPCMinRecvPingInterval: 10 * time.Second, GRPCMaxConnectionIdle: -time.Second,

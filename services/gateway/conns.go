@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nereid-io/nereid/pkg/fdlimit"
+)
+
+// Idle keep-alive connections cost a descriptor each. A crowd of them
+// (21,000 against a limit of 20,000) would leave none for a new client:
+// accept fails and net/http waits for one to close, so new clients wait
+// on old idle ones. When the descriptors open near the limit
+// (Limits.ShedIdleAt, 90% of the soft RLIMIT_NOFILE by default), the
+// oldest idle HTTP connections are closed to make room (their clients
+// reconnect on their next request, as after --http-idle-timeout).
+
+// shedMargin is the fraction of the threshold shed below it at once, so
+// that one shedding makes room for many new connections, not one.
+const shedMargin = 20 // 1/20: 5%
+
+// shedIdle picks the idle connections to close when open descriptors
+// reach threshold: the oldest (by idleSince, when each became idle), as
+// many as bring open below the threshold by the margin, or all there are.
+// It answers their indices, oldest first; none below the threshold or
+// with threshold <= 0.
+func shedIdle(open, threshold int, idleSince []time.Time) []int {
+	if threshold <= 0 || open < threshold || len(idleSince) == 0 {
+		return nil
+	}
+	want := min(open-(threshold-max(1, threshold/shedMargin)), len(idleSince))
+	order := make([]int, len(idleSince))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return idleSince[a].Compare(idleSince[b]) })
+	return order[:want]
+}
+
+// resampleEvery is how often the open descriptors are counted anew
+// (fdlimit.Open lists them all); between counts they are estimated from
+// the connections opened and closed since.
+const resampleEvery = time.Second
+
+// connShedder follows the HTTP server's connections (http.Server.ConnState)
+// and sheds idle ones near the descriptor limit.
+type connShedder struct {
+	threshold int // <= 0: off
+	log       *slog.Logger
+	shed      prometheus.Counter
+	count     func() (int, error) // the descriptors open: fdlimit.Open
+
+	mu    sync.Mutex
+	conns map[net.Conn]*connEntry
+	// sampled descriptors were open at sampledAt, when the server had
+	// sampledConns connections.
+	sampled, sampledConns int
+	sampledAt             time.Time
+	warned                time.Time // when there was last nothing to shed
+}
+
+type connEntry struct {
+	idle      bool
+	idleSince time.Time
+}
+
+// newConnShedder returns nil when shedding is off (threshold < 0) or the
+// descriptors cannot be counted.
+func newConnShedder(threshold int, log *slog.Logger, shed prometheus.Counter) *connShedder {
+	if threshold < 0 {
+		return nil
+	}
+	if _, err := fdlimit.Open(); err != nil {
+		log.Warn("open descriptors cannot be counted: idle HTTP connections are not shed near the limit", "err", err)
+		return nil
+	}
+	if threshold == 0 {
+		l, err := fdlimit.Get()
+		if err != nil || l.Soft == 0 || l.Soft > 1<<31 {
+			return nil // no limit worth the name
+		}
+		threshold = int(l.Soft / 10 * 9)
+	}
+	return &connShedder{threshold: threshold, log: log, shed: shed, count: fdlimit.Open, conns: map[net.Conn]*connEntry{}}
+}
+
+// connState is the HTTP server's ConnState hook.
+func (s *connShedder) connState(c net.Conn, state http.ConnState) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch state {
+	case http.StateNew:
+		s.conns[c] = &connEntry{}
+		s.shedNear(now)
+	case http.StateActive:
+		if e := s.conns[c]; e != nil {
+			e.idle = false
+		}
+	case http.StateIdle:
+		if e := s.conns[c]; e != nil {
+			e.idle, e.idleSince = true, now
+		}
+	case http.StateHijacked, http.StateClosed:
+		delete(s.conns, c)
+	}
+}
+
+// shedNear sheds idle connections when the descriptors open, a new connection
+// counted, reach the threshold; s.mu is held.
+func (s *connShedder) shedNear(now time.Time) {
+	if now.Sub(s.sampledAt) >= resampleEvery {
+		if n, err := s.count(); err == nil {
+			s.sampled, s.sampledConns, s.sampledAt = n, len(s.conns), now
+		}
+	}
+	open := s.sampled + len(s.conns) - s.sampledConns
+	if open < s.threshold {
+		return
+	}
+	var idle []net.Conn
+	var since []time.Time
+	for c, e := range s.conns {
+		if e.idle {
+			idle = append(idle, c)
+			since = append(since, e.idleSince)
+		}
+	}
+	pick := shedIdle(open, s.threshold, since)
+	for _, i := range pick {
+		_ = idle[i].Close()
+		delete(s.conns, idle[i]) // its descriptor is free: out of the count now
+	}
+	s.shed.Add(float64(len(pick)))
+	switch {
+	case len(pick) > 0:
+		s.log.Warn("open descriptors near the limit: closed the oldest idle HTTP connections",
+			"open", open, "threshold", s.threshold, "closed", len(pick))
+	case now.Sub(s.warned) >= resampleEvery:
+		s.warned = now
+		s.log.Warn("open descriptors near the limit, and no idle HTTP connection to close", "open", open, "threshold", s.threshold)
+	}
+}
+
+// closedConns is nereid_connections_closed: connections the gateway closed
+// to protect itself, by protocol and reason.
+func closedConns() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nereid_connections_closed",
+		Help: "Client connections the gateway closed to protect itself, by protocol (http, grpc) and reason: fd_limit (idle, shed as open descriptors neared the limit), min_rate (a request body or gRPC message below its minimum rate)",
+	}, []string{"protocol", "reason"})
+}
+
+// connGuard is what the gateway keeps to protect its connections.
+type connGuard struct {
+	closed  *prometheus.CounterVec // nereid_connections_closed
+	shedder *connShedder           // nil: no shedding
+}
+
+// guardConns sets up g.conns, before the servers are made.
+func (g *Gateway) guardConns() {
+	g.conns.closed = closedConns()
+	g.metrics.MustRegister(g.conns.closed)
+	if g.cfg.HTTPAddr != "" {
+		g.conns.shedder = newConnShedder(g.cfg.Limits.ShedIdleAt, g.log, g.conns.closed.WithLabelValues("http", "fd_limit"))
+		if s := g.conns.shedder; s != nil {
+			g.log.Info("idle HTTP connections are shed near the descriptor limit", "open_descriptors", s.threshold)
+		}
+	}
+}
+
+// httpConnState is the HTTP server's ConnState hook; nil without shedding.
+func (c *connGuard) httpConnState() func(net.Conn, http.ConnState) {
+	if c.shedder == nil {
+		return nil
+	}
+	return c.shedder.connState
+}
