@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 )
 
@@ -200,5 +201,81 @@ func TestGRPCMessageMinRate(t *testing.T) {
 	}
 	if _, err := c.ModelInfer(context.Background(), simpleRequest()); err != nil {
 		t.Fatalf("a request after the trickler was closed: %v", err)
+	}
+}
+
+// TestGRPCMessageMinRateStalled: a stream message held back by flow
+// control, because the server is not reading (its window of requests in
+// flight is full), is not late however long it waits; once the server
+// reads on, it arrives and every request is answered on the same
+// connection.
+func TestGRPCMessageMinRateStalled(t *testing.T) {
+	ns := startNATS(t)
+	g := startGateway(t, ns, func(c *Config) {
+		c.Limits.GRPCMessageMinRate = 1 << 20
+		c.Limits.GRPCMessageGrace = 200 * time.Millisecond
+	})
+	release := make(chan struct{})
+	ex := newFakeExecutor(t, ns, "ex1", &busv1.ModelVersionState{Name: "simple", Version: "1", State: "READY", Config: simpleConfig("simple")})
+	ex.hold = func(ctx context.Context) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ex.start()
+	c, _ := grpcClient(t, g)
+	waitFor(t, "simple ready", 5*time.Second, func() bool {
+		r, err := c.ModelReady(context.Background(), &inference.ModelReadyRequest{Name: "simple"})
+		return err == nil && r.Ready
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := c.ModelStreamInfer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A window of requests held by the executor, one more received and
+	// waiting for room, then a large one the server does not read yet.
+	for range streamWindow + 1 {
+		if err := st.Send(simpleRequest()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := simpleRequest()
+	big.Id = "big"
+	big.RawInputContents[0] = make([]byte, 4<<20)
+	sent := make(chan error, 1)
+	go func() {
+		err := st.Send(big)
+		if err == nil {
+			err = st.CloseSend()
+		}
+		sent <- err
+	}()
+	// Far longer than the grace and the rate allow what the window let
+	// through.
+	time.Sleep(2 * time.Second)
+	close(release)
+	for i := range streamWindow + 2 {
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		if r.GetInferResponse().GetId() == "big" {
+			if r.ErrorMessage == "" {
+				t.Fatal("4 MiB of INPUT0 for a shape of 16 was accepted")
+			}
+		} else if r.ErrorMessage != "" {
+			t.Fatalf("answer %d: %s", i, r.ErrorMessage)
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(g.conns.closed.WithLabelValues("grpc", "min_rate")); n != 0 {
+		t.Fatalf("%v connections closed for their rate", n)
 	}
 }
