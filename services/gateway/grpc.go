@@ -199,9 +199,9 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 	var order streamOrder // numbers the requests of each sequence (sequence.go)
 	go func() {
 		for {
-			in := &streamRequest{req: new(inference.ModelInferRequest)}
+			in := new(streamRequest) // one allocation, as stream.Recv's
 			err := stream.RecvMsg(in)
-			req := in.req
+			req := &in.req
 			if err != nil {
 				if errors.Is(err, io.EOF) {
 					err = nil

@@ -71,7 +71,7 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 		}
 		return nil
 	case *streamRequest:
-		if err := c.unmarshal(data, t.req); err != nil {
+		if err := c.unmarshal(data, &t.req); err != nil {
 			t.bad = badRequest(data, err)
 		}
 		return nil
@@ -96,7 +96,7 @@ func (c *codec) unmarshalUnary(data mem.BufferSlice, r *grpcRequest) error {
 // a request that does not decode is answered as the client's mistake, in
 // its turn, and the stream goes on.
 type streamRequest struct {
-	req *inference.ModelInferRequest
+	req inference.ModelInferRequest
 	bad error // set when req did not decode: badRequest's answer
 }
 
