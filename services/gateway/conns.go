@@ -13,13 +13,15 @@ import (
 	"github.com/nereid-io/nereid/pkg/fdlimit"
 )
 
-// Idle keep-alive connections cost a descriptor each. A crowd of them
-// (21,000 against a limit of 20,000) would leave none for a new client:
-// accept fails and net/http waits for one to close, so new clients wait
-// on old idle ones. When the descriptors open near the limit
-// (Limits.ShedIdleAt, 90% of the soft RLIMIT_NOFILE by default), the
-// oldest idle HTTP connections are closed to make room (their clients
-// reconnect on their next request, as after --http-idle-timeout).
+// Idle connections cost a descriptor each. A crowd of them (21,000
+// against a limit of 20,000) would leave none for a new client: accept
+// fails and the server waits for one to close, so new clients wait on old
+// idle ones. When the descriptors open near the limit (Limits.ShedIdleAt,
+// 90% of the soft RLIMIT_NOFILE by default), the oldest idle connections
+// are closed to make room: HTTP keep-alive connections between requests,
+// gRPC connections with no call open. Their clients reconnect on their
+// next request, as after --http-idle-timeout or
+// --grpc-max-connection-idle.
 
 // shedMargin is the fraction of the threshold shed below it at once, so
 // that one shedding makes room for many new connections, not one.
@@ -49,16 +51,17 @@ func shedIdle(open, threshold int, idleSince []time.Time) []int {
 const resampleEvery = time.Second
 
 // connShedder follows the HTTP server's connections (http.Server.ConnState)
-// and sheds idle ones near the descriptor limit.
+// and the gRPC server's (rateConn: idle while no call is open), and sheds
+// idle ones near the descriptor limit.
 type connShedder struct {
-	threshold int // <= 0: off
+	threshold int
 	log       *slog.Logger
-	shed      prometheus.Counter
-	count     func() (int, error) // the descriptors open: fdlimit.Open
+	closed    *prometheus.CounterVec // nereid_connections_closed
+	count     func() (int, error)    // the descriptors open: fdlimit.Open
 
 	mu    sync.Mutex
 	conns map[net.Conn]*connEntry
-	// sampled descriptors were open at sampledAt, when the server had
+	// sampled descriptors were open at sampledAt, when the servers had
 	// sampledConns connections.
 	sampled, sampledConns int
 	sampledAt             time.Time
@@ -66,18 +69,19 @@ type connShedder struct {
 }
 
 type connEntry struct {
+	grpc      bool
 	idle      bool
 	idleSince time.Time
 }
 
 // newConnShedder returns nil when shedding is off (threshold < 0) or the
 // descriptors cannot be counted.
-func newConnShedder(threshold int, log *slog.Logger, shed prometheus.Counter) *connShedder {
+func newConnShedder(threshold int, log *slog.Logger, closed *prometheus.CounterVec) *connShedder {
 	if threshold < 0 {
 		return nil
 	}
 	if _, err := fdlimit.Open(); err != nil {
-		log.Warn("open descriptors cannot be counted: idle HTTP connections are not shed near the limit", "err", err)
+		log.Warn("open descriptors cannot be counted: idle connections are not shed near the limit", "err", err)
 		return nil
 	}
 	if threshold == 0 {
@@ -87,34 +91,57 @@ func newConnShedder(threshold int, log *slog.Logger, shed prometheus.Counter) *c
 		}
 		threshold = int(l.Soft / 10 * 9)
 	}
-	return &connShedder{threshold: threshold, log: log, shed: shed, count: fdlimit.Open, conns: map[net.Conn]*connEntry{}}
+	return &connShedder{threshold: threshold, log: log, closed: closed, count: fdlimit.Open, conns: map[net.Conn]*connEntry{}}
 }
 
 // connState is the HTTP server's ConnState hook.
 func (s *connShedder) connState(c net.Conn, state http.ConnState) {
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	switch state {
 	case http.StateNew:
-		s.conns[c] = &connEntry{}
-		s.shedNear(now)
+		s.add(c, false)
 	case http.StateActive:
-		if e := s.conns[c]; e != nil {
-			e.idle = false
-		}
+		s.setIdle(c, false)
 	case http.StateIdle:
-		if e := s.conns[c]; e != nil {
-			e.idle, e.idleSince = true, now
-		}
+		s.setIdle(c, true)
 	case http.StateHijacked, http.StateClosed:
-		delete(s.conns, c)
+		s.remove(c)
 	}
 }
 
-// shedNear sheds idle connections when the descriptors open, a new connection
-// counted, reach the threshold; s.mu is held.
-func (s *connShedder) shedNear(now time.Time) {
+// add counts a new connection, idle from the start for gRPC (a client
+// may connect ahead of its calls; it is the newest idle one), and sheds
+// idle ones if that brings the descriptors to the threshold.
+func (s *connShedder) add(c net.Conn, grpc bool) {
+	now := time.Now()
+	s.mu.Lock()
+	s.conns[c] = &connEntry{grpc: grpc, idle: grpc, idleSince: now}
+	shed := s.shedNear(now)
+	s.mu.Unlock()
+	for _, c := range shed {
+		_ = c.Close()
+	}
+}
+
+func (s *connShedder) setIdle(c net.Conn, idle bool) {
+	now := time.Now()
+	s.mu.Lock()
+	if e := s.conns[c]; e != nil {
+		e.idle, e.idleSince = idle, now
+	}
+	s.mu.Unlock()
+}
+
+func (s *connShedder) remove(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// shedNear picks the idle connections to close when the descriptors open
+// reach the threshold, and counts them out; s.mu is held. The caller
+// closes them once s.mu is released (a gRPC connection's Close comes back
+// to remove).
+func (s *connShedder) shedNear(now time.Time) []net.Conn {
 	if now.Sub(s.sampledAt) >= resampleEvery {
 		if n, err := s.count(); err == nil {
 			s.sampled, s.sampledConns, s.sampledAt = n, len(s.conns), now
@@ -122,7 +149,7 @@ func (s *connShedder) shedNear(now time.Time) {
 	}
 	open := s.sampled + len(s.conns) - s.sampledConns
 	if open < s.threshold {
-		return
+		return nil
 	}
 	var idle []net.Conn
 	var since []time.Time
@@ -133,19 +160,29 @@ func (s *connShedder) shedNear(now time.Time) {
 		}
 	}
 	pick := shedIdle(open, s.threshold, since)
+	shed := make([]net.Conn, 0, len(pick))
+	var n [2]int // HTTP, gRPC
 	for _, i := range pick {
-		_ = idle[i].Close()
-		delete(s.conns, idle[i]) // its descriptor is free: out of the count now
+		c := idle[i]
+		if s.conns[c].grpc {
+			n[1]++
+		} else {
+			n[0]++
+		}
+		delete(s.conns, c) // its descriptor is free: out of the count now
+		shed = append(shed, c)
 	}
-	s.shed.Add(float64(len(pick)))
+	s.closed.WithLabelValues("http", "fd_limit").Add(float64(n[0]))
+	s.closed.WithLabelValues("grpc", "fd_limit").Add(float64(n[1]))
 	switch {
 	case len(pick) > 0:
-		s.log.Warn("open descriptors near the limit: closed the oldest idle HTTP connections",
-			"open", open, "threshold", s.threshold, "closed", len(pick))
+		s.log.Warn("open descriptors near the limit: closed the oldest idle connections",
+			"open", open, "threshold", s.threshold, "http", n[0], "grpc", n[1])
 	case now.Sub(s.warned) >= resampleEvery:
 		s.warned = now
-		s.log.Warn("open descriptors near the limit, and no idle HTTP connection to close", "open", open, "threshold", s.threshold)
+		s.log.Warn("open descriptors near the limit, and no idle connection to close", "open", open, "threshold", s.threshold)
 	}
+	return shed
 }
 
 // closedConns is nereid_connections_closed: connections the gateway closed
@@ -167,10 +204,10 @@ type connGuard struct {
 func (g *Gateway) guardConns() {
 	g.conns.closed = closedConns()
 	g.metrics.MustRegister(g.conns.closed)
-	if g.cfg.HTTPAddr != "" {
-		g.conns.shedder = newConnShedder(g.cfg.Limits.ShedIdleAt, g.log, g.conns.closed.WithLabelValues("http", "fd_limit"))
+	if g.cfg.HTTPAddr != "" || g.cfg.GRPCAddr != "" {
+		g.conns.shedder = newConnShedder(g.cfg.Limits.ShedIdleAt, g.log, g.conns.closed)
 		if s := g.conns.shedder; s != nil {
-			g.log.Info("idle HTTP connections are shed near the descriptor limit", "open_descriptors", s.threshold)
+			g.log.Info("idle connections are shed near the descriptor limit", "open_descriptors", s.threshold)
 		}
 	}
 }

@@ -2,16 +2,21 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/fdlimit"
 )
 
@@ -127,5 +132,99 @@ func TestShedIdleHTTP(t *testing.T) {
 	}
 	if err := dialKeptAlive(t, g.HTTPAddr()).live(); err != nil {
 		t.Fatalf("a new client: %v", err)
+	}
+}
+
+// closeSignal is a client connection that says when it is closed.
+type closeSignal struct {
+	net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *closeSignal) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// dialSignalling dials gRPC connections that report their closing on the
+// returned channel's values, one per connection dialed.
+func dialSignalling(t *testing.T, addr string) (*grpc.ClientConn, chan *closeSignal) {
+	t.Helper()
+	dialed := make(chan *closeSignal, 10)
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
+			if err != nil {
+				return nil, err
+			}
+			s := &closeSignal{Conn: c, closed: make(chan struct{})}
+			dialed <- s
+			return s, nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc, dialed
+}
+
+// TestShedIdleGRPC: near the threshold, a gRPC connection with no call
+// open is shed like an idle HTTP one (the oldest first), while one with a
+// call open, older still, is kept and its call goes on.
+func TestShedIdleGRPC(t *testing.T) {
+	ns := startNATS(t)
+	open, err := fdlimit.Open()
+	if err != nil {
+		t.Skip("open descriptors cannot be counted here:", err)
+	}
+	threshold := open + 60
+	g := startGateway(t, ns, func(c *Config) { c.Limits.ShedIdleAt = threshold })
+	simpleServing(t, ns, g) // its client connection: idle, and older than those below
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	busyCC, _ := dialSignalling(t, g.GRPCAddr())
+	st, err := inference.NewGRPCInferenceServiceClient(busyCC).ModelStreamInfer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(simpleRequest()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	idleCC, dialed := dialSignalling(t, g.GRPCAddr())
+	if _, err := inference.NewGRPCInferenceServiceClient(idleCC).ServerLive(ctx, &inference.ServerLiveRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	idle := <-dialed
+
+	shed := g.conns.closed.WithLabelValues("grpc", "fd_limit")
+	for i := 0; i < 200 && testutil.ToFloat64(shed) < 2; i++ {
+		if err := dialKeptAlive(t, g.HTTPAddr()).live(); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := testutil.ToFloat64(shed); n < 2 {
+		t.Fatalf("%v idle gRPC connections shed, want 2", n)
+	}
+	select {
+	case <-idle.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle gRPC connection is still open")
+	}
+	// The busy one's call goes on.
+	if err := st.Send(simpleRequest()); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := st.Recv(); err != nil || r.ErrorMessage != "" {
+		t.Fatalf("the call kept open: %v %v", err, r.GetErrorMessage())
+	}
+	// The shed connection's client reconnects on its next call.
+	if _, err := inference.NewGRPCInferenceServiceClient(idleCC).ServerLive(ctx, &inference.ServerLiveRequest{}); err != nil {
+		t.Fatalf("a call after the shedding: %v", err)
 	}
 }

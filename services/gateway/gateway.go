@@ -306,7 +306,7 @@ func New(cfg Config) (*Gateway, error) {
 		if grpcTLS != nil {
 			creds = credentials.NewTLS(grpcTLS)
 		}
-		opts = append(opts, grpc.Creds(g.messageRate(creds)))
+		opts = append(opts, grpc.Creds(g.guardGRPC(creds)))
 		opts = append(opts, restrictedOptions(cfg.GRPCRestricted)...)
 		g.grpcSrv = grpc.NewServer(opts...)
 		g.grpcSrv.RegisterService(grpcServiceDesc(), &grpcService{g: g})

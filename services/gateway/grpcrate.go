@@ -213,12 +213,16 @@ type rateTracker struct {
 	lim     msgRate
 	initWin int64 // the server's SETTINGS_INITIAL_WINDOW_SIZE
 	streams map[uint32]*streamMsg
+	// calls are the streams open (the client's HEADERS seen, the server's
+	// end not yet): with none the connection is idle.
+	calls   map[uint32]struct{}
+	highest uint32 // the highest stream the client opened
 	in, out h2Frames
 	now     time.Time // of the bytes being fed
 }
 
 func newRateTracker(lim msgRate) *rateTracker {
-	return &rateTracker{lim: lim, initWin: h2DefaultWindow, streams: map[uint32]*streamMsg{},
+	return &rateTracker{lim: lim, initWin: h2DefaultWindow, streams: map[uint32]*streamMsg{}, calls: map[uint32]struct{}{},
 		in: h2Frames{skip: len(h2ClientPreface)}}
 }
 
@@ -238,6 +242,9 @@ func (t *rateTracker) sent(b []byte, now time.Time) {
 // next byte, and its stream's id; zero when none is in progress with its
 // clock running.
 func (t *rateTracker) deadline() (due time.Time, stream uint32) {
+	if t.lim.rate <= 0 {
+		return due, 0
+	}
 	for id, m := range t.streams {
 		if m.since.IsZero() {
 			continue
@@ -264,8 +271,10 @@ func (e clientEvents) header(typ, _ byte, stream uint32, length int) {
 	t := e.t
 	switch typ {
 	case h2Headers:
-		if _, ok := t.streams[stream]; !ok && stream != 0 {
+		if stream > t.highest { // a new stream: another's trailers would be lower
+			t.highest = stream
 			t.streams[stream] = &streamMsg{win: t.initWin}
+			t.calls[stream] = struct{}{}
 		}
 	case h2Data:
 		if m := t.streams[stream]; m != nil {
@@ -283,7 +292,10 @@ func (e clientEvents) data(stream uint32, b []byte) {
 
 func (e clientEvents) end(typ, flags byte, stream uint32, _ []byte) {
 	switch {
-	case typ == h2RSTStream, (typ == h2Data || typ == h2Headers) && flags&h2EndStream != 0:
+	case typ == h2RSTStream:
+		delete(e.t.streams, stream)
+		delete(e.t.calls, stream)
+	case (typ == h2Data || typ == h2Headers) && flags&h2EndStream != 0:
 		delete(e.t.streams, stream) // the client sends no more on it
 	}
 }
@@ -298,6 +310,7 @@ func (e serverEvents) end(typ, flags byte, stream uint32, payload []byte) {
 	switch {
 	case typ == h2RSTStream, typ == h2Headers && flags&h2EndStream != 0:
 		delete(t.streams, stream) // the call is over: whatever comes is discarded
+		delete(t.calls, stream)
 	case typ == h2WindowUpdate && len(payload) == 4 && stream != 0:
 		if m := t.streams[stream]; m != nil {
 			m.win += int64(binary.BigEndian.Uint32(payload) & 0x7fffffff)
@@ -322,12 +335,14 @@ func (e serverEvents) end(typ, flags byte, stream uint32, payload []byte) {
 // minimum rate.
 var errMessageTooSlow = errors.New("gRPC message too slow")
 
-// rateConn is a server connection under the minimum message rate.
+// rateConn is a gRPC server connection under the minimum message rate,
+// which also tells the shedder (conns.go) when it has no call open.
 type rateConn struct {
 	net.Conn
 	onSlow func(c net.Conn, what string)
+	shed   *connShedder // told when the connection turns idle or busy; nil: none
 
-	mu  sync.Mutex
+	mu  sync.Mutex // taken before the shedder's
 	t   *rateTracker
 	set time.Time // the read deadline last set
 	// late is set once a message fell behind: the connection is done for
@@ -368,7 +383,11 @@ func (c *rateConn) Read(p []byte) (int, error) {
 		now := time.Now()
 		c.mu.Lock()
 		if n > 0 {
+			busy := len(c.t.calls) > 0
 			c.t.received(p[:n], now)
+			if c.shed != nil && busy != (len(c.t.calls) > 0) {
+				c.shed.setIdle(c, busy) // under c.mu, so that the shedder learns in order
+			}
 		}
 		if n > 0 || err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || c.set.IsZero() || now.Before(c.set) {
 			c.mu.Unlock()
@@ -393,11 +412,22 @@ func (c *rateConn) Write(p []byte) (int, error) {
 	if n > 0 {
 		c.mu.Lock()
 		now := time.Now()
+		busy := len(c.t.calls) > 0
 		c.t.sent(p[:n], now)
 		_ = c.arm(now) // a failure shows on the next read
+		if c.shed != nil && busy && len(c.t.calls) == 0 {
+			c.shed.setIdle(c, true)
+		}
 		c.mu.Unlock()
 	}
 	return n, err
+}
+
+func (c *rateConn) Close() error {
+	if c.shed != nil {
+		c.shed.remove(c)
+	}
+	return c.Conn.Close()
 }
 
 // rateCreds puts the server connections of a gRPC server under the minimum
@@ -406,6 +436,7 @@ func (c *rateConn) Write(p []byte) (int, error) {
 type rateCreds struct {
 	credentials.TransportCredentials
 	lim    msgRate
+	shed   *connShedder // nil: no shedding
 	onSlow func(c net.Conn, what string)
 }
 
@@ -414,11 +445,15 @@ func (r rateCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo
 	if err != nil {
 		return nil, nil, err
 	}
-	return &rateConn{Conn: c, onSlow: r.onSlow, t: newRateTracker(r.lim)}, info, nil
+	rc := &rateConn{Conn: c, onSlow: r.onSlow, shed: r.shed, t: newRateTracker(r.lim)}
+	if r.shed != nil {
+		r.shed.add(rc, true)
+	}
+	return rc, info, nil
 }
 
 func (r rateCreds) Clone() credentials.TransportCredentials {
-	return rateCreds{TransportCredentials: r.TransportCredentials.Clone(), lim: r.lim, onSlow: r.onSlow}
+	return rateCreds{TransportCredentials: r.TransportCredentials.Clone(), lim: r.lim, shed: r.shed, onSlow: r.onSlow}
 }
 
 // ClientHandshake is not used by a server.
@@ -426,15 +461,16 @@ func (r rateCreds) ClientHandshake(ctx context.Context, addr string, raw net.Con
 	return r.TransportCredentials.ClientHandshake(ctx, addr, raw)
 }
 
-// messageRate puts the gRPC server's connections, made secure by creds,
-// under the minimum message rate (Limits.GRPCMessageMinRate).
-func (g *Gateway) messageRate(creds credentials.TransportCredentials) credentials.TransportCredentials {
+// guardGRPC puts the gRPC server's connections, made secure by creds,
+// under the minimum message rate (Limits.GRPCMessageMinRate) and in the
+// shedding of idle connections (conns.go).
+func (g *Gateway) guardGRPC(creds credentials.TransportCredentials) credentials.TransportCredentials {
 	lim := msgRate{rate: g.cfg.Limits.GRPCMessageMinRate, grace: g.cfg.Limits.GRPCMessageGrace}
-	if lim.rate <= 0 {
+	if lim.rate <= 0 && g.conns.shedder == nil {
 		return creds
 	}
 	slow := g.conns.closed.WithLabelValues("grpc", "min_rate")
-	return rateCreds{TransportCredentials: creds, lim: lim, onSlow: func(c net.Conn, what string) {
+	return rateCreds{TransportCredentials: creds, lim: lim, shed: g.conns.shedder, onSlow: func(c net.Conn, what string) {
 		slow.Inc()
 		g.log.Warn("closed a gRPC connection: a message fell below the minimum rate (--grpc-message-min-rate, --grpc-message-grace)",
 			"remote", c.RemoteAddr().String(), "message", what, "min_rate", lim.rate, "grace", lim.grace)

@@ -54,8 +54,9 @@ type Limits struct {
 	GRPCMessageMinRate int64
 	GRPCMessageGrace   time.Duration
 	// ShedIdleAt is the number of open descriptors from which the oldest
-	// idle HTTP connections are closed to make room for new ones (0: 90%
-	// of the soft RLIMIT_NOFILE; negative: never).
+	// idle connections (HTTP between requests, gRPC with no call open) are
+	// closed to make room for new ones (0: 90% of the soft RLIMIT_NOFILE;
+	// negative: never).
 	ShedIdleAt int
 	// HTTPReadHeaderTimeout bounds the reading of a request's headers.
 	HTTPReadHeaderTimeout time.Duration
@@ -98,7 +99,7 @@ func (l *Limits) RegisterFlags(fs *flag.FlagSet) {
 		"bytes per second a gRPC message must keep up after --grpc-message-grace, while flow control lets its client send, or its connection is closed (negative: no minimum)")
 	fs.DurationVar(&l.GRPCMessageGrace, "grpc-message-grace", DefaultGRPCMessageGrace, "time a gRPC message gets from its first byte before --grpc-message-min-rate applies")
 	fs.IntVar(&l.ShedIdleAt, "shed-idle-connections-at", 0,
-		"open file descriptors from which the oldest idle HTTP connections are closed to make room for new clients (0: 90% of the soft RLIMIT_NOFILE; negative: never)")
+		"open file descriptors from which the oldest idle connections (HTTP between requests, gRPC with no call open) are closed to make room for new clients (0: 90% of the soft RLIMIT_NOFILE; negative: never)")
 	fs.DurationVar(&l.HTTPReadHeaderTimeout, "http-read-header-timeout", DefaultHTTPReadHeaderTimeout, "time allowed to read an HTTP request's headers")
 	fs.DurationVar(&l.HTTPIdleTimeout, "http-idle-timeout", DefaultHTTPIdleTimeout, "idle HTTP keep-alive connections are closed after this long (negative: never)")
 	millis(fs, &l.GRPCKeepaliveTime, "grpc-keepalive-time", DefaultGRPCKeepaliveTime, "milliseconds a gRPC connection may be idle before the server pings it")
