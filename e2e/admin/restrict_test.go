@@ -49,15 +49,16 @@ func TestRestrictedAndBadRequests(t *testing.T) {
 			t.Errorf("%s with a wrong value: %v", call.name, st)
 		}
 	}
+	// The gateway is up once it is live; the executor may join later.
+	waitFor(t, "exec-a listed", func() bool {
+		r, err := e.admin.ListExecutors(allowed(ctx(t)), &adminv1.ListExecutorsRequest{})
+		return err == nil && len(r.GetExecutors()) == 1 && r.GetExecutors()[0].GetId() == "exec-a"
+	})
 	// Refused before it reached the executor: it still serves.
 	if st, err := e.admin.GetDrainStatus(allowed(ctx(t)), &adminv1.GetDrainStatusRequest{ExecutorId: "exec-a"}); err != nil ||
 		st.GetState() != adminv1.DrainState_DRAIN_STATE_SERVING {
 		t.Fatalf("drain status with the header: %v %v", st, err)
 	}
-	waitFor(t, "exec-a listed", func() bool {
-		r, err := e.admin.ListExecutors(allowed(ctx(t)), &adminv1.ListExecutorsRequest{})
-		return err == nil && len(r.GetExecutors()) == 1 && r.GetExecutors()[0].GetId() == "exec-a"
-	})
 
 	// REST: Triton's 403 and message without the header.
 	var refusal struct {
