@@ -203,6 +203,12 @@ type connGuard struct {
 // guardConns sets up g.conns, before the servers are made.
 func (g *Gateway) guardConns() {
 	g.conns.closed = closedConns()
+	// Every series from the start, so the family is always on the page.
+	for _, p := range []string{"http", "grpc"} {
+		for _, r := range []string{"fd_limit", "min_rate"} {
+			g.conns.closed.WithLabelValues(p, r)
+		}
+	}
 	g.metrics.MustRegister(g.conns.closed)
 	if g.cfg.HTTPAddr != "" || g.cfg.GRPCAddr != "" {
 		g.conns.shedder = newConnShedder(g.cfg.Limits.ShedIdleAt, g.log, g.conns.closed)
