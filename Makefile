@@ -7,7 +7,7 @@ BENCHTIME ?= 2s
 
 SERVICES := gateway executor shm-registry sequence-router
 
-.PHONY: all build run test unit e2e bench perfdoc proto proto-check lint deps images compose-config helm-lint clean
+.PHONY: all build run test unit e2e bench perfdoc proto proto-check lint deps images compose-env compose-config helm-lint clean
 
 all: build
 
@@ -77,9 +77,18 @@ deps:
 # Every service image (nereid-<service>:$${NEREID_TAG:-dev}) with Docker Compose
 # v2, from deploy/docker/Dockerfile and docker-compose.yml, on an engine with no
 # images and no registry: local equivalents of the golang, debian, nats and
-# redis images are made from Debian's packages first (deploy/docker/compose.offline.yml).
+# redis images are made from Debian's packages first (deploy/docker/compose.offline.yml),
+# and the standalone image (nereid:$${NEREID_TAG:-dev}); then .env (compose-env, offline).
 images:
 	@bash scripts/images.sh
+
+# .env beside docker-compose.yml, read by every docker compose command here:
+# the invoking user's NEREID_UID/NEREID_GID (so the services open the shared
+# memory regions that user's clients create) and, when given
+# (make compose-env NEREID_EXECUTORS=3), the executors' scale. make images
+# runs it too and adds COMPOSE_FILE with the offline override. scripts/compose-env.sh.
+compose-env:
+	@bash scripts/compose-env.sh
 
 # docker-compose.yml through compose-go (docker compose's own loader and schema),
 # the Dockerfile's context against .dockerignore, and every flag the compose

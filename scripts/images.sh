@@ -25,6 +25,10 @@
 # (this script, Go's version, the go.sum files); a matching one is reused, so a
 # warm run only rebuilds what changed.
 #
+# It ends by writing .env (scripts/compose-env.sh --offline): COMPOSE_FILE with
+# the offline override and the invoking user's NEREID_UID/NEREID_GID, so that
+# plain `docker compose ...` commands in this directory use these images.
+#
 # Docker Compose v2 is used as `docker compose`. When the docker CLI has no
 # compose plugin, the pinned version below is built from its Go module into
 # bin/compose-<version>/ and installed as ~/.docker/cli-plugins/docker-compose.
@@ -253,8 +257,14 @@ fi
 docker compose version >/dev/null 2>&1 || die "docker compose does not run"
 
 # --- The service images ---------------------------------------------------------
-log "docker compose build (the shipped docker-compose.yml with $OVERRIDE)"
+log "docker compose build (the shipped docker-compose.yml with $OVERRIDE; the standalone image too)"
 # The compose build runs on the engine's BuildKit (the Dockerfile's cache mounts).
 export DOCKER_BUILDKIT=1
-docker compose -f docker-compose.yml -f "$OVERRIDE" build
-log "built: $(docker compose -f docker-compose.yml -f "$OVERRIDE" config --images | sort -u | tr '\n' ' ')"
+docker compose -f docker-compose.yml -f "$OVERRIDE" --profile standalone build
+log "built: $(docker compose -f docker-compose.yml -f "$OVERRIDE" --profile standalone config --images | sort -u | tr '\n' ' ')"
+
+# --- .env ------------------------------------------------------------------------
+# Every later `docker compose` command in this directory uses these images (the
+# offline override through COMPOSE_FILE) and runs the services as the invoking
+# user (shared memory), without flags: scripts/compose-env.sh.
+bash scripts/compose-env.sh --offline

@@ -128,8 +128,11 @@ func (p *Project) Sibling(suffix string, extra []string, env ...string) *Project
 }
 
 // Compose runs docker compose on the project and returns its combined output.
+// The .env beside docker-compose.yml (make images, make compose-env) is not
+// read: the project's files and Env are all there is, so a developer's .env
+// (a scale, passwords) never changes what the suites run.
 func (p *Project) Compose(ctx context.Context, args ...string) (string, error) {
-	full := []string{"compose", "--project-directory", p.Root}
+	full := []string{"compose", "--project-directory", p.Root, "--env-file", os.DevNull}
 	if p.Name != "" {
 		full = append(full, "-p", p.Name)
 	}

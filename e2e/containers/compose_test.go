@@ -197,19 +197,25 @@ func TestSequence(t *testing.T) {
 // as a client does; the containers see it through ipc: host.
 func region(t *testing.T, name string, size int) (string, *shm.Mapping) {
 	t.Helper()
+	return regionAt(t, httpBase, name, size)
+}
+
+// regionAt is region for the gateway at base.
+func regionAt(t *testing.T, base, name string, size int) (string, *shm.Mapping) {
+	t.Helper()
 	key := fmt.Sprintf("/nereid-e2e-containers-%d-%s", os.Getpid(), name)
 	m, err := shm.Create(key, size)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close(); _ = shm.Unlink(key) })
-	code, msg, err := postJSON(httpBase+"/v2/systemsharedmemory/region/"+name+"/register",
+	code, msg, err := postJSON(base+"/v2/systemsharedmemory/region/"+name+"/register",
 		map[string]any{"key": key, "offset": 0, "byte_size": size}, nil)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("register %s: %d %s %v", name, code, msg, err)
 	}
 	t.Cleanup(func() {
-		_, _, _ = postJSON(httpBase+"/v2/systemsharedmemory/region/"+name+"/unregister", map[string]any{}, nil)
+		_, _, _ = postJSON(base+"/v2/systemsharedmemory/region/"+name+"/unregister", map[string]any{}, nil)
 	})
 	return key, m
 }
@@ -221,6 +227,12 @@ func shmParams(name string, offset, size int) map[string]any {
 // inferSimpleShm runs "simple" with inputs and outputs in the two regions and
 // checks the outputs the executor wrote there.
 func inferSimpleShm(t *testing.T, inName, outName string, in, out *shm.Mapping, add int32) {
+	t.Helper()
+	inferSimpleShmAt(t, httpBase, inName, outName, in, out, add)
+}
+
+// inferSimpleShmAt is inferSimpleShm through the gateway at base.
+func inferSimpleShmAt(t *testing.T, base, inName, outName string, in, out *shm.Mapping, add int32) {
 	t.Helper()
 	var b bytes.Buffer
 	for i := range 16 {
@@ -242,7 +254,7 @@ func inferSimpleShm(t *testing.T, inName, outName string, in, out *shm.Mapping, 
 			map[string]any{"name": "OUTPUT1", "parameters": shmParams(outName, 64, 64)},
 		},
 	}
-	code, msg, err := postJSON(httpBase+"/v2/models/simple/infer", body, nil)
+	code, msg, err := postJSON(base+"/v2/models/simple/infer", body, nil)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("infer with shared memory: %d %s %v", code, msg, err)
 	}
