@@ -28,8 +28,9 @@
 // Requests of one sequence on one ModelStreamInfer stream are numbered by
 // the gateway (SequenceRequest.stream, stream_seq) and sent without waiting
 // for answers; the router enqueues them in that order (waiting at most
-// 250 ms for a missing one), so a stream's requests queue up at once and
-// batch as Triton's do.
+// 2 s for a missing one, which outlasts the gateway's delay before sending
+// again a request no router took), so a stream's requests queue up at once
+// and batch as Triton's do.
 //
 // A decoupled model's request carries the gateway's stream window
 // (SequenceRequest.stream_window, passed on in SequenceWork): the executor

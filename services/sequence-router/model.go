@@ -70,8 +70,16 @@ func (it *item) finish() bool {
 }
 
 // orderWait is how long a stream's request waits for an earlier one of its
-// sequence that has not arrived (the gateway failed it before sending).
-const orderWait = 250 * time.Millisecond
+// sequence that has not arrived. The earlier one may never come (the
+// gateway failed it before sending it, or it ran on the router this one
+// took the model over from), or come late: the gateway sends a request
+// that no router took (none served the model yet, one stepped down) again
+// after a jittered backoff of up to a second (services/gateway resendMax),
+// each request of the stream on its own, so a START refused while the
+// router was starting can arrive most of a second after the requests that
+// follow it. Giving up on it earlier enqueues those without their START:
+// they fail, and the START then starts a sequence that waits for them.
+const orderWait = 2 * time.Second
 
 type orderKey struct {
 	stream string
