@@ -478,7 +478,12 @@ type SequenceWork struct {
 	StreamWindow uint32 `protobuf:"varint,12,opt,name=stream_window,json=streamWindow,proto3" json:"stream_window,omitempty"`
 	// The W3C trace context (traceparent, tracestate) of the router's span
 	// for this request, when it is traced: the executor's span continues it.
-	TraceContext  map[string]string `protobuf:"bytes,13,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TraceContext map[string]string `protobuf:"bytes,13,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The cancellation key of the request, as the gateway sent it to the
+	// router (bus: envelope or Nereid-Key header): the executor follows a
+	// cancellation naming reply only with this key. 0: none known (a router
+	// of an older release), any cancellation naming reply is followed.
+	CancelKey     uint64 `protobuf:"fixed64,14,opt,name=cancel_key,json=cancelKey,proto3" json:"cancel_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -602,6 +607,13 @@ func (x *SequenceWork) GetTraceContext() map[string]string {
 		return x.TraceContext
 	}
 	return nil
+}
+
+func (x *SequenceWork) GetCancelKey() uint64 {
+	if x != nil {
+		return x.CancelKey
+	}
+	return 0
 }
 
 // Router -> executors and gateways on bus.SequenceTakeoverSubject, with a
@@ -817,7 +829,7 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	"\vneed_config\x18\x03 \x01(\bR\n" +
 	"needConfig\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x18\n" +
-	"\adrained\x18\x05 \x01(\bR\adrained\"\x86\x04\n" +
+	"\adrained\x18\x05 \x01(\bR\adrained\"\xa5\x04\n" +
 	"\fSequenceWork\x12\x18\n" +
 	"\apadding\x18\x01 \x01(\bR\apadding\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12,\n" +
@@ -832,7 +844,9 @@ const file_busv1_sequence_proto_rawDesc = "" +
 	" \x01(\tR\x05token\x12\x16\n" +
 	"\x06resume\x18\v \x01(\bR\x06resume\x12#\n" +
 	"\rstream_window\x18\f \x01(\rR\fstreamWindow\x12R\n" +
-	"\rtrace_context\x18\r \x03(\v2-.nereid.bus.v1.SequenceWork.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\rtrace_context\x18\r \x03(\v2-.nereid.bus.v1.SequenceWork.TraceContextEntryR\ftraceContext\x12\x1d\n" +
+	"\n" +
+	"cancel_key\x18\x0e \x01(\x06R\tcancelKey\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +

@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/e2e/constellation"
+	"github.com/nereid-io/nereid/pkg/bus"
 )
 
 // A decoupled sequence model's requests are cancelled in the router as a
@@ -54,6 +56,17 @@ func TestDecoupledSequenceCancel(t *testing.T) {
 			}
 			return false
 		})
+	}
+	// Another process that learns the reply subjects of the sequence's
+	// requests (here: a connection with the router's rights, which sees
+	// them arrive) but not their cancellation keys.
+	spy := e.c.ConnectAs(bus.RoleSequenceRouter)
+	replies, err := spy.SubscribeSync(bus.SequenceInferSubject(model, "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
 	}
 	c := grpcClient(t, e.g.GRPC())
 	open := func() (inference.GRPCInferenceService_ModelStreamInferClient, func()) {
@@ -107,6 +120,28 @@ func TestDecoupledSequenceCancel(t *testing.T) {
 		return n
 	}
 	before := empty()
+	// Cancellations of sequence 1's running request without its key (none,
+	// a wrong one) from another connection: neither the router nor the
+	// executor running it follows them.
+	m, err := replies.NextMsg(10 * time.Second)
+	if err != nil || m.Reply == "" {
+		t.Fatalf("sequence 1's request not seen: %v", err)
+	}
+	forger := e.c.ConnectAs(bus.RoleGateway)
+	for _, c := range []string{m.Reply, m.Reply + " 1", m.Reply + " deadbeefdeadbeef"} {
+		if err := forger.Publish(bus.CancelSubject, []byte(c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := forger.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The statistics can take a few seconds to show a cancellation.
+	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if n := empty(); n != before {
+			t.Fatalf("a cancellation without the request's key reached the running request's backend (empty responses %v -> %v)", before, n)
+		}
+	}
 	cancel1()
 	if !waitFor(func() bool { return empty() > before }) {
 		t.Fatal("the running request's backend did not see the cancellation")

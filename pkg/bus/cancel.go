@@ -27,10 +27,11 @@ import (
 // responder know it. A reply subject is no secret to the other Conns of the
 // requester's role (they may read their role's inboxes), so a cancellation
 // that names a request served here without its key is ignored. A process
-// that serves a request it did not receive itself (TrackRequest, Hold: an
-// executor running a batch from the sequence router) knows no key and
-// follows any cancellation naming the reply subject, as the router forwards
-// them.
+// that serves a request it did not receive itself learns its key from the
+// process that passed it on (the sequence router puts it in the batch,
+// RequestKey, and forwards cancellations with it, ForwardCancel; an executor
+// follows them with TrackRequestKey); one that knows no key (TrackRequest)
+// follows any cancellation naming the reply subject.
 //
 // The cancellation and the request arrive on different subscriptions, which
 // nats.go dispatches independently: a cancellation may overtake its own
@@ -102,6 +103,38 @@ func (c *Conn) TrackRequest(ctx context.Context, reply string) (context.Context,
 	}
 	return c.trackHandler(ctx, reply)
 }
+
+// TrackRequestKey is TrackRequest for a request whose cancellation key is
+// known (the sequence router passes it on with the request, RequestKey): ctx
+// ends only on a cancellation that carries key. Key 0 is TrackRequest.
+func (c *Conn) TrackRequestKey(ctx context.Context, reply string, key uint64) (context.Context, func()) {
+	if key == 0 {
+		return c.TrackRequest(ctx, reply)
+	}
+	if err := c.listenCancels(); err != nil {
+		c.opts.log.Warn("bus: cancellations not followed", "err", err)
+	}
+	if reply == "" || c.cancels.inflight == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	c.trackCancel(reply, key, causeFunc(cancel))
+	return ctx, func() {
+		c.untrack(reply)
+		cancel(nil)
+	}
+}
+
+// RequestKey is the cancellation key of the request whose reply subject is
+// reply, when this Conn received it and holds it (HandleDelegated, until it
+// is answered or released); 0 otherwise. The sequence router passes it on
+// with the request to the executor that runs it.
+func (c *Conn) RequestKey(reply string) uint64 { return c.heldKey(reply) }
+
+// ForwardCancel publishes again the cancellation of the request on reply,
+// with its key (RequestKey): the sequence router tells the executor running
+// a request the client cancelled.
+func (c *Conn) ForwardCancel(reply string, key uint64) { c.publishCancel(reply, key) }
 
 // trackHandler registers the handler serving reply; the returned func
 // unregisters it. ctx is cancelled if the requester cancels. The key is the
@@ -182,7 +215,7 @@ func (c *Conn) untrack(reply string) {
 }
 
 // parseCancel reads a cancellation: the reply subject, a space and the key
-// in hexadecimal (key 0 when absent, as the sequence router forwards them).
+// in hexadecimal (key 0 when absent).
 func parseCancel(data []byte) (reply string, key uint64) {
 	r, k, ok := bytes.Cut(data, []byte{' '})
 	if ok {

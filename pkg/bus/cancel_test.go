@@ -228,3 +228,34 @@ func TestCancelKeyTombstone(t *testing.T) {
 		t.Fatal("a forwarded cancellation of a request tracked without a key was not applied")
 	}
 }
+
+// TestTrackRequestKey: a request received elsewhere and tracked with the
+// key its first receiver passed on (an executor running the sequence
+// router's batch) follows only cancellations with that key, from
+// ForwardCancel as from its requester, early or not.
+func TestTrackRequestKey(t *testing.T) {
+	s := startServer(t, 0)
+	srv, other := connect(t, s), connect(t, s)
+	ctx, done := srv.TrackRequestKey(context.Background(), "_INBOX.x.4", 0xabc)
+	defer done()
+	if err := srv.nc.Flush(); err != nil { // the cancellation subscription is in place
+		t.Fatal(err)
+	}
+	srv.cancelHandler("_INBOX.x.4", 0)
+	srv.cancelHandler("_INBOX.x.4", 0xabd)
+	if ctx.Err() != nil {
+		t.Fatal("a cancellation without the request's key was applied")
+	}
+	other.ForwardCancel("_INBOX.x.4", 0xabc)
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the forwarded cancellation with the key was not applied")
+	}
+	srv.cancelHandler("_INBOX.x.5", 0)
+	ctx5, done5 := srv.TrackRequestKey(context.Background(), "_INBOX.x.5", 0xdef)
+	defer done5()
+	if ctx5.Err() != nil {
+		t.Fatal("an early cancellation without the request's key was applied")
+	}
+}

@@ -114,9 +114,10 @@
 // the requester cancelled) when the key is the request's, so that nobody
 // but the requester (not even another Conn of its role, which may read its
 // role's inboxes) can cancel it; a process serving a request it did not
-// receive (TrackRequest: an executor running a batch of the sequence
-// router, which forwards cancellations as R alone) follows any
-// cancellation naming R. So a handler can drop work
+// receive learns its key from the process that passed it on (the sequence
+// router sends it in the batch and forwards cancellations with it; the
+// executor follows them with TrackRequestKey); one that knows no key
+// (TrackRequest) follows any cancellation naming R. So a handler can drop work
 // that has not started, such as a request still waiting in a batcher's
 // queue. The cancellation may overtake its request (two subscriptions are
 // dispatched independently); it is then remembered for a few seconds and

@@ -697,8 +697,9 @@ func (s *seqRunner) decode(ctx context.Context, now time.Time, w, template *busv
 	rctx := ctx
 	if s.mv.decoupled() && !w.GetPadding() && w.GetReply() != "" {
 		// The client's cancellation reaches the backend
-		// (Request.IsCancelled), as on the stateless path.
-		rctx, it.untrack = s.mv.e.bus.TrackRequest(rctx, w.GetReply())
+		// (Request.IsCancelled), as on the stateless path; only with the
+		// request's key, which the router sent with it.
+		rctx, it.untrack = s.mv.e.bus.TrackRequestKey(rctx, w.GetReply(), w.GetCancelKey())
 	} else if !w.GetPadding() && w.GetReply() != "" {
 		// Its gateway's liveness probes are answered while it runs here,
 		// also when the router that handed it over is gone.

@@ -81,7 +81,7 @@ func TestCancelFollowed(t *testing.T) {
 	}
 
 	// send sends a gateway's request and returns its reply inbox.
-	send := func(r *busv1.SequenceRequest) *nats.Subscription {
+	send := func(r *busv1.SequenceRequest, header ...string) *nats.Subscription {
 		t.Helper()
 		inbox := nats.NewInbox()
 		sub, err := tc.SubscribeSync(inbox)
@@ -89,7 +89,11 @@ func TestCancelFollowed(t *testing.T) {
 			t.Fatal(err)
 		}
 		body, _ := proto.Marshal(r)
-		if err := tc.PublishMsg(&nats.Msg{Subject: bus.SequenceInferSubject(model, "1"), Reply: inbox, Data: body}); err != nil {
+		msg := &nats.Msg{Subject: bus.SequenceInferSubject(model, "1"), Reply: inbox, Data: body}
+		if len(header) == 2 {
+			msg.Header = nats.Header{header[0]: {header[1]}}
+		}
+		if err := tc.PublishMsg(msg); err != nil {
 			t.Fatal(err)
 		}
 		return sub
@@ -111,8 +115,10 @@ func TestCancelFollowed(t *testing.T) {
 		}
 	}
 
-	// Sequence 1 takes the only slot and goes to the executor.
-	a := send(&busv1.SequenceRequest{Id: id(1), Start: true})
+	// Sequence 1 takes the only slot and goes to the executor, with its
+	// cancellation key.
+	const key = 0x1234abcd
+	a := send(&busv1.SequenceRequest{Id: id(1), Start: true}, bus.HeaderKey, "1234abcd")
 	pull.Config = nil
 	preq, _ := proto.Marshal(pull)
 	reply, err := tc.Request(bus.SequencePullSubject(model, "1"), preq, 10*time.Second)
@@ -120,8 +126,9 @@ func TestCancelFollowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var batch busv1.SequenceBatch
-	if err := proto.Unmarshal(reply.Data, &batch); err != nil || len(batch.GetWork()) != 1 || batch.GetWork()[0].GetReply() != a.Subject {
-		t.Fatalf("batch %v %v, want sequence 1's START", &batch, err)
+	if err := proto.Unmarshal(reply.Data, &batch); err != nil || len(batch.GetWork()) != 1 || batch.GetWork()[0].GetReply() != a.Subject ||
+		batch.GetWork()[0].GetCancelKey() != key {
+		t.Fatalf("batch %v %v, want sequence 1's START with its key", &batch, err)
 	}
 
 	// Sequence 2 waits in the backlog; its cancellation fails it at once.
@@ -141,18 +148,33 @@ func TestCancelFollowed(t *testing.T) {
 	cancelled(c1, "another request of the sequence was cancelled")
 	waitBacklog(t, s, model, 0)
 
-	// Sequence 1's request runs on the executor: its cancellation is
-	// heard there, and published again by the router.
+	// Sequence 1's request runs on the executor: a cancellation without
+	// its key is not followed (not forwarded); its own is heard there, and
+	// published again by the router with the key, which the executor
+	// requires.
 	cancel(a)
+	withKey := a.Subject + " 1234abcd"
+	if err := tc.Publish(bus.CancelSubject, []byte(withKey)); err != nil {
+		t.Fatal(err)
+	}
 	seen := 0
 	for seen < 2 {
 		m, err := cancels.NextMsg(10 * time.Second)
 		if err != nil {
-			t.Fatalf("the router did not forward the cancellation of the running request (%d seen)", seen)
+			t.Fatalf("the router did not forward the cancellation of the running request with its key (%d seen)", seen)
 		}
-		if string(m.Data) == a.Subject {
+		switch string(m.Data) {
+		case withKey:
 			seen++
+		case a.Subject:
+		default:
+			if strings.HasPrefix(string(m.Data), a.Subject) {
+				t.Fatalf("cancellation forwarded as %q, want %q", m.Data, withKey)
+			}
 		}
+	}
+	if m, err := cancels.NextMsg(300 * time.Millisecond); err == nil && strings.HasPrefix(string(m.Data), a.Subject) {
+		t.Fatalf("cancellation %q forwarded more than once", m.Data)
 	}
 }
 

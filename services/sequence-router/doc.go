@@ -50,7 +50,10 @@
 // cancellation; until the executor reports the batch done, the router
 // publishes it again, so that an executor that heard the first one before
 // the batch arrived need not rely on the bus's short memory of early
-// cancellations.
+// cancellations. The request's cancellation key (bus.Conn.RequestKey)
+// travels in the batch (busv1.SequenceWork.cancel_key) and with the
+// cancellation the router publishes again: the executor follows only a
+// cancellation with the key, as the router does.
 //
 // A request in the middle of a sequence thus costs gateway -> router ->
 // executor (over the held pull's reply) -> gateway: one NATS leg more than a

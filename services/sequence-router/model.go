@@ -41,6 +41,9 @@ type item struct {
 	// window is busv1.SequenceRequest.stream_window: the executor streams
 	// a decoupled model's responses to reply.
 	window uint32
+	// key is the request's cancellation key (bus.Conn.RequestKey), sent
+	// with it to the executor and with the cancellations forwarded there.
+	key uint64
 
 	// The fields below are the model's, under its mutex.
 	//
@@ -258,7 +261,7 @@ func (m *model) cancel(it *item) {
 	it.cancelled = true
 	if it.running {
 		m.unlock()
-		m.s.forwardCancel(it.reply)
+		m.s.forwardCancel(it.reply, it.key)
 		return
 	}
 	var out []send
@@ -660,7 +663,7 @@ func (m *model) encode(b *seqbatch.Batch) *busv1.SequenceBatch {
 		it.running = true
 		w := &busv1.SequenceWork{Slot: uint32(e.Slot), Id: e.ID.Proto(), Start: e.Start, End: e.End,
 			Reply: it.reply, Request: it.body, ReceivedUnixNano: it.received.UnixNano(), Token: it.token, Resume: e.Resume,
-			StreamWindow: it.window, TraceContext: it.trace}
+			StreamWindow: it.window, TraceContext: it.trace, CancelKey: it.key}
 		if !it.deadline.IsZero() {
 			w.DeadlineUnixNano = it.deadline.UnixNano()
 		}

@@ -302,7 +302,8 @@ func (s *Service) handleInfer(ctx context.Context, subject, reply string, data [
 	defer tracing.End(span, nil)
 	it := &item{reply: reply, body: sr.GetRequest(), received: now, id: seqbatch.FromProto(sr.GetId()), trace: tracing.Inject(ctx),
 		start: sr.GetStart(), end: sr.GetEnd(), timeout: time.Duration(sr.GetTimeoutUs()) * time.Microsecond, token: sr.GetToken(),
-		stream: sr.GetStream(), seq: sr.GetStreamSeq(), shape: sr.GetShape(), window: sr.GetStreamWindow()}
+		stream: sr.GetStream(), seq: sr.GetStreamSeq(), shape: sr.GetShape(), window: sr.GetStreamWindow(),
+		key: s.bus.RequestKey(reply)}
 	if d, ok := ctx.Deadline(); ok {
 		it.deadline = d
 	}
@@ -350,12 +351,11 @@ func (s *Service) handlePull(_ context.Context, subject, reply string, data []by
 // a request the router handed to an executor. The executor heard the
 // client's own cancellation too, but possibly before the batch reached it,
 // when only its memory of early cancellations (bus, a few seconds) would
-// apply it; the second one finds the request running there.
-func (s *Service) forwardCancel(reply string) {
-	if err := s.cfg.Conn.Publish(bus.CancelSubject, []byte(reply)); err != nil {
-		s.log.Debug("cancellation not forwarded", "err", err)
-		return
-	}
+// apply it; the second one finds the request running there. It carries
+// the request's cancellation key, which the executor requires (it got the
+// key in the batch, busv1.SequenceWork.cancel_key).
+func (s *Service) forwardCancel(reply string, key uint64) {
+	s.bus.ForwardCancel(reply, key)
 	s.log.Debug("cancellation forwarded to the executor running the request")
 }
 
