@@ -16,34 +16,16 @@ import (
 	"github.com/nereid-io/nereid/e2e/constellation"
 )
 
-// markerBackend is a Triton backend whose library, once opened, writes the
-// id of the process that opened it to MARKER from its constructor.
-const markerBackend = `
-#include <stdio.h>
-#include <unistd.h>
+// markerSource is the executor tests' Triton backend whose library, once
+// opened, writes the id of the process that opened it to MARKER from its
+// constructor.
+const markerSource = "services/executor/testdata/marker/marker.c"
 
-__attribute__((constructor)) static void nereid_test_mark(void) {
-  FILE* f = fopen(MARKER, "w");
-  if (f != NULL) {
-    fprintf(f, "%d", (int)getpid());
-    fclose(f);
-  }
-}
-
-__attribute__((visibility("default"))) void* TRITONBACKEND_ModelInstanceExecute(void* instance, void** requests, unsigned count) {
-  (void)instance; (void)requests; (void)count;
-  return NULL;
-}
-`
-
-// buildMarker compiles markerBackend, writing to marker.
+// buildMarker compiles markerSource, writing to marker.
 func buildMarker(t *testing.T, marker string) []byte {
 	t.Helper()
 	dir := t.TempDir()
-	src, out := filepath.Join(dir, "marker.c"), filepath.Join(dir, "libtriton_marker.so")
-	if err := os.WriteFile(src, []byte(markerBackend), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	src, out := constellation.RepoPath(t, markerSource), filepath.Join(dir, "libtriton_marker.so")
 	if b, err := exec.Command("cc", "-Wall", "-Werror", "-shared", "-fPIC", "-DMARKER="+strconv.Quote(marker), "-o", out, src).CombinedOutput(); err != nil {
 		t.Fatalf("cc: %v\n%s", err, b)
 	}

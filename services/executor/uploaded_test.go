@@ -17,33 +17,17 @@ import (
 	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
 )
 
-// markerBackend is a Triton backend whose library, once opened, writes the
-// process id to MARKER from its constructor: the proof that a load ran
+// markerSource is a Triton backend (C) whose library, once opened, writes
+// the process id to MARKER from its constructor: the proof that a load ran
 // code into the process.
-const markerBackend = `
-#include <stdio.h>
-#include <unistd.h>
-
-__attribute__((constructor)) static void nereid_test_mark(void) {
-  FILE* f = fopen(MARKER, "w");
-  if (f != NULL) {
-    fprintf(f, "%d", (int)getpid());
-    fclose(f);
-  }
-}
-
-__attribute__((visibility("default"))) void* TRITONBACKEND_ModelInstanceExecute(void* instance, void** requests, unsigned count) {
-  (void)instance; (void)requests; (void)count;
-  return NULL;
-}
-`
+const markerSource = "testdata/marker/marker.c"
 
 // uploadConfig is the configuration of a load naming backend be.
 func uploadConfig(be string) string {
 	return `{"backend":"` + be + `","max_batch_size":0,"input":[{"name":"INPUT0","data_type":"TYPE_FP32","dims":[1]}],"output":[{"name":"OUTPUT0","data_type":"TYPE_FP32","dims":[1]}]}`
 }
 
-// buildMarkerBackend compiles markerBackend writing to marker, and the
+// buildMarkerBackend compiles markerSource writing to marker, and the
 // stub libtritonserver.so the executor opens before any backend.
 func buildMarkerBackend(t *testing.T, marker string) (lib []byte, stub string) {
 	t.Helper()
@@ -54,11 +38,8 @@ func buildMarkerBackend(t *testing.T, marker string) (lib []byte, stub string) {
 	cb := filepath.Join(filepath.Dir(file), "internal", "cbackend")
 	dir := t.TempDir()
 	stub = filepath.Join(dir, "libtritonserver.so")
-	src := filepath.Join(dir, "marker.c")
+	src := filepath.Join(filepath.Dir(file), markerSource)
 	out := filepath.Join(dir, "libtriton_marker.so")
-	if err := os.WriteFile(src, []byte(markerBackend), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	for _, args := range [][]string{
 		{"-shared", "-fPIC", "-Wl,-soname,libtritonserver.so", "-o", stub, filepath.Join(cb, "stub", "tritonserver_stub.c")},
 		{"-Wall", "-Werror", "-shared", "-fPIC", "-DMARKER=" + strconv.Quote(marker), "-o", out, src},
