@@ -10,18 +10,22 @@
 // # Use
 //
 //	q := dynbatch.New[*req](dynbatch.ConfigFrom(cfg))
-//	if q.Enqueue(now, r, size, idle) { /* run r alone, now */ }
-//	dropped = q.DropCancelled(dropped[:0])   // answer what was given up
-//	batch, wait := q.Next(now, idle)         // nil: look again after wait
-//	left := q.Drain(nil)                     // unloading: fail the rest
+//	alone, err := q.Add(now, r, size, idle, ask)  // ErrFull: refuse r
+//	if alone { /* run r alone, now */ }
+//	dropped = q.DropCancelled(dropped[:0])        // answer what was given up
+//	rejected, soon := q.Expire(now, rejected[:0]) // answer what timed out
+//	batch, wait := q.Next(now, idle)              // nil: look again after wait or soon
+//	left := q.Drain(nil)                          // unloading: fail the rest
 //
 // An item is whatever the caller answers a request through; the queue
-// keeps beside it the two properties the rules read (its batch size and
-// when it was queued) and asks the item only whether it was cancelled.
+// keeps beside it what the rules read (its batch size, when it was
+// queued, its level and when it times out) and asks the item only whether
+// it was cancelled.
 //
 // # Rules
 //
-// Items are taken in arrival order and a batch is a prefix of the queue:
+// Items are taken in queue order (arrival order, by priority level when
+// there are levels) and a batch is a prefix of the queue:
 //
 //   - without dynamic batching (Config.MaxBatchSize 0) every item is a
 //     batch of its own, as in Triton's default scheduler;
@@ -38,13 +42,35 @@
 //     queue delay is set, or when the oldest item has waited it out; else
 //     Next says how long until it has.
 //
-// # Not yet
+// # Priorities and queue policies
 //
-// Triton's priority levels and queue policies (priority_levels,
-// default_queue_policy, priority_queue_policy: max_queue_size, timeout
-// with REJECT or DELAY, allow_timeout_override) and preserve_ordering are
-// not implemented: the executor answers requests as they finish. Queue is
-// where they belong: a queue per level inside it, Enqueue taking the
-// level and refusing past max_queue_size, Next taking from the highest
-// level first, and the timeouts dropped beside the cancelled items.
+// With priority_levels set, a request asks for a level with its priority
+// parameter (1 is served first); 0, or a level past priority_levels, is
+// default_priority_level. The queue is then the levels one after the
+// other, highest first, each oldest first, and the rules above cut the
+// batch from that order: a higher level always runs before a lower one,
+// and a batch takes from the lower levels only what the higher ones leave
+// room for. The queue delay counts from the oldest item in the batch.
+//
+// Each level has its queue policy (priority_queue_policy, else
+// default_queue_policy):
+//
+//   - max_queue_size bounds the items the level holds: Add refuses one
+//     more with ErrFull, Triton's "Exceeds maximum queue size". An item
+//     that runs at once, alone, is never queued and never counts;
+//   - default_timeout_microseconds bounds how long an item stays queued,
+//     shortened by the request's timeout parameter when
+//     allow_timeout_override is set (a request never lengthens it, and
+//     cannot set one where the level has none). Expire applies it: under
+//     timeout_action REJECT the item leaves the queue, for the caller to
+//     answer with Triton's "Request timeout expired"; under DELAY it moves
+//     behind the level's items that have not timed out.
+//
+// Triton applies the timeouts lazily, when forming a batch walks over an
+// item; Expire applies them when they pass (the caller looks again after
+// the wait it returns), so a request rejected by its timeout hears so on
+// time even while every instance is busy.
+//
+// preserve_ordering is not the queue's: the executor's scheduler answers
+// requests in the order they were queued.
 package dynbatch
