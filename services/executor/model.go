@@ -60,9 +60,9 @@ type modelVersion struct {
 	stamp  int64
 }
 
-// load runs ModelInitialize and InstanceInitialize for every instance and
-// starts the scheduler. Any error fails the whole version (what was made is
-// finalized).
+// load runs ModelInitialize and InstanceInitialize for every instance,
+// runs the model's warmup samples on them, and starts the scheduler. Any
+// error fails the whole version (what was made is finalized).
 func (mv *modelVersion) load(ctx context.Context) (err error) {
 	b, err := mv.e.backendFor(ctx, mv.cfg, mv.dir, mv.version)
 	if err != nil {
@@ -100,6 +100,10 @@ func (mv *modelVersion) load(ctx context.Context) (err error) {
 			mv.unload()
 		}
 	}()
+	samples, err := warmupSamples(mv.cfg, mv.dir)
+	if err != nil {
+		return err
+	}
 	for _, info := range backend.Instances(mv.cfg) {
 		in := &instance{mv: mv, info: info}
 		info.Stats = in
@@ -109,6 +113,10 @@ func (mv *modelVersion) load(ctx context.Context) (err error) {
 		}
 		in.inst = bi
 		mv.instances = append(mv.instances, in)
+	}
+	// Before the version serves: its instances run model_warmup (warmup.go).
+	if err := mv.warmUp(ctx, samples); err != nil {
+		return err
 	}
 	if mv.cfg.GetSequenceBatching() != nil {
 		mv.seq, err = startSequence(ctx, mv)
