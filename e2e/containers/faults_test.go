@@ -123,14 +123,13 @@ func TestFaultRollingRestart(t *testing.T) {
 // state is gone (or, once the router has forgotten it, Triton's error for a
 // sequence without START), and new sequences start on the others; every
 // sequence of a model with durable state continues with its sum. Requests
-// that were in flight on the killed executor end within lostBound, failed by
-// the bus's liveness probes (UNAVAILABLE: the executor handling it was lost),
-// and the test prints how many there were and the slowest request: they may
-// or may not have run, so the gateway does not send them again, and failing
-// them is Triton's answer; none is answered wrong, and no other request
-// fails. A load of durable sequences (four clients) runs through the kill
-// with no failed request and every sum right: the router runs the request
-// in flight on the killed executor again from the state in Redis.
+// that were in flight on the killed executor end within lostBound: the bus's
+// liveness probes find their executor lost, and the gateway runs them again
+// on the others (they are stateless), so no request fails and none is
+// answered wrong; the test prints the slowest request. A load of durable
+// sequences (four clients) runs through the kill with no failed request and
+// every sum right: the router runs the request in flight on the killed
+// executor again from the state in Redis.
 func TestFaultExecutorKilled(t *testing.T) {
 	e := watchExecutors(t)
 	before := scale(t, e, 3)
@@ -178,13 +177,12 @@ func TestFaultExecutorKilled(t *testing.T) {
 	if s.wrong > 0 {
 		t.Errorf("%d requests answered wrong", s.wrong)
 	}
-	// At most one request per client was in flight on the killed executor,
-	// and only those fail, as lost.
-	if lost := s.lostCount(); s.failed != lost || lost > loadWorkers {
-		t.Errorf("%d requests failed, %d of them as lost on the killed executor: want only those in flight on it (at most %d)", s.failed, lost, loadWorkers)
+	// The requests in flight on the killed executor ran again on the others.
+	if s.failed != 0 {
+		t.Errorf("%d of %d requests failed (%d of them as lost on the killed executor): want none", s.failed, s.total, s.lostCount())
 	}
-	t.Logf("  executor %s left the catalog %v after the kill; %d requests in flight on it failed as lost, the slowest request took %v (bound %v, client deadline %v)",
-		victim, left.Round(time.Millisecond), s.lostCount(), s.slowest.Round(time.Millisecond), lostBound, requestTimeout)
+	t.Logf("  executor %s left the catalog %v after the kill; no request failed, the slowest request took %v (bound %v, client deadline %v)",
+		victim, left.Round(time.Millisecond), s.slowest.Round(time.Millisecond), lostBound, requestTimeout)
 	endsWithin(t, s)
 	if left > bus.HeartbeatExpiry+5*time.Second {
 		t.Errorf("the killed executor was live for %v (heartbeat expiry %v)", left, bus.HeartbeatExpiry)

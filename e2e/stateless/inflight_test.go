@@ -24,7 +24,9 @@ import (
 const inflightBound = 20 * time.Second
 
 // TestExecutorKilledInFlight: requests running and queued on an executor
-// that is killed (SIGKILL) all fail soon after, with UNAVAILABLE saying
+// that is killed (SIGKILL), with no other executor serving their model to
+// run them again (TestLostRequestsRerun), all fail soon after, with
+// UNAVAILABLE saying
 // that the executor handling them was lost and they may or may not have
 // run, instead of waiting for the gateway's deadline. The requests are
 // known to be on the executor when it dies: each has been probed by the
@@ -40,37 +42,7 @@ func TestExecutorKilledInFlight(t *testing.T) {
 		t.Fatalf("stuck never became ready: %v\n%s", err, ex.Output())
 	}
 
-	// The liveness traffic of the requests the gateway waits for, by request
-	// (bus.ProbeID of its reply subject): its probes, as an executor hears them, and the executor's
-	// word that it holds them, as the gateway's inboxes receive it.
-	probed := map[string]bool{}
-	var mu sync.Mutex
-	obs := c.ConnectAs(bus.RoleExecutor)
-	if _, err := obs.Subscribe(bus.AliveSubject, func(m *nats.Msg) {
-		mu.Lock()
-		defer mu.Unlock()
-		for data := m.Data; len(data) >= len(bus.ProbeID("")); data = data[len(bus.ProbeID("")):] {
-			probed[string(data[:len(bus.ProbeID(""))])] = true
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	inboxes := c.ConnectAs(bus.RoleGateway)
-	if _, err := inboxes.Subscribe(bus.InboxPrefix(bus.RoleGateway)+".>", func(m *nats.Msg) {
-		if m.Header.Get(bus.HeaderAlive) != "" {
-			mu.Lock()
-			defer mu.Unlock()
-			id := bus.ProbeID(m.Subject)
-			probed[string(id[:])] = true
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for _, nc := range []*nats.Conn{obs, inboxes} {
-		if err := nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	inFlight := watchInFlight(t, c)
 
 	// Two requests run (two instances), four wait in the queue.
 	const n = 6
@@ -101,12 +73,8 @@ func TestExecutorKilledInFlight(t *testing.T) {
 			results <- result{status: resp.StatusCode, msg: e.Error, end: time.Now()}
 		}()
 	}
-	if !constellation.WaitFor(time.Minute, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(probed) >= n
-	}) {
-		t.Fatalf("liveness traffic for %d requests, want %d in flight", len(probed), n)
+	if !constellation.WaitFor(time.Minute, func() bool { return inFlight() >= n }) {
+		t.Fatalf("liveness traffic for %d requests, want %d in flight", inFlight(), n)
 	}
 
 	ex.Kill()
@@ -130,4 +98,48 @@ func TestExecutorKilledInFlight(t *testing.T) {
 	}
 	t.Logf("executor killed with %d requests in flight (2 running, 4 queued): %d failed as lost, the last %v after the kill",
 		n, lost, slowest.Round(time.Millisecond))
+}
+
+// watchInFlight follows the liveness traffic of the requests the gateways
+// of c wait for, by request (bus.ProbeID of its reply subject): their
+// probes, as an executor hears them, and the executors' word that they
+// hold them, as the gateways' inboxes receive it. The count it returns is
+// of the requests known to be held by an executor: each has been probed by
+// its gateway or heard of unasked from its executor, as requests held
+// through a whole sweep are.
+func watchInFlight(t *testing.T, c *constellation.Cluster) (count func() int) {
+	t.Helper()
+	probed := map[string]bool{}
+	var mu sync.Mutex
+	obs := c.ConnectAs(bus.RoleExecutor)
+	if _, err := obs.Subscribe(bus.AliveSubject, func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		for data := m.Data; len(data) >= len(bus.ProbeID("")); data = data[len(bus.ProbeID("")):] {
+			probed[string(data[:len(bus.ProbeID(""))])] = true
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	inboxes := c.ConnectAs(bus.RoleGateway)
+	if _, err := inboxes.Subscribe(bus.InboxPrefix(bus.RoleGateway)+".>", func(m *nats.Msg) {
+		if m.Header.Get(bus.HeaderAlive) != "" {
+			mu.Lock()
+			defer mu.Unlock()
+			id := bus.ProbeID(m.Subject)
+			probed[string(id[:])] = true
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range []*nats.Conn{obs, inboxes} {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(probed)
+	}
 }

@@ -38,3 +38,35 @@ func TestStateDurability(t *testing.T) {
 		})
 	}
 }
+
+func TestRerunOnExecutorLoss(t *testing.T) {
+	param := func(v string) map[string]*inference.ModelParameter {
+		return map[string]*inference.ModelParameter{RerunParameter: {StringValue: v}}
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  *inference.ModelConfig
+		want bool
+		err  string
+	}{
+		{"no parameter", &inference.ModelConfig{Name: "m"}, true, ""},
+		{"empty", &inference.ModelConfig{Name: "m", Parameters: param("")}, true, ""},
+		{"true", &inference.ModelConfig{Name: "m", Parameters: param("true")}, true, ""},
+		{"false", &inference.ModelConfig{Name: "m", Parameters: param("false")}, false, ""},
+		{"unknown value", &inference.ModelConfig{Name: "m", Parameters: param("never")},
+			true, "model 'm': unknown value 'never' of parameter 'rerun_on_executor_loss' (expected 'true' or 'false')"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := RerunOnExecutorLoss(tc.cfg)
+			if got != tc.want || (err == nil) != (tc.err == "") || (err != nil && err.Error() != tc.err) {
+				t.Fatalf("RerunOnExecutorLoss = %v, %v; want %v, %q", got, err, tc.want, tc.err)
+			}
+		})
+	}
+	// A configuration with an unknown value does not load.
+	cfg := &inference.ModelConfig{Name: "m", Backend: "identity", Parameters: param("never")}
+	Normalize(cfg)
+	if err := Validate(cfg); err == nil || !strings.Contains(err.Error(), "parameter 'rerun_on_executor_loss'") {
+		t.Fatalf("Validate = %v, want the parameter's error", err)
+	}
+}

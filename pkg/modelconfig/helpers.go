@@ -95,3 +95,30 @@ func StateDurability(cfg *inference.ModelConfig) (Durability, error) {
 		return DurabilityNone, tritonerr.InvalidArgf("model '%s': unknown value '%s' of parameter '%s' (expected 'redis' or 'none')", cfg.GetName(), v, DurabilityParameter)
 	}
 }
+
+// RerunParameter is the model config parameter that says whether a request
+// whose executor was lost while running it may run again on another
+// executor: parameters { key: "rerun_on_executor_loss" value: {
+// string_value: "false" } } keeps such a request failed, for a model whose
+// executions act on the world beyond their outputs.
+const RerunParameter = "rerun_on_executor_loss"
+
+// RerunOnExecutorLoss reads the model's "rerun_on_executor_loss" parameter:
+// absent, empty or "true" allows a rerun, "false" forbids it; anything else
+// is an error naming the value. Only stateless requests are ever rerun
+// (a sequence's request runs again only from durable state), so the
+// parameter means nothing to a sequence or decoupled model.
+func RerunOnExecutorLoss(cfg *inference.ModelConfig) (bool, error) {
+	p, ok := cfg.GetParameters()[RerunParameter]
+	if !ok {
+		return true, nil
+	}
+	switch v := p.GetStringValue(); v {
+	case "", "true":
+		return true, nil
+	case "false":
+		return false, nil
+	default:
+		return true, tritonerr.InvalidArgf("model '%s': unknown value '%s' of parameter '%s' (expected 'true' or 'false')", cfg.GetName(), v, RerunParameter)
+	}
+}

@@ -168,6 +168,9 @@ func validateModel(cfg *inference.ModelConfig) error {
 	if _, err := StateDurability(cfg); err != nil {
 		return err
 	}
+	if _, err := RerunOnExecutorLoss(cfg); err != nil {
+		return err
+	}
 
 	if ens := cfg.GetEnsembleScheduling(); ens != nil {
 		if err := validateEnsemble(cfg, ens); err != nil {

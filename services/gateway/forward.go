@@ -76,10 +76,10 @@ func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.M
 		defer hs.out.Unset(req)
 	}
 	if passOn && !g.bus.InProcess(subject) {
-		return g.forwardEncoded(ctx, subject, &hs, req, fw)
+		return g.forwardEncoded(ctx, vv, subject, &hs, req, fw)
 	}
 	resp := &fw.resp
-	err = hs.finish(resp, hs.request(ctx, g.bus, subject, req, resp))
+	err = hs.finish(resp, g.send(ctx, &hs, vv, subject, req, resp))
 	g.countHandoff(hs.out)
 	if err != nil {
 		return nil, nil, err
@@ -108,10 +108,10 @@ type forwarding struct {
 // to be put into it), else the response decoded. (A request to an executor
 // of this process (bus.Local) gets the executor's message itself, which is
 // cheaper than its encoding.)
-func (g *Gateway) forwardEncoded(ctx context.Context, subject string, hs *handoffState, req *inference.ModelInferRequest, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
+func (g *Gateway) forwardEncoded(ctx context.Context, vv *versionView, subject string, hs *handoffState, req *inference.ModelInferRequest, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
 	e := &fw.enc
 	r := &e.reply
-	err := hs.request(ctx, g.bus, subject, req, r)
+	err := g.send(ctx, hs, vv, subject, req, r)
 	if err == nil && r.Bytes != nil && !hs.out.OutputsHandedOver() && !infercodec.HasParameter(r.Bytes, handoff.Param) {
 		err = hs.finishEncoded()
 		g.countHandoff(hs.out)

@@ -108,6 +108,10 @@ type Config struct {
 	// which the trace extension changes at run time across the
 	// constellation. Zero: tracing off, OpenTelemetry mode.
 	Trace tracesetting.Config
+	// LostRequestReruns is how many times a stateless request whose
+	// executor was lost while holding it runs again on another executor
+	// (rerun.go); 0 means DefaultLostRequestReruns (2), negative never.
+	LostRequestReruns int
 	// AdminAddr and AdminHTTPAddr are the listen addresses of the cluster
 	// admin API (api/adminv1) over gRPC and REST; "" (the default)
 	// disables each. They use the TLS settings and restrictions (group
@@ -125,6 +129,7 @@ type Gateway struct {
 	// constellation and the gateway's own (metrics.go).
 	metrics *opsmetrics.Registry
 	handoff *prometheus.CounterVec // nereid_handoff_bytes
+	reruns  *prometheus.CounterVec // nereid_requests_rerun (rerun.go)
 
 	cfg  Config
 	log  *slog.Logger
@@ -186,6 +191,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.LostRequestReruns == 0 {
+		cfg.LostRequestReruns = DefaultLostRequestReruns
 	}
 	if cfg.Node == "" {
 		cfg.Node, _ = os.Hostname()
@@ -578,6 +586,7 @@ func extensions() []string {
 		"system_shared_memory",
 		"model_configuration",
 		"model_repository",
+		"schedule_policy",
 		"statistics",
 		"sequence",
 		"sequence(string_id)",

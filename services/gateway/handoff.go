@@ -1,16 +1,12 @@
 package gateway
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"runtime"
 	"strconv"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/nereid-io/nereid/api/inference"
-	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/kserve"
 )
@@ -146,18 +142,6 @@ func (g *Gateway) prepareHandoff(vv *versionView, req *inference.ModelInferReque
 		return vv.inferNodeSubject(req.GetModelName(), g.cfg.Node), hs, nil
 	}
 	return subject, hs, nil
-}
-
-// request sends req on subject; when the hand-off cannot happen (this
-// node's executors went away, or one that claims this node does not share
-// its /dev/shm: the request was not run) the inputs are put back and the
-// request goes over the bus to any executor of the model.
-func (hs *handoffState) request(ctx context.Context, bc *bus.Conn, subject string, req *inference.ModelInferRequest, resp proto.Message) error {
-	err := bc.Request(ctx, subject, req, resp)
-	if err == nil || hs.out == nil || !bus.IsNoResponders(err) || !hs.out.Undo(req) {
-		return err
-	}
-	return bc.Request(ctx, bus.InferSubject(req.GetModelName(), req.GetModelVersion()), req, resp)
 }
 
 // finish takes the handed-off outputs into resp once the request returned

@@ -115,7 +115,8 @@ func (g *Gateway) registerMetrics() {
 		Name: "nereid_handoff_bytes",
 		Help: "Tensor bytes handed to or from executors of this node outside the bus (pkg/handoff), by direction (request, response) and mode (file, process)",
 	}, []string{"direction", "mode"})
-	g.metrics.MustRegister(localCollector{g}, catalogCollector{g}, g.handoff)
+	g.reruns = rerunCounter()
+	g.metrics.MustRegister(localCollector{g}, catalogCollector{g}, g.handoff, g.reruns)
 }
 
 // countHandoff adds the bytes one request handed off.

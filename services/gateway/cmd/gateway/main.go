@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -43,6 +44,7 @@ func main() {
 	allowShm := tritonflag.Bool(fs, "allow-client-shm", false, "let clients register and unregister shared-memory regions")
 	timeout := fs.Duration("request-timeout", gateway.DefaultRequestTimeout, "deadline of an inference whose client sets none")
 	node := fs.String("node", "", "node name: tensors for executors of the same node are handed off through shared memory (default: host name)")
+	reruns := fs.Int("lost-request-reruns", gateway.DefaultLostRequestReruns, "times a stateless request runs again on another executor when the executor holding it is lost (0: never; a model opts out with parameter rerun_on_executor_loss \"false\")")
 	handoffThreshold := fs.Int("handoff-threshold", 0, "tensor size in bytes from which same-node hand-off is used (0: 1 MiB; negative: never)")
 	var limits gateway.Limits
 	limits.RegisterFlags(fs)
@@ -79,8 +81,11 @@ func main() {
 		Node:             *node,
 		HandoffThreshold: *handoffThreshold,
 		Limits:           limits,
-		Logger:           log,
-		Logging:          logs,
+
+		LostRequestReruns: cmp.Or(*reruns, -1), // 0 on the command line: never
+
+		Logger:  log,
+		Logging: logs,
 
 		MetricsConstellation: *metricsConstellation,
 	}
