@@ -111,7 +111,7 @@ func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.Model
 	final := mv.streamResponses(ctx, w, req, p, sh)
 	done := p.doneCh()
 	if err := mv.sched.enqueue(p); err != nil {
-		mv.stats.failed(p.received, reasonOther)
+		mv.stats.failed(p.received, refusal(err))
 		return nil, err
 	}
 	select {

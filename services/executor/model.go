@@ -279,11 +279,12 @@ func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trac
 	sh.bindInputDevices(r)
 	p.req = r
 	p.size = max(1, r.BatchSize)
+	p.ask = askOf(req) // priority and timeout (scheduler.go)
 	if r.Decoupled = mv.decoupled(); r.Decoupled {
 		return mv.serveDecoupled(ctx, req, p, sh)
 	}
 	if err := mv.sched.enqueue(p); err != nil {
-		mv.stats.failed(received, reasonOther)
+		mv.stats.failed(received, refusal(err))
 		return nil, err
 	}
 	if !p.answered() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/shm"
@@ -26,6 +28,7 @@ type pending struct {
 	size      int         // inferences it holds: its batch size, at least 1
 	received  time.Time   // request start, for the success/fail durations
 	queued    time.Time   // queue start
+	ask       dynbatch.Ask // its priority and timeout parameters (askOf)
 	cancelled atomic.Bool
 	// dropped is the failure reason of a request given up while queued,
 	// set before cancelled.
@@ -52,6 +55,35 @@ type pending struct {
 	// alone is the batch of the backend's requests when p runs alone
 	// (executeBatch), in p's allocation rather than one of its own.
 	alone [1]*backend.Request
+
+	// prior, with preserve_ordering, is the request queued just before p:
+	// p is finished (answered) only once prior is (finish).
+	prior *pending
+}
+
+// askOf reads the request parameters of Triton's schedule policy
+// extension: priority (uint64, or a non-negative int64 over gRPC) and
+// timeout (microseconds, int64). The gateway has checked their types.
+func askOf(req *inference.ModelInferRequest) dynbatch.Ask {
+	params := req.GetParameters()
+	if len(params) == 0 {
+		return dynbatch.Ask{}
+	}
+	var priority uint64
+	var timeout int64
+	switch c := params["priority"].GetParameterChoice().(type) {
+	case *inference.InferParameter_Uint64Param:
+		priority = c.Uint64Param
+	case *inference.InferParameter_Int64Param:
+		priority = uint64(max(0, c.Int64Param))
+	}
+	switch c := params["timeout"].GetParameterChoice().(type) {
+	case *inference.InferParameter_Int64Param:
+		timeout = c.Int64Param
+	case *inference.InferParameter_Uint64Param:
+		timeout = int64(min(c.Uint64Param, math.MaxInt64))
+	}
+	return dynbatch.AskMicros(priority, timeout)
 }
 
 // giveUp marks p abandoned because ctx ended: a request still queued is
@@ -77,8 +109,15 @@ func (p *pending) execStart() time.Time {
 }
 
 // finish marks p finished, closes its done channel if one was asked for
-// (doneCh) and runs what waited for it (whenDone).
+// (doneCh) and runs what waited for it (whenDone). With preserve_ordering
+// p waits for the request queued before it: it finishes when that one
+// does, so that replies leave in the order the requests were queued.
 func (p *pending) finish() {
+	if prior := p.prior; prior != nil {
+		p.prior = nil
+		prior.whenDone(p.finish)
+		return
+	}
 	p.mu.Lock()
 	p.finished = true
 	after := p.after
@@ -170,7 +209,12 @@ type scheduler struct {
 	mu      sync.Mutex
 	queue   *dynbatch.Queue[*pending]
 	gaveUp  []*pending  // DropCancelled's buffer, reused; empty between uses
+	expired []*pending  // Expire's buffer, reused; empty between uses
 	free    []*instance // instances neither executing nor handed a batch
+	// ordered is preserve_ordering: replies leave in the order requests
+	// were queued; last is the request queued last, the next one's prior.
+	ordered bool
+	last    *pending
 	closed  bool
 	notify  chan struct{} // the queue or the free list changed (capacity 1)
 	quit    chan struct{}
@@ -181,9 +225,10 @@ func newScheduler(ctx context.Context, mv *modelVersion) *scheduler {
 	s := &scheduler{
 		mv:     mv,
 		ctx:    ctx,
-		queue:  dynbatch.New[*pending](dynbatch.ConfigFrom(mv.cfg)),
-		notify: make(chan struct{}, 1),
-		quit:   make(chan struct{}),
+		queue:   dynbatch.New[*pending](dynbatch.ConfigFrom(mv.cfg)),
+		ordered: mv.cfg.GetDynamicBatching().GetPreserveOrdering(),
+		notify:  make(chan struct{}, 1),
+		quit:    make(chan struct{}),
 	}
 	for _, in := range mv.instances {
 		in.work = make(chan []*pending)
@@ -194,9 +239,12 @@ func newScheduler(ctx context.Context, mv *modelVersion) *scheduler {
 	return s
 }
 
-// enqueue queues a request, or runs it at once on the caller's goroutine
-// when that is what the batcher would do; after stop it is refused. The
-// request is answered when p is finished (doneCh).
+// enqueue queues a request at the priority level and with the timeout its
+// parameters ask for (p.ask), or runs it at once on the caller's goroutine
+// when that is what the batcher would do; after stop, or when its level
+// holds max_queue_size requests, it is refused (refusal says how the
+// statistics count the error). The request is answered when p is
+// finished (doneCh).
 func (s *scheduler) enqueue(p *pending) error {
 	p.queued = time.Now()
 	s.mu.Lock()
@@ -204,7 +252,19 @@ func (s *scheduler) enqueue(p *pending) error {
 		s.mu.Unlock()
 		return tritonerr.Unavailablef("model '%s' version %s is unloading", s.mv.name, s.mv.vstr)
 	}
-	if s.queue.Enqueue(p.queued, p, p.size, len(s.free)) {
+	alone, err := s.queue.Add(p.queued, p, p.size, len(s.free), p.ask)
+	if err != nil {
+		s.mu.Unlock()
+		id := ""
+		if p.req != nil {
+			id = p.req.ID
+		}
+		return queueFull{tritonerr.Unavailablef("%s%s", logRequest(id), dynbatch.ErrFull)}
+	}
+	if s.ordered && (p.req == nil || !p.req.Decoupled) {
+		p.prior, s.last = s.last, p
+	}
+	if alone {
 		in := s.takeFree()
 		s.mu.Unlock()
 		// Never counted pending: it runs now.
@@ -216,6 +276,32 @@ func (s *scheduler) enqueue(p *pending) error {
 	s.mu.Unlock()
 	s.wake()
 	return nil
+}
+
+// queueFull is enqueue's refusal of a request whose priority level holds
+// max_queue_size requests: Triton's UNAVAILABLE "Exceeds maximum queue
+// size", counted as REJECTED as Triton counts it.
+type queueFull struct{ err *tritonerr.Error }
+
+func (e queueFull) Error() string { return e.err.Msg }
+func (e queueFull) Unwrap() error { return e.err }
+
+// refusal is the failure reason the statistics count for an error of
+// enqueue.
+func refusal(err error) failReason {
+	if errors.As(err, new(queueFull)) {
+		return reasonRejected
+	}
+	return reasonOther
+}
+
+// logRequest is Triton's LogRequest(): the request id in brackets, or
+// nothing for a request without one.
+func logRequest(id string) string {
+	if id == "" {
+		return ""
+	}
+	return "[request id: " + id + "] "
 }
 
 // countPending publishes the queue's length as the version's
@@ -310,8 +396,10 @@ func (s *scheduler) next() (*instance, []*pending) {
 	}()
 	for {
 		s.mu.Lock()
+		now := s.now()
 		s.dropCancelled()
-		batch, wait := s.queue.Next(s.now(), len(s.free))
+		soon := s.expire(now)
+		batch, wait := s.queue.Next(now, len(s.free))
 		if batch != nil {
 			s.countPending()
 			in := s.takeFree()
@@ -319,6 +407,9 @@ func (s *scheduler) next() (*instance, []*pending) {
 			return in, batch
 		}
 		s.mu.Unlock()
+		if soon > 0 && (wait == 0 || soon < wait) {
+			wait = soon // a queued request times out first
+		}
 
 		var expire <-chan time.Time
 		if wait > 0 {
@@ -351,6 +442,27 @@ func (s *scheduler) dropCancelled() {
 	s.countPending()
 }
 
+// expire applies the queue policies' timeouts at now: the requests that
+// timed out under REJECT fail with Triton's UNAVAILABLE "Request timeout
+// expired", counted as REJECTED. It returns how long until the next
+// request times out (0: none will); s.mu must be held.
+func (s *scheduler) expire(now time.Time) time.Duration {
+	var soon time.Duration
+	s.expired, soon = s.queue.Expire(now, s.expired)
+	if len(s.expired) == 0 {
+		return soon
+	}
+	for i, p := range s.expired {
+		p.Complete(p.req, &backend.Response{Err: tritonerr.Unavailablef("Request timeout expired"), Final: true})
+		s.mv.stats.failed(p.received, reasonRejected)
+		p.finish()
+		s.expired[i] = nil
+	}
+	s.expired = s.expired[:0]
+	s.countPending()
+	return soon
+}
+
 // again is what an instance that has just finished an execution does
 // next: when a batch is due now it takes it itself, sparing the two
 // hand-offs through the batcher (instance to batcher, batcher back to an
@@ -359,9 +471,11 @@ func (s *scheduler) dropCancelled() {
 func (s *scheduler) again(in *instance) []*pending {
 	s.mu.Lock()
 	if !s.closed {
+		now := s.now()
 		s.dropCancelled()
+		s.expire(now)
 		// The instance calling is idle: it just finished.
-		if batch, _ := s.queue.Next(s.now(), 1); batch != nil {
+		if batch, _ := s.queue.Next(now, 1); batch != nil {
 			s.countPending()
 			s.mu.Unlock()
 			return batch
