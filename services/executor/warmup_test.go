@@ -195,8 +195,9 @@ func bytesElements(from, to int) []byte {
 
 // TestWarmupData runs samples whose data a real backend checks: STRING
 // data from a file (already framed, used whole) that the addsub backend
-// parses, and a decoupled model's sample read from a file, whose responses
-// the warmup waits for.
+// parses, a decoupled model's sample read from a file, whose responses
+// the warmup waits for, and sequence models' samples with their control
+// inputs (and initial implicit state).
 func TestWarmupData(t *testing.T) {
 	repo := t.TempDir()
 	writeWarmModel(t, repo, "strings", stringModel("strings",
@@ -204,6 +205,28 @@ func TestWarmupData(t *testing.T) {
 		   inputs { key: "INPUT1" value { data_type: TYPE_STRING dims: [ 16 ] input_data_file: "sixteen" } } }`),
 		map[string][]byte{"sixteen": bytesElements(1, 16)})
 	writeWarmModel(t, repo, "square", squareModel("square"), map[string][]byte{"n": tensor.AppendInt32s(nil, 3)})
+	// Triton's QA warms its sequence models with a batch of 8 that sets
+	// the control inputs too.
+	control := func(name string) string {
+		return `inputs { key: "` + name + `" value { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } }`
+	}
+	writeWarmModel(t, repo, "sequence", `name: "sequence" backend: "sequence" max_batch_size: 8
+sequence_batching { control_input [
+  { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+  { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] } ] }
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+model_warmup [ { name: "sequence sample" batch_size: 8 `+control("INPUT")+control("START")+control("READY")+` } ]`, nil)
+	// An implicit-state model gets its states' initial values.
+	writeWarmModel(t, repo, "state", `name: "state" backend: "implicit_state" max_batch_size: 8
+sequence_batching { direct {} control_input [
+  { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+  { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] } ]
+  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ -1 ]
+    initial_state { name: "zeros" data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } ] }
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+model_warmup [ { name: "state sample" batch_size: 1 `+control("INPUT")+control("READY")+` } ]`, nil)
 	h := startRepo(t, repo)
 
 	for _, tc := range []struct {
@@ -212,6 +235,8 @@ func TestWarmupData(t *testing.T) {
 	}{
 		{"strings", 1, 2},
 		{"square", 1, 1},
+		{"sequence", 1, 8},
+		{"state", 1, 1},
 	} {
 		if reply := h.load(tc.model); reply.GetError() != "" {
 			t.Fatalf("load %s: %s", tc.model, reply.GetError())
