@@ -3,7 +3,9 @@ package executor
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/tensor"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
+	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
 )
 
 // warmIdentity is an identity model of two instances that take 40 ms an
@@ -341,5 +344,81 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] }, { name: "OUTPUT1
 				t.Errorf("\n got %v\nwant %v", err, want)
 			}
 		})
+	}
+}
+
+// buildCBackends compiles the stub libtritonserver.so and the given C test
+// backends of internal/cbackend (installed name: source file) as Triton's
+// backend directory.
+func buildCBackends(t *testing.T, backends map[string]string) (dir, stub string) {
+	t.Helper()
+	if !cbackend.Available {
+		t.Skip("C backends need cgo")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	cb := filepath.Join(filepath.Dir(file), "internal", "cbackend")
+	root := t.TempDir()
+	stub = filepath.Join(root, "lib", "libtritonserver.so")
+	dir = filepath.Join(root, "backends")
+	cc := func(out string, args ...string) {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		args = append([]string{"-Wall", "-Werror", "-shared", "-fPIC", "-I" + filepath.Join(cb, "include"), "-o", out}, args...)
+		if b, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("cc %v: %v\n%s", args, err, b)
+		}
+	}
+	cc(stub, filepath.Join(cb, "stub", "tritonserver_stub.c"), "-Wl,-soname,libtritonserver.so")
+	for name, src := range backends {
+		cc(filepath.Join(dir, name, "libtriton_"+name+".so"), filepath.Join(cb, "testdata", "backends", src),
+			"-L"+filepath.Dir(stub), "-ltritonserver", "-lpthread")
+	}
+	return dir, stub
+}
+
+// TestWarmupCBackend warms Triton C backends: the identity test backend,
+// which reports its statistics itself (TRITONBACKEND_ModelInstance
+// ReportStatistics), and the decoupled one, which answers from a thread of
+// its own after Execute has returned: the load waits for its responses.
+func TestWarmupCBackend(t *testing.T) {
+	backends, stub := buildCBackends(t, map[string]string{"nidentity": "identity.c", "ndecoupled": "decoupled.c"})
+	repo := t.TempDir()
+	writeWarmModel(t, repo, "cwarm", `name: "cwarm" backend: "nidentity" max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+model_warmup [ { name: "random" batch_size: 2 count: 3 inputs { key: "INPUT0" value { data_type: TYPE_FP32 dims: [ 4 ] random_data: true } } } ]`, nil)
+	writeWarmModel(t, repo, "cdec", `name: "cdec" backend: "ndecoupled" max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+model_warmup [ { name: "two" batch_size: 1 inputs { key: "INPUT0" value { data_type: TYPE_INT32 dims: [ 1 ] input_data_file: "two" } } } ]`,
+		map[string][]byte{"two": tensor.AppendInt32s(nil, 2)})
+	url := startNATS(t)
+	h := &harness{t: t, url: url}
+	client, err := bus.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.client = client
+	h.ex, h.stop = runExecutor(t, url, Config{RepositoryPath: repo, ControlMode: ControlExplicit, ID: "ex-1", Node: "node-a",
+		BackendDirectory: backends, ServerLibrary: stub})
+
+	for _, tc := range []struct {
+		model                  string
+		executions, inferences uint64
+	}{
+		{"cwarm", 3, 6},
+		{"cdec", 1, 1},
+	} {
+		if reply := h.load(tc.model); reply.GetError() != "" {
+			t.Fatalf("load %s: %s", tc.model, reply.GetError())
+		}
+		st := h.stats(tc.model, "1").GetModelStats()[0]
+		if st.GetExecutionCount() != tc.executions || st.GetInferenceCount() != tc.inferences {
+			t.Errorf("%s: %d executions of %d inferences after the load, want %d of %d",
+				tc.model, st.GetExecutionCount(), st.GetInferenceCount(), tc.executions, tc.inferences)
+		}
 	}
 }
