@@ -163,6 +163,22 @@ func TestClassification(t *testing.T) {
 		if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != "class result not available for output due to unsupported type 'BOOL'" {
 			t.Fatalf("%v", err)
 		}
+		// Triton's bound: more than a million values in a batch entry.
+		n := 1_000_001
+		big := `{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,` + strconv.Itoa(n) + `],"data":[` +
+			strings.TrimSuffix(strings.Repeat("0,", n), ",") + `]}],"outputs":[{"name":"OUTPUT0","parameters":{"classification":1}}]}`
+		r := post(t, url("identity_fp32"), []byte(big))
+		if got := errorOf(t, r); r.status != 400 || got != "classification output tensor too large" {
+			t.Fatalf("HTTP, %d values: %d %q", n, r.status, got)
+		}
+		_, err = client.ModelInfer(timeout(t, time.Minute), &inference.ModelInferRequest{ModelName: "identity_fp32",
+			Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1, int64(n)}}},
+			RawInputContents: [][]byte{make([]byte, 4*n)},
+			Outputs: []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT0",
+				Parameters: map[string]*inference.InferParameter{"classification": int64Param(1)}}}})
+		if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != "classification output tensor too large" {
+			t.Fatalf("gRPC, %d values: %v", n, err)
+		}
 		for _, tc := range []struct {
 			p    *inference.InferParameter
 			want string

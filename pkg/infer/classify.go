@@ -112,6 +112,11 @@ func ClassificationCounts(outputs []*inference.ModelInferRequest_InferRequestedO
 	return counts, nil
 }
 
+// MaxClassificationElements bounds the values of one batch entry that
+// Classify sorts, as Triton's front ends do: a larger output is refused
+// rather than sorted.
+const MaxClassificationElements = 1_000_000
+
 // Classify replaces an output's values with its top k classes, as Triton's
 // front ends do for the classification extension: per batch entry (the
 // first dimension when batching), the min(k, classes) largest values in
@@ -139,6 +144,9 @@ func Classify(output string, dt tensor.DataType, shape []int64, data []byte, k u
 			return nil, nil, tritonerr.Internalf("output '%s' has invalid shape %s", output, tensor.DimsString(shape))
 		}
 		per *= d
+	}
+	if per > MaxClassificationElements {
+		return nil, nil, tritonerr.InvalidArgf("classification output tensor too large")
 	}
 	size := int64(dt.Size())
 	rows := max(1, batch)

@@ -73,6 +73,32 @@ func TestClassify(t *testing.T) {
 			}
 		})
 	}
+	// Triton's bound on the values of one batch entry: at it, classified;
+	// one more, refused. A batch of entries each within it is classified.
+	for _, tc := range []struct {
+		shape    []int64
+		batching bool
+		err      bool
+	}{
+		{[]int64{MaxClassificationElements}, false, false},
+		{[]int64{MaxClassificationElements + 1}, false, true},
+		{[]int64{1, MaxClassificationElements + 1}, true, true},
+		{[]int64{2, MaxClassificationElements / 2}, true, false},
+		{[]int64{2, MaxClassificationElements / 2}, false, false},
+		{[]int64{4, MaxClassificationElements / 2}, false, true},
+	} {
+		n := int(tc.shape[0])
+		if len(tc.shape) > 1 {
+			n *= int(tc.shape[1])
+		}
+		_, _, err := Classify("OUT", tensor.Uint8, tc.shape, make([]byte, n), 1, tc.batching, nil)
+		if !tc.err && err != nil {
+			t.Errorf("shape %v (batching %v): %v", tc.shape, tc.batching, err)
+		}
+		if te := tritonerr.From(err); tc.err && (err == nil || te.Kind != tritonerr.InvalidArg || te.Msg != "classification output tensor too large") {
+			t.Errorf("shape %v (batching %v): %v, want 'classification output tensor too large'", tc.shape, tc.batching, err)
+		}
+	}
 	for _, dt := range []tensor.DataType{tensor.Bool, tensor.Bytes, tensor.FP16, tensor.BF16} {
 		_, _, err := Classify("OUT", dt, []int64{1}, []byte{0, 0, 0, 0, 0}, 1, false, nil)
 		want := "class result not available for output due to unsupported type '" + dt.String() + "'"
