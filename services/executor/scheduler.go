@@ -24,10 +24,10 @@ import (
 // pending is a validated request waiting for, or in, an execution.
 type pending struct {
 	req       *backend.Request
-	sh        *shmRequest // its tensors in shared memory, nil for none
-	size      int         // inferences it holds: its batch size, at least 1
-	received  time.Time   // request start, for the success/fail durations
-	queued    time.Time   // queue start
+	sh        *shmRequest  // its tensors in shared memory, nil for none
+	size      int          // inferences it holds: its batch size, at least 1
+	received  time.Time    // request start, for the success/fail durations
+	queued    time.Time    // queue start
 	ask       dynbatch.Ask // its priority and timeout parameters (askOf)
 	cancelled atomic.Bool
 	// dropped is the failure reason of a request given up while queued,
@@ -223,8 +223,8 @@ type scheduler struct {
 
 func newScheduler(ctx context.Context, mv *modelVersion) *scheduler {
 	s := &scheduler{
-		mv:     mv,
-		ctx:    ctx,
+		mv:      mv,
+		ctx:     ctx,
 		queue:   dynbatch.New[*pending](dynbatch.ConfigFrom(mv.cfg)),
 		ordered: mv.cfg.GetDynamicBatching().GetPreserveOrdering(),
 		notify:  make(chan struct{}, 1),
