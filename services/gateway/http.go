@@ -111,6 +111,12 @@ func (g *Gateway) httpHandler() http.Handler {
 				g.serveInfer(w, r, model, version)
 				return
 			}
+			if emptyControlName(r.URL.Path) {
+				// The mux would redirect the path cleaned of its empty
+				// segment; Triton answers that the name is empty.
+				writeError(w, checkControlName(""))
+				return
+			}
 		}
 		mux.ServeHTTP(w, r)
 	})
@@ -176,6 +182,20 @@ func (g *Gateway) httpMux() *http.ServeMux {
 	mux.HandleFunc("/v2/trace/setting", g.handleTraceSetting)
 	mux.HandleFunc("/v2/logging", g.handleLogging)
 	return mux
+}
+
+// emptyControlName reports whether path is a load or unload of a model
+// with an empty name: /v2/repository/models//load (or unload), with or
+// without a repository name.
+func emptyControlName(path string) bool {
+	rest, ok := strings.CutPrefix(path, "/v2/repository/")
+	if !ok {
+		return false
+	}
+	if i := strings.Index(rest, "/"); i > 0 && !strings.HasPrefix(rest, "models/") {
+		rest = rest[i+1:] // <repo>/
+	}
+	return rest == "models//load" || rest == "models//unload"
 }
 
 // inferRoute reads /v2/models/<model>/infer and

@@ -1191,3 +1191,55 @@ func TestModelControlLoadTooLarge(t *testing.T) {
 		t.Fatal("simple not ready after the refused load")
 	}
 }
+
+// TestModelControlNames: a load or unload of a model whose name is empty,
+// only white space, or could reach outside the model repository is refused
+// with Triton's messages over HTTP and gRPC, before anything reaches an
+// executor.
+func TestModelControlNames(t *testing.T) {
+	ns := startNATS(t)
+	g := startGateway(t, ns)
+	repo := controlRepo(t)
+	startExplicitExecutor(t, ns, "ex1", repo, "simple")
+	waitModelReady(t, g, "simple")
+	base := "http://" + g.HTTPAddr()
+	c, _ := grpcClient(t, g)
+	const (
+		empty     = "Model name cannot be empty. Please enter a valid name to deploy."
+		traversal = "model name must not contain path traversal characters"
+	)
+	for _, tc := range []struct {
+		name, path string // path: the name as it goes in the URL
+		want       string
+	}{
+		{"", "", empty},
+		{"   ", "%20%20%20", empty},
+		{"\t", "%09", empty},
+		{"../simple", "..%2Fsimple", traversal},
+		{"..", "%2E%2E", traversal},
+		{"a..b", "a..b", traversal},
+		{"a/b", "a%2Fb", traversal},
+		{`a\b`, "a%5Cb", traversal},
+	} {
+		for _, action := range []string{"load", "unload"} {
+			for _, url := range []string{base + "/v2/repository/models/" + tc.path + "/" + action,
+				base + "/v2/repository/models-dir/models/" + tc.path + "/" + action} {
+				r := post(t, url, "")
+				if r.status != 400 || !strings.Contains(string(r.body), tc.want) {
+					t.Errorf("HTTP %s of %q (%s): %d %s, want 400 %q", action, tc.name, url, r.status, r.body, tc.want)
+				}
+			}
+		}
+		_, err := c.RepositoryModelLoad(context.Background(), &inference.RepositoryModelLoadRequest{ModelName: tc.name})
+		if s := status.Convert(err); s.Code() != codes.InvalidArgument || s.Message() != tc.want {
+			t.Errorf("gRPC load of %q: %v, want INVALID_ARGUMENT %q", tc.name, err, tc.want)
+		}
+		_, err = c.RepositoryModelUnload(context.Background(), &inference.RepositoryModelUnloadRequest{ModelName: tc.name})
+		if s := status.Convert(err); s.Code() != codes.InvalidArgument || s.Message() != tc.want {
+			t.Errorf("gRPC unload of %q: %v, want INVALID_ARGUMENT %q", tc.name, err, tc.want)
+		}
+	}
+	if !ready(t, base, "simple", "") {
+		t.Fatal("simple not ready after the refused loads and unloads")
+	}
+}

@@ -145,10 +145,26 @@ func (g *Gateway) repositoryControl(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// checkControlName refuses, as Triton does, the name of a model to load or
+// unload that is empty (or only white space) or could name a directory
+// outside the model repository.
+func checkControlName(model string) error {
+	if strings.TrimSpace(model) == "" {
+		return tritonerr.InvalidArgf("Model name cannot be empty. Please enter a valid name to deploy.")
+	}
+	if strings.Contains(model, "..") || strings.ContainsAny(model, `/\`) {
+		return tritonerr.InvalidArgf("model name must not contain path traversal characters")
+	}
+	return nil
+}
+
 // controlRequestJSON reads the body of a load or unload:
 // {"parameters": {"config": "<JSON>", "file:1/model.onnx": "<base64>",
 // "unload_dependents": true}}; an empty body has no parameters.
 func controlRequestJSON(model string, load bool, body []byte) (*busv1.ModelControlRequest, error) {
+	if err := checkControlName(model); err != nil {
+		return nil, err
+	}
 	req := &busv1.ModelControlRequest{Name: model, Load: load}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return req, nil
@@ -191,6 +207,9 @@ func controlRequestJSON(model string, load bool, body []byte) (*busv1.ModelContr
 
 // controlRequestGRPC reads the parameters of RepositoryModelLoad/Unload.
 func controlRequestGRPC(model string, load bool, params map[string]*inference.ModelRepositoryParameter) (*busv1.ModelControlRequest, error) {
+	if err := checkControlName(model); err != nil {
+		return nil, err
+	}
 	req := &busv1.ModelControlRequest{Name: model, Load: load}
 	for k, p := range params {
 		switch {
