@@ -8,11 +8,17 @@ import (
 
 // Flag is tritonserver's repeatable --trace-config: global settings as
 // <setting>=<value> (level, rate, count, log_frequency, mode) and a mode's
-// own as <mode>,<setting>=<value> (opentelemetry,url=...,
-// opentelemetry,resource=..., opentelemetry,bsp_...).
+// own as <mode>,<setting>=<value> (triton,file=..., triton,log-frequency=...,
+// opentelemetry,url=..., opentelemetry,resource=..., opentelemetry,bsp_...).
+//
+// Without mode=, the mode is triton when a triton,<setting> was given
+// (tritonserver --trace-config triton,file=/tmp/trace.json writes JSON
+// trace files, Triton's default mode), else opentelemetry.
 type Flag struct {
 	cfg  Config
 	seen bool
+	// modeSet: mode= was given; triton: a triton,<setting> was.
+	modeSet, triton bool
 }
 
 // Config returns the configuration the flags describe.
@@ -20,7 +26,11 @@ func (f *Flag) Config() Config {
 	if !f.seen {
 		return DefaultConfig()
 	}
-	return f.cfg
+	c := f.cfg
+	if !f.modeSet && f.triton {
+		c.Mode = ModeTriton
+	}
+	return c
 }
 
 // String implements flag.Value.
@@ -28,7 +38,7 @@ func (f *Flag) String() string {
 	if f == nil || !f.seen {
 		return ""
 	}
-	return fmt.Sprintf("mode=%s,level=%s,rate=%d,count=%d", f.cfg.Mode, strings.Join(f.cfg.Defaults.Level.Strings(), "|"), f.cfg.Defaults.Rate, f.cfg.Defaults.Count)
+	return fmt.Sprintf("mode=%s,level=%s,rate=%d,count=%d", f.Config().Mode, strings.Join(f.cfg.Defaults.Level.Strings(), "|"), f.cfg.Defaults.Rate, f.cfg.Defaults.Count)
 }
 
 // Set implements flag.Value.
@@ -58,9 +68,22 @@ func (f *Flag) Set(v string) error {
 		f.cfg.Options[key] = val
 		return nil
 	case ModeTriton:
-		return fmt.Errorf("--trace-config %q: trace mode 'triton' (JSON trace files) is not supported; Nereid exports OpenTelemetry traces (mode=opentelemetry)", v)
+		f.triton = true
+		switch key {
+		case "file":
+			f.cfg.File = val
+		case "log-frequency", "log_frequency":
+			n, err := strconv.ParseUint(val, 10, 32)
+			if err != nil {
+				return fmt.Errorf("--trace-config %q: log-frequency must be an unsigned 32-bit integer", v)
+			}
+			f.cfg.Defaults.LogFrequency = uint32(n)
+		default:
+			return fmt.Errorf("--trace-config %q: unknown setting %q of trace mode triton (file, log-frequency)", v, key)
+		}
+		return nil
 	}
-	return fmt.Errorf("--trace-config %q: unknown trace mode %q (opentelemetry)", v, mode)
+	return fmt.Errorf("--trace-config %q: unknown trace mode %q (triton, opentelemetry)", v, mode)
 }
 
 func (f *Flag) setGlobal(v, key, val string) error {
@@ -68,12 +91,11 @@ func (f *Flag) setGlobal(v, key, val string) error {
 	switch key {
 	case "mode":
 		switch Mode(val) {
-		case ModeOpenTelemetry:
-			f.cfg.Mode = ModeOpenTelemetry
-		case ModeTriton:
-			return fmt.Errorf("--trace-config %q: trace mode 'triton' (JSON trace files) is not supported; Nereid exports OpenTelemetry traces (mode=opentelemetry)", v)
+		case ModeOpenTelemetry, ModeTriton:
+			f.cfg.Mode = Mode(val)
+			f.modeSet = true
 		default:
-			return fmt.Errorf("--trace-config %q: unknown trace mode %q (opentelemetry)", v, val)
+			return fmt.Errorf("--trace-config %q: unknown trace mode %q (triton, opentelemetry)", v, val)
 		}
 	case "level":
 		switch strings.ToUpper(val) {

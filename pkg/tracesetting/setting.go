@@ -44,9 +44,9 @@ func (l Level) Strings() []string {
 // Mode is a trace mode of --trace-config.
 type Mode string
 
-// Trace modes. Nereid exports OpenTelemetry spans only: Triton's own JSON
-// trace files describe one process's timeline and have no place for a
-// request that crosses several.
+// Trace modes: Triton's own, JSON trace files written by the gateway that
+// received the request (pkg/tritontrace), and OpenTelemetry spans exported
+// by every service a request crosses (pkg/tracing).
 const (
 	ModeTriton        Mode = "triton"
 	ModeOpenTelemetry Mode = "opentelemetry"
@@ -67,10 +67,14 @@ type Values struct {
 // limit on the number of traces, traces written at shutdown.
 var Defaults = Values{Level: LevelOff, Rate: 1000, Count: -1, LogFrequency: 0}
 
-// invalidReason says why a setting that is not OFF cannot trace, or "".
-func (v Values) invalidReason() string {
+// invalidReason says why a setting that is not OFF cannot trace, or "":
+// Triton's reasons, a trace file missing in triton mode among them.
+func (v Values) invalidReason(cfg *Config) string {
 	if v.Rate == 0 {
 		return "sample rate must be non-zero"
+	}
+	if cfg.Mode == ModeTriton && cfg.File == "" {
+		return "trace file name is not given"
 	}
 	return ""
 }
@@ -99,26 +103,50 @@ type Config struct {
 	// Options are the mode's own settings (opentelemetry url, resource,
 	// bsp_*), reported by the trace setting endpoints as given.
 	Options map[string]string
+	// File is triton mode's trace file (--trace-config triton,file=...),
+	// fixed at start as in Triton.
+	File string
 }
 
 // DefaultConfig is the configuration without --trace-config.
 func DefaultConfig() Config { return Config{Mode: ModeOpenTelemetry, Defaults: Defaults} }
 
-// sampler is one effective setting and its counters.
-type sampler struct {
+// Sampler is one effective setting and its counters: the global setting
+// or a model's, as it stands between two changes (a change replaces it, as
+// Triton replaces a TraceSetting). Traces written to a file are grouped by
+// the Sampler they were sampled under (pkg/tritontrace).
+type Sampler struct {
 	v      Values
+	valid  bool
 	seen   atomic.Uint64 // requests counted against the rate
 	remain atomic.Int64  // traces still allowed; meaningless when v.Count < 0
 }
 
-func newSampler(v Values) *sampler {
-	s := &sampler{v: v}
+func newSampler(v Values, cfg *Config) *Sampler {
+	s := &Sampler{v: v, valid: v.invalidReason(cfg) == ""}
 	s.remain.Store(int64(v.Count))
 	return s
 }
 
-func (s *sampler) sample() bool {
-	if s.v.Level == LevelOff || s.v.Rate == 0 {
+// Values is the setting.
+func (s *Sampler) Values() Values { return s.v }
+
+// Remaining is trace_count as Triton reports it: the traces this setting
+// may still start (-1: no limit).
+func (s *Sampler) Remaining() int32 {
+	if s.v.Count < 0 {
+		return s.v.Count
+	}
+	return int32(max(s.remain.Load(), 0))
+}
+
+// Sample reports whether the request just counted starts a trace: the
+// level is not OFF, the request is the rate-th since the last sampled
+// one, and trace_count allows. It does not allocate.
+func (s *Sampler) Sample() bool { return s.sample() }
+
+func (s *Sampler) sample() bool {
+	if s.v.Level == LevelOff || !s.valid {
 		return false
 	}
 	if s.v.Count == 0 {
@@ -143,11 +171,11 @@ func (s *sampler) sample() bool {
 
 // table is the effective settings of one version, read without locks.
 type table struct {
-	global *sampler
-	models map[string]*sampler
+	global *Sampler
+	models map[string]*Sampler
 }
 
-func (t *table) lookup(model string) *sampler {
+func (t *table) lookup(model string) *Sampler {
 	if s, ok := t.models[model]; ok {
 		return s
 	}
@@ -201,9 +229,9 @@ func resolve(sv *busv1.TraceSettingValues, fb Values) Values {
 
 func (m *Manager) build(s *busv1.TraceSettings) *table {
 	g := resolve(s.GetGlobal(), m.cfg.Defaults)
-	t := &table{global: newSampler(g), models: make(map[string]*sampler, len(s.GetModels()))}
+	t := &table{global: newSampler(g, &m.cfg), models: make(map[string]*Sampler, len(s.GetModels()))}
 	for name, sv := range s.GetModels() {
-		t.models[name] = newSampler(resolve(sv, g))
+		t.models[name] = newSampler(resolve(sv, g), &m.cfg)
 	}
 	return t
 }
@@ -212,6 +240,25 @@ func (m *Manager) build(s *busv1.TraceSettings) *table {
 // setting's level is not OFF and the request is the rate-th since the last
 // sampled one, while trace_count allows. It does not allocate.
 func (m *Manager) Sample(model string) bool { return m.tab.Load().lookup(model).sample() }
+
+// Sampler returns model's effective setting ("" for the global one) with
+// its counters.
+func (m *Manager) Sampler(model string) *Sampler { return m.tab.Load().lookup(model) }
+
+// Active reports whether s is still one of the effective settings (no
+// change replaced it).
+func (m *Manager) Active(s *Sampler) bool {
+	t := m.tab.Load()
+	if t.global == s {
+		return true
+	}
+	for _, ms := range t.models {
+		if ms == s {
+			return true
+		}
+	}
+	return false
+}
 
 // Level is model's effective trace level.
 func (m *Manager) Level(model string) Level { return m.tab.Load().lookup(model).v.Level }
@@ -328,7 +375,7 @@ func (m *Manager) Update(model string, u Update) (*busv1.TraceSettings, error) {
 		}
 	}
 	for _, v := range check {
-		if r := v.invalidReason(); r != "" && v.Level != LevelOff {
+		if r := v.invalidReason(&m.cfg); r != "" && v.Level != LevelOff {
 			return nil, tritonerr.InvalidArgf("Attempting to set invalid trace setting :%s", r)
 		}
 	}
@@ -347,16 +394,23 @@ type Setting struct {
 }
 
 // Report lists model's effective settings as Triton's endpoints report
-// them: trace_level, trace_rate, trace_count, trace_mode and the mode's
-// options (log_frequency and trace_file belong to Triton's own mode).
+// them, in Triton's order: trace_level, trace_rate, trace_count (the
+// traces still allowed on this gateway), in triton mode log_frequency and
+// trace_file, then trace_mode and the mode's options.
 func (m *Manager) Report(model string) []Setting {
-	v := m.Get(model)
+	s := m.Sampler(model)
+	v := s.Values()
 	out := []Setting{
 		{Name: "trace_level", Values: v.Level.Strings(), List: true},
 		{Name: "trace_rate", Values: []string{strconv.FormatUint(uint64(v.Rate), 10)}},
-		{Name: "trace_count", Values: []string{strconv.FormatInt(int64(v.Count), 10)}},
-		{Name: "trace_mode", Values: []string{string(m.cfg.Mode)}},
+		{Name: "trace_count", Values: []string{strconv.FormatInt(int64(s.Remaining()), 10)}},
 	}
+	if m.cfg.Mode == ModeTriton {
+		out = append(out,
+			Setting{Name: "log_frequency", Values: []string{strconv.FormatUint(uint64(v.LogFrequency), 10)}},
+			Setting{Name: "trace_file", Values: []string{m.cfg.File}})
+	}
+	out = append(out, Setting{Name: "trace_mode", Values: []string{string(m.cfg.Mode)}})
 	keys := make([]string, 0, len(m.cfg.Options))
 	for k := range m.cfg.Options {
 		if k == "file" || k == "log-frequency" {

@@ -99,6 +99,10 @@ func TestSampleRateAndCount(t *testing.T) {
 	if !reflect.DeepEqual(got, []int{3, 6}) {
 		t.Fatalf("sampled requests %v, want [3 6] (rate 3, count 2)", got)
 	}
+	// trace_count is reported as Triton does: what is left of it.
+	if got := report(m, "")["trace_count"]; !reflect.DeepEqual(got, []string{"0"}) {
+		t.Fatalf("trace_count after two traces of 2 = %v, want [0]", got)
+	}
 	// A model of its own counts apart.
 	if _, err := m.Update("other", Update{Rate: ptr(uint32(1))}); err != nil {
 		t.Fatal(err)
@@ -220,7 +224,7 @@ func TestFlag(t *testing.T) {
 		c.Options["url"] != "localhost:4317" || c.Options["resource"] != "a=b,c=d" {
 		t.Fatalf("config = %+v", c)
 	}
-	for _, bad := range []string{"rate=x", "count=-2", "level=LOUD", "mode=triton", "triton,file=/tmp/t", "bogus=1", "nonsense"} {
+	for _, bad := range []string{"rate=x", "count=-2", "level=LOUD", "mode=jaeger", "triton,url=x", "triton,log-frequency=-1", "bogus=1", "nonsense"} {
 		var f Flag
 		if err := f.Set(bad); err == nil {
 			t.Errorf("Set(%q) accepted", bad)
@@ -229,5 +233,86 @@ func TestFlag(t *testing.T) {
 	var none Flag
 	if none.Config().Defaults != Defaults {
 		t.Fatal("no flag: not the defaults")
+	}
+}
+
+// Triton's mode: --trace-config triton,file=... alone selects it, and the
+// settings report log_frequency and trace_file, in Triton's order.
+func TestTritonModeFlagAndReport(t *testing.T) {
+	cases := []struct {
+		flags []string
+		mode  Mode
+	}{
+		{[]string{"triton,file=/tmp/t.json", "level=TIMESTAMPS", "rate=1"}, ModeTriton},
+		{[]string{"mode=triton", "triton,file=/tmp/t.json"}, ModeTriton},
+		{[]string{"triton,file=/tmp/t.json", "mode=opentelemetry"}, ModeOpenTelemetry},
+		{[]string{"level=TIMESTAMPS"}, ModeOpenTelemetry},
+	}
+	for _, tc := range cases {
+		var f Flag
+		for _, v := range tc.flags {
+			if err := f.Set(v); err != nil {
+				t.Fatalf("Set(%q): %v", v, err)
+			}
+		}
+		if got := f.Config().Mode; got != tc.mode {
+			t.Errorf("%v: mode %s, want %s", tc.flags, got, tc.mode)
+		}
+	}
+	var f Flag
+	for _, v := range []string{"triton,file=/tmp/t.json", "triton,log-frequency=50", "rate=100", "level=TIMESTAMPS", "count=100"} {
+		if err := f.Set(v); err != nil {
+			t.Fatalf("Set(%q): %v", v, err)
+		}
+	}
+	c := f.Config()
+	if c.File != "/tmp/t.json" || c.Defaults != (Values{Level: LevelTimestamps, Rate: 100, Count: 100, LogFrequency: 50}) {
+		t.Fatalf("config = %+v", c)
+	}
+	var names []string
+	for _, s := range New(c, "g1").Report("simple") {
+		names = append(names, s.Name)
+	}
+	if want := []string{"trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file", "trace_mode"}; !reflect.DeepEqual(names, want) {
+		t.Fatalf("reported %v, want %v", names, want)
+	}
+	if got, want := report(New(c, "g1"), ""), map[string][]string{"trace_level": {"TIMESTAMPS"}, "trace_rate": {"100"},
+		"trace_count": {"100"}, "log_frequency": {"50"}, "trace_file": {"/tmp/t.json"}, "trace_mode": {"triton"}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("report = %v, want %v", got, want)
+	}
+}
+
+// Triton mode without a file traces nothing, and refuses to be turned on
+// with Triton's reason.
+func TestTritonModeWithoutFile(t *testing.T) {
+	m := New(Config{Mode: ModeTriton, Defaults: Values{Level: LevelTimestamps, Rate: 1, Count: -1}}, "g1")
+	if m.Sample("simple") {
+		t.Fatal("sampled without a trace file")
+	}
+	_, err := m.Update("", Update{Rate: ptr(uint32(2))})
+	if err == nil || err.Error() != "Attempting to set invalid trace setting :trace file name is not given" {
+		t.Fatalf("update without a file: %v", err)
+	}
+	if _, err := m.Update("", Update{Level: ptr(LevelOff)}); err != nil {
+		t.Fatalf("turning tracing off: %v", err)
+	}
+}
+
+// A change replaces the samplers it touches: the old one is no longer
+// active, which tells the trace file writer to flush what it gathered.
+func TestSamplerReplacedByChange(t *testing.T) {
+	m := New(Config{Mode: ModeTriton, File: "/tmp/x", Defaults: Values{Level: LevelTimestamps, Rate: 1, Count: -1}}, "g1")
+	s := m.Sampler("simple")
+	if !m.Active(s) || !s.Sample() {
+		t.Fatal("the global sampler is not active, or does not sample at rate 1")
+	}
+	if _, err := m.Update("simple", Update{LogFrequency: ptr(uint32(2))}); err != nil {
+		t.Fatal(err)
+	}
+	if m.Active(s) {
+		t.Fatal("the replaced sampler is still active")
+	}
+	if ms := m.Sampler("simple"); !m.Active(ms) || ms.Values().LogFrequency != 2 || ms == m.Sampler("") {
+		t.Fatalf("simple's own sampler: %+v", ms.Values())
 	}
 }
