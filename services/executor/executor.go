@@ -156,6 +156,13 @@ type Config struct {
 	// Metrics are tritonserver's --metrics-config settings of the
 	// per-model metrics on the executor's /metrics.
 	Metrics tritonmetrics.Config
+	// RateLimit is tritonserver's --rate-limit (default off) and
+	// RateLimitResources its --rate-limit-resource counts: with
+	// RateLimitExecutionCount, executions wait for the resources of their
+	// instance group's rate_limiter (ratelimit.go). The pools are this
+	// executor's, as Triton's are a server's.
+	RateLimit          RateLimitMode
+	RateLimitResources []RateLimitResource
 }
 
 // Executor serves a model repository over NATS.
@@ -201,6 +208,7 @@ type Executor struct {
 	shm           *shmState  // shared memory and GPUs (shm.go)
 	states        stateStore // durable sequence states (statestore.go)
 	cb            *cbackend.Loader
+	rates         *rateLimiter // nil: --rate-limit off
 
 	// uploads are the model directories written from a load request that
 	// are loading, while code that arrived in requests is not allowed
@@ -258,6 +266,7 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.Trace.Mode == "" {
 		e.cfg.Trace = tracesetting.DefaultConfig()
 	}
+	e.rates = newRateLimiter(cfg, e.log)
 	e.trace = tracesetting.New(e.cfg.Trace, cfg.ID)
 	// A restarted executor with the same id announces a newer generation,
 	// so gateways refetch its catalog; a load or unload, a new revision.

@@ -111,7 +111,12 @@ func (mv *modelVersion) load(ctx context.Context) (err error) {
 		if err != nil {
 			return tritonerr.From(err)
 		}
-		in.inst = bi
+		// With --rate-limit execution_count, its executions wait for their
+		// resources (ratelimit.go); needs that cannot be met fail the load.
+		if in.inst, err = mv.e.rates.limit(mv, info, bi); err != nil {
+			_ = bi.Finalize()
+			return err
+		}
 		mv.instances = append(mv.instances, in)
 	}
 	// Before the version serves: its instances run model_warmup (warmup.go).
@@ -189,6 +194,7 @@ func (mv *modelVersion) unload() {
 		}
 	}
 	mv.instances = nil
+	mv.e.rates.unregister(mv)
 	if mv.model != nil {
 		if err := mv.model.Finalize(); err != nil {
 			log.Warn("model finalize", "model", mv.name, "err", err)
