@@ -309,6 +309,10 @@ func (e *Executor) Run(ctx context.Context) error {
 			defer cancel()
 			_ = e.tracer.Shutdown(sctx)
 		}()
+	} else {
+		// No spans here, but a gateway writing Triton's trace file asks
+		// for a request's timestamps through its trace context.
+		tracing.UsePropagator()
 	}
 
 	// Executions outlive ctx by the drain: they end when execCancel runs.

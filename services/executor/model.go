@@ -205,17 +205,40 @@ func (mv *modelVersion) unload() {
 
 // handleInfer serves one inference request from the bus: validate, queue,
 // wait for the execution, answer. A request traced by its gateway gets a
-// span of its own here (pkg/tracing).
+// span of its own here (pkg/tracing); one whose gateway writes Triton's
+// trace file gets its timestamps back in its response (requestStamps).
 func (mv *modelVersion) handleInfer(ctx context.Context, body bus.Body) (proto.Message, error) {
 	mv.inflight.Add(1)
 	defer mv.inflight.Add(-1)
 	ctx, span := mv.e.tracer.StartChild(ctx, mv.name, mv.name)
 	if span == nil {
-		return mv.serveInfer(ctx, body, nil)
+		if tracing.TimestampsAsked(ctx) {
+			return mv.serveStamped(ctx, body)
+		}
+		return mv.serveInfer(ctx, body, nil, nil)
 	}
 	span.SetAttributes(tracing.AttrModelVersion.String(strconv.FormatInt(mv.version, 10)), attribute.String("nereid.executor", mv.e.cfg.ID))
-	resp, err := mv.serveInfer(ctx, body, span)
+	resp, err := mv.serveInfer(ctx, body, span, nil)
 	tracing.End(span, err)
+	return resp, err
+}
+
+// requestStamps are the instants of a request whose gateway asked for
+// them (tracing.AskTimestamps), taken with its statistics.
+type requestStamps = tracing.Timestamps
+
+// serveStamped serves a request whose gateway asked for its timestamps,
+// and returns them in the response (tracing.TimestampsParameter).
+func (mv *modelVersion) serveStamped(ctx context.Context, body bus.Body) (proto.Message, error) {
+	var ts requestStamps
+	resp, err := mv.serveInfer(ctx, body, nil, &ts)
+	if out, ok := resp.(*inference.ModelInferResponse); ok && err == nil && ts.Complete() {
+		if out.Parameters == nil {
+			out.Parameters = map[string]*inference.InferParameter{}
+		}
+		out.Parameters[tracing.TimestampsParameter] = &inference.InferParameter{
+			ParameterChoice: &inference.InferParameter_StringParam{StringParam: ts.Encode()}}
+	}
 	return resp, err
 }
 
@@ -235,9 +258,9 @@ type call struct {
 	enc     infercodec.Encoded
 }
 
-func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trace.Span) (proto.Message, error) {
+func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trace.Span, stamps *requestStamps) (proto.Message, error) {
 	received := time.Now()
-	c := &call{pending: pending{received: received, span: span}}
+	c := &call{pending: pending{received: received, span: span, stamps: stamps}}
 	p := &c.pending
 	// A gateway in this process hands its request over as it is (bus.Local).
 	req, ok := body.Message.(*inference.ModelInferRequest)
@@ -307,8 +330,8 @@ func (mv *modelVersion) serveInfer(ctx context.Context, body bus.Body, span trac
 		return nil, p.resp.Err
 	}
 	// A requester in this process takes the message itself: nothing to
-	// encode for it.
-	if sh == nil && hand.Passive() && body.Message == nil {
+	// encode for it. (Timestamps asked for go into the message.)
+	if sh == nil && hand.Passive() && body.Message == nil && stamps == nil {
 		if mv.encodeSmall(&c.enc, req, r, p.resp) {
 			return &c.enc, nil
 		}

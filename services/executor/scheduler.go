@@ -51,6 +51,9 @@ type pending struct {
 	// span is the request's trace span (nil: not traced); its timestamps
 	// are recorded with the statistics.
 	span trace.Span
+	// stamps, when not nil, takes the request's timestamps with the
+	// statistics, for a gateway writing Triton's trace file.
+	stamps *requestStamps
 
 	// alone is the batch of the backend's requests when p runs alone
 	// (executeBatch), in p's allocation rather than one of its own.

@@ -137,9 +137,13 @@ func (s *stats) response(index int, kind responseKind, t responseTimes) {
 // request records one request's outcome (TRITONBACKEND_ModelInstance
 // ReportStatistics). A failure counts only its total duration.
 func (s *stats) request(p *pending, success bool, t backend.SteadyStamps) {
-	if p.span != nil && success {
+	if (p.span != nil || p.stamps != nil) && success {
 		ts := t.Timestamps()
-		tracing.RecordTimestamps(p.span, tracing.Timestamps{QueueStart: p.queued, ExecStart: ts.ExecStart, ComputeStart: ts.ComputeStart, ComputeEnd: ts.ComputeEnd, ExecEnd: ts.ExecEnd})
+		stamps := tracing.Timestamps{QueueStart: p.queued, ExecStart: ts.ExecStart, ComputeStart: ts.ComputeStart, ComputeEnd: ts.ComputeEnd, ExecEnd: ts.ExecEnd}
+		tracing.RecordTimestamps(p.span, stamps)
+		if p.stamps != nil {
+			*p.stamps = stamps
+		}
 	}
 	end := time.Now()
 	s.mu.Lock()

@@ -44,7 +44,7 @@ func (f *EdgeFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.http.root, "http-root-cert", "", "PEM root certificate verifying HTTP clients' certificates")
 	fs.Var(&f.httpRestr, "http-restricted-api", "restrict HTTP API groups to requests carrying a header: <api list>:<key>=<value> (repeatable)")
 	fs.Var(&f.grpcRestrct, "grpc-restricted-protocol", "restrict gRPC API groups to calls carrying metadata triton-grpc-protocol-<key>: <api list>:<key>=<value> (repeatable)")
-	fs.Var(&f.trace, "trace-config", "a trace setting: <setting>=<value> (level, rate, count, log_frequency, mode) or opentelemetry,<setting>=<value> (url, resource, ...) (repeatable)")
+	fs.Var(&f.trace, "trace-config", "a trace setting: <setting>=<value> (level, rate, count, log_frequency, mode), triton,<setting>=<value> (file, log-frequency) or opentelemetry,<setting>=<value> (url, resource, ...) (repeatable)")
 	fs.Var(&f.metrics, "metrics-config", tritonmetrics.FlagUsage)
 }
 

@@ -32,14 +32,16 @@ func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *infere
 			span.SetAttributes(tracing.AttrModelVersion.String(vv.versionString()), tracing.AttrRequestID.String(req.GetId()))
 		}
 	}
+	ctx, file := g.startFileTrace(ctx, vv, req) // Triton's trace file (tritontrace.go)
 	ctx, verbose := g.logRequest(ctx, vv, req)
-	resp, enc, err = g.forward(ctx, vv, req, passOn, fw)
+	resp, enc, err = g.forward(ctx, vv, req, passOn && file == nil, fw)
 	if verbose {
 		g.logOutcome(ctx, req, err)
 	}
 	if span != nil {
 		tracing.End(span, err)
 	}
+	g.endFileTrace(ctx, file, resp)
 	return resp, enc, err
 }
 

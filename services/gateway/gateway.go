@@ -32,6 +32,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/tlsreload"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/tracing"
+	"github.com/nereid-io/nereid/pkg/tritontrace"
 	"github.com/nereid-io/nereid/services/gateway/internal/hostmetrics"
 )
 
@@ -167,6 +168,10 @@ type Gateway struct {
 	// tracer records and exports the spans of traced requests (nil: the
 	// trace mode exports nothing). Set by run before serving.
 	tracer *tracing.Tracer
+	// traceFile writes traced requests to Triton's trace file in trace
+	// mode triton (tritontrace.go); nil in the other mode. Set by run
+	// before serving.
+	traceFile *tritontrace.Writer
 	// logging are the logging extension's settings (logging.go).
 	logging *logsetting.Manager
 	// host reads the machine's CPU and memory for Triton's CPU metrics.
@@ -418,6 +423,17 @@ func (g *Gateway) run(ctx context.Context) error {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_ = g.tracer.Shutdown(sctx)
+		}()
+	}
+	if g.cfg.Trace.Mode == tracesetting.ModeTriton {
+		tracing.UsePropagator() // the executors' timestamps are asked for in the trace context
+		g.traceFile = tritontrace.New(g.trace, g.cfg.Trace.File, g.log)
+		// Written once the servers have stopped: what is gathered, then
+		// the file's closing bracket.
+		defer func() {
+			if err := g.traceFile.Close(); err != nil {
+				g.log.Error("closing the trace file", "file", g.cfg.Trace.File, "err", err)
+			}
 		}()
 	}
 	traceFollow, err := settingbus.Follow(ctx, g.bus, bus.SettingsTrace, g.trace, bus.RoleGateway, g.id, true)

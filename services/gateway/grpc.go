@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -112,7 +113,16 @@ func grpcServiceDesc() *grpc.ServiceDesc {
 // modelInfer.
 // The request is decoded into a grpcRequest (the codec's Unmarshal), which
 // holds what forwarding it takes too.
+//
+// In Triton's trace mode the request's reading (GRPC_WAITREAD_START to
+// _END) is its decoding here, and its send the encoding of its answer
+// (tracedReply).
 func modelInferHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	s := srv.(*grpcService)
+	var start time.Time
+	if s.g.traceFile != nil {
+		start = time.Now()
+	}
 	r := new(grpcRequest)
 	if err := dec(r); err != nil {
 		return nil, err
@@ -121,17 +131,26 @@ func modelInferHandler(srv any, ctx context.Context, dec func(any) error, interc
 		return nil, r.bad // the message did not decode (the codec's Unmarshal)
 	}
 	in := &r.req
-	s := srv.(*grpcService)
+	var front *fileFront
+	if s.g.traceFile != nil {
+		if front = s.g.fileFront(in.GetModelName(), true, start); front != nil {
+			front.readDone()
+			ctx = withFileFront(ctx, front)
+		}
+	}
 	if interceptor == nil {
-		return s.modelInfer(ctx, in, &r.fw)
+		out, err := s.modelInfer(ctx, in, &r.fw)
+		return s.g.grpcReply(front, out, err)
 	}
 	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: inference.GRPCInferenceService_ModelInfer_FullMethodName}
 	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
 		m := req.(*inference.ModelInferRequest)
 		if m != in {
-			return s.modelInfer(ctx, m, nil) // an interceptor's own request
+			out, err := s.modelInfer(ctx, m, nil) // an interceptor's own request
+			return s.g.grpcReply(front, out, err)
 		}
-		return s.modelInfer(ctx, m, &r.fw)
+		out, err := s.modelInfer(ctx, m, &r.fw)
+		return s.g.grpcReply(front, out, err)
 	})
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // the fallback codec
@@ -167,6 +168,11 @@ func (c *codec) marshalProto(v any) (mem.BufferSlice, error) {
 
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch e := v.(type) {
+	case *tracedReply:
+		start := time.Now()
+		bs, err := c.Marshal(e.msg)
+		e.g.sent(e.front, start)
+		return bs, err
 	case *encodedStreamResponse:
 		return e.buffers(), nil
 	case *encodedResponse:

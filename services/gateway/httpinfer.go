@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/handoff"
@@ -28,6 +29,7 @@ func (g *Gateway) handleInfer(w http.ResponseWriter, r *http.Request) {
 // serveInfer is handleInfer for the model and version its path names
 // (httpHandler reads them without the mux).
 func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v string) {
+	front := g.httpFileFront(name) // nil unless name may be traced into Triton's trace file
 	vv, err := g.resolveRequest(name, v)
 	if err != nil {
 		writeError(w, err)
@@ -76,6 +78,7 @@ func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v str
 		return
 	}
 	req.ModelName = name
+	front.readDone()
 	if region.Shared() { // the body is in a file an executor of this node can map
 		handoff.AttachRegion(req, region.Retain())
 	}
@@ -83,7 +86,10 @@ func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v str
 	// The executor's encoding of the response, when it comes as it is, is
 	// written out without being decoded first.
 	hi := new(httpInfer)
-	resp, encoded, err := g.forwardInfer(g.withClientHeaders(r.Context(), name, r.Header), vv, req, true, &hi.fw)
+	resp, encoded, err := g.forwardInfer(withFileFront(g.withClientHeaders(r.Context(), name, r.Header), front), vv, req, true, &hi.fw)
+	if front.traced() {
+		defer g.sent(front, time.Now()) // HTTP_SEND_START now, HTTP_SEND_END once the response is written
+	}
 	if err != nil {
 		writeError(w, err)
 		return
