@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -308,5 +309,52 @@ func TestTritonTraceLogFrequencyAndCount(t *testing.T) {
 	}
 	if _, err := os.Stat(file + ".3"); err == nil {
 		t.Fatalf("%s.3 written", file)
+	}
+}
+
+// At level TENSORS the trace holds the request's inputs as they entered
+// the queue and the outputs the backend produced, as Triton formats them.
+func TestTritonTraceTensors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "trace.json")
+	srv := constellation.Standalone(t, constellation.RepoPath(t, "deploy/model_repository"),
+		append(tritonTraceFileFlags(file, "--trace-config", "level=TENSORS"), "--model-control-mode", "explicit", "--load-model", "simple")...)
+	inferHTTP(t, srv.HTTP(), "tensors")
+	srv.Stop()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []map[string]any
+	if err := json.Unmarshal(raw, &recs); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, raw)
+	}
+	got := map[string]any{}
+	for _, r := range recs {
+		if a, ok := r["activity"].(string); ok {
+			tensor := r["tensor"].(map[string]any)
+			got[a+" "+tensor["name"].(string)] = tensor
+		}
+	}
+	seq := func(from int) string {
+		s := ""
+		for i := range 16 {
+			if i > 0 {
+				s += ","
+			}
+			s += strconv.Itoa(from + i)
+		}
+		return s
+	}
+	tensor := func(name, data string) map[string]any {
+		return map[string]any{"name": name, "data": data, "shape": "1,16", "dtype": "INT32"}
+	}
+	want := map[string]any{
+		"TENSOR_QUEUE_INPUT INPUT0":     tensor("INPUT0", seq(0)),
+		"TENSOR_QUEUE_INPUT INPUT1":     tensor("INPUT1", "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1"),
+		"TENSOR_BACKEND_OUTPUT OUTPUT0": tensor("OUTPUT0", seq(1)),
+		"TENSOR_BACKEND_OUTPUT OUTPUT1": tensor("OUTPUT1", seq(-1)),
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("tensor records %v, want %v", got, want)
 	}
 }
