@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -46,6 +47,30 @@ func ParseRateLimit(s string) (RateLimitMode, error) { return ratelimit.ParseMod
 // ("<resource_name>:<count>[:<device>]") with tritonserver's messages.
 func ParseRateLimitResource(s string) (RateLimitResource, error) {
 	return ratelimit.ParseResource(s)
+}
+
+// RateLimitFlags are tritonserver's --rate-limit and repeatable
+// --rate-limit-resource, for the mains that run an executor.
+type RateLimitFlags struct {
+	Mode      RateLimitMode
+	Resources []RateLimitResource
+}
+
+// Register defines the flags on fs.
+func (f *RateLimitFlags) Register(fs *flag.FlagSet) {
+	fs.Func("rate-limit", `rate limiting: "off" (the default) runs an execution as soon as an instance is free; "execution_count" makes each execution wait for the resources its instance group's rate_limiter lists, instances served in the order of their execution count times their priority. The resources are this executor's, as tritonserver's are its server's`,
+		func(v string) (err error) {
+			f.Mode, err = ParseRateLimit(v)
+			return err
+		})
+	fs.Func("rate-limit-resource", "the copies of a rate limiter resource this executor has: <resource_name>:<count>:<device>, or <resource_name>:<count> for every device (repeatable; the device is ignored for a resource the models mark global). Once given, a resource not given has none. Default: the most any loaded instance asks for",
+		func(v string) error {
+			r, err := ParseRateLimitResource(v)
+			if err == nil {
+				f.Resources = append(f.Resources, r)
+			}
+			return err
+		})
 }
 
 // rateLimiter is the executor's limiter; nil when --rate-limit is off.

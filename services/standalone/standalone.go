@@ -113,6 +113,10 @@ type Config struct {
 	// UploadBudget is the executor's (--model-upload-budget): the bytes the
 	// files of load requests may take at once; 0 is the executor's default.
 	UploadBudget int64
+	// RateLimit and RateLimitResources are the executor's (--rate-limit,
+	// --rate-limit-resource): Triton's rate limiter, off by default.
+	RateLimit          executor.RateLimitMode
+	RateLimitResources []executor.RateLimitResource
 }
 
 // DefaultConfig is tritonserver's defaults: ports 8000/8001/8002, all
@@ -290,6 +294,7 @@ func (s *Server) Run(ctx context.Context) error {
 		DisableAutoComplete: s.cfg.DisableAutoComplete, ExitOnError: s.cfg.ExitOnError, Logger: s.log,
 		BackendDirectory: s.cfg.BackendDirectory, BackendConfig: s.cfg.BackendConfig, ServerLibrary: s.cfg.ServerLibrary, AllowUploadedCode: s.cfg.AllowUploadedCode, UploadBudget: s.cfg.UploadBudget,
 		RedisURL: s.cfg.RedisURL, RedisAuth: s.cfg.RedisAuth, Trace: s.cfg.Trace, Logging: s.cfg.Logging,
+		RateLimit: s.cfg.RateLimit, RateLimitResources: s.cfg.RateLimitResources,
 	})
 	if err != nil {
 		return err

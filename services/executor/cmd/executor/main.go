@@ -64,6 +64,8 @@ func main() {
 	redisAuth.Register(fs)
 	var trace tracesetting.Flag
 	fs.Var(&trace, "trace-config", "a trace setting, as tritonserver's --trace-config (repeatable)")
+	var rateLimit executor.RateLimitFlags
+	rateLimit.Register(fs)
 	_ = fs.Parse(os.Args[1:])
 	pollInterval := time.Duration(*pollSecs) * time.Second
 	auth.FromEnv()
@@ -79,6 +81,7 @@ func main() {
 		DisableAutoComplete: strictCfg || noAutoComplete, ExitOnError: exitOnError, ID: *id, Node: *node, Logger: log, Logging: logs,
 		BackendDirectory: *backendDir, BackendConfig: backendConfig, ServerLibrary: *serverLib, AllowUploadedCode: allowUploadedCode, UploadBudget: *uploadBudget,
 		RedisURL: *redisURL, RedisAuth: redisAuth, Metrics: metricsCfg,
+		RateLimit: rateLimit.Mode, RateLimitResources: rateLimit.Resources,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "nereid-executor:", err)
 		os.Exit(1)

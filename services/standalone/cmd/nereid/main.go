@@ -58,6 +58,8 @@ func main() {
 	fs.Int64Var(&cfg.UploadBudget, "model-upload-budget", executor.DefaultUploadBudget, "bytes of temporary storage that the files of load requests (file: parameters) may take at once; -1: unbounded")
 	tritonflag.BoolVar(fs, &cfg.AllowUploadedCode, "allow-uploaded-code", false, "let a repository load run code that arrives in the request: backend libraries, other shared libraries and Python files among its file: parameters (default false: such a load is refused, and an uploaded model's backend library comes from --backend-directory only)")
 	fs.StringVar(&cfg.ServerLibrary, "server-library", "", "the libtritonserver.so Triton backends link against (default: next to this binary, then the loader's path)")
+	var rateLimit executor.RateLimitFlags
+	rateLimit.Register(fs)
 	var logFlags logsetting.Flags
 	logFlags.Register(fs)
 	var edge gateway.EdgeFlags
@@ -67,6 +69,7 @@ func main() {
 	cfg.PollInterval = time.Duration(*pollSecs) * time.Second
 	cfg.DisableAutoComplete, cfg.ExitOnError = strictCfg || noAutoComplete, exitOnError
 	cfg.Models = models
+	cfg.RateLimit, cfg.RateLimitResources = rateLimit.Mode, rateLimit.Resources
 	if len(repos) > 0 {
 		cfg.ModelRepository, cfg.MoreRepositories = repos[0], repos[1:]
 	}
