@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nereid-io/nereid/pkg/backoff"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -76,12 +77,19 @@ type Failure struct {
 }
 
 // Store persists bindings so that another router can take over (Restore).
-// Bind and Backlog are called before the change is made and their error
-// fails the START that needed them; errors of the others are only logged:
-// the state in memory stays authoritative and a stale entry is cleaned up
-// by the idle timeout after a takeover.
+// Bind and Backlog are called before the change is made, and a sequence's
+// requests run in a slot only once Bind recorded it there: a failed Bind
+// fails the START that needed it (Enqueue), or keeps a backlog sequence
+// waiting in the backlog until a later try succeeds (Wake, Tick). Backlog's
+// error fails the START too. Errors of Unbind are only logged: the state in
+// memory stays authoritative, and the stale binding goes with the slot's
+// next Bind, or with the idle timeout after a takeover.
 type Store interface {
-	// Bind records id in slot, and removes it from the backlog.
+	// Bind records id in slot, removes it from the backlog, and forgets
+	// any other sequence the store still has in that slot: the batcher
+	// binds only a slot it holds free, so such a binding is stale (its
+	// Unbind failed, or its END request left the slot in a batch and is
+	// not answered yet) and would make Restore choose between the two.
 	Bind(id ID, at SlotRef) error
 	// Backlog appends id to the backlog order.
 	Backlog(id ID) error
@@ -145,7 +153,20 @@ type Model struct {
 	// while the END request waits (and fails it as not run, for its
 	// gateway to send again) finds the sequence.
 	closing map[ID]bool
+	// retryAt, when set, is when a backlog sequence whose Bind failed
+	// (fill) may try again; until then no backlog sequence takes a slot.
+	// retries spaces the tries while the store keeps failing.
+	retryAt time.Time
+	retries backoff.Backoff
 }
+
+// Bounds of the spacing of the tries to bind a backlog sequence while the
+// store fails: a Redis restart is seconds, and a router whose store stays
+// unreachable steps down within its lease TTL.
+const (
+	bindRetryMin = 50 * time.Millisecond
+	bindRetryMax = time.Second
+)
 
 // endedSeq is why and when a sequence ended with its instance.
 type endedSeq struct {
@@ -175,7 +196,8 @@ func NewModel(cfg Config, store Store, log *slog.Logger) *Model {
 	if cfg.MaxBatch < 1 {
 		cfg.MaxBatch = 1
 	}
-	return &Model{cfg: cfg, store: store, log: log, seqs: map[ID]*seq{}, lost: map[ID]lostSeq{}, closing: map[ID]bool{}, holding: cfg.HoldSlots > 0 || cfg.HoldBacklog > 0}
+	return &Model{cfg: cfg, store: store, log: log, seqs: map[ID]*seq{}, lost: map[ID]lostSeq{}, closing: map[ID]bool{}, holding: cfg.HoldSlots > 0 || cfg.HoldBacklog > 0,
+		retries: backoff.Backoff{Min: bindRetryMin, Max: bindRetryMax}}
 }
 
 // Config returns the batcher's configuration.
@@ -517,15 +539,13 @@ func (m *Model) move(now time.Time, id ID, reqs []*Request, owned bool) *backlog
 	if owned && s == nil {
 		owned = false
 	}
-	if ref, ok := m.lowestFree(); ok {
+	// A sequence runs in its new slot only once the store has it there
+	// (fill); otherwise it waits at the front of the backlog, and the
+	// store keeps its old slot meanwhile.
+	if ref, ok := m.lowestFree(); ok && !now.Before(m.retryAt) && (!owned || m.bind(now, id, ref)) {
 		sl := &m.instance(ref.Instance).slots[ref.Slot]
 		sl.queue, sl.resume = reqs, true
 		if owned {
-			if m.store != nil {
-				if err := m.store.Bind(id, ref); err != nil {
-					m.log.Warn("sequence store: bind failed", "model", m.cfg.Model, "sequence", id.Key(), "err", err)
-				}
-			}
 			idc := id
 			sl.owner = &idc
 			s.at, s.backlog, s.lastArrival = &ref, nil, now
@@ -615,8 +635,13 @@ func (m *Model) Enqueue(now time.Time, r *Request) error {
 		m.log.Warn("sequence " + r.ID.text() + " for model '" + m.cfg.Model + "' has a conflict. The previous sequence did not end before this sequence start. Previous sequence will be terminated early.")
 	}
 	if s == nil {
+		// A free slot while sequences wait in the backlog: the store failed
+		// to bind the first of them. They try again now, and go first.
+		if len(m.backlog) > 0 {
+			m.retryFill(now)
+		}
 		ref, ok := m.lowestFree()
-		if ok {
+		if ok && (len(m.backlog) == 0 || m.retryAt.IsZero()) {
 			if m.store != nil {
 				if err := m.store.Bind(r.ID, ref); err != nil {
 					return m.errStore(r.ID, err)
@@ -720,16 +745,26 @@ func (m *Model) lowestFree() (SlotRef, bool) {
 }
 
 // fill gives a free slot to the oldest backlog queue, with all its
-// requests. Expired queues were removed by Tick already.
+// requests, once the store recorded the binding: a sequence whose binding
+// the store does not have is unknown to the router that takes over from
+// the store, and its next request would fail with the START error. When
+// Bind fails the queue stays first in the backlog, the slot stays free,
+// and no backlog sequence takes a slot before the retry time (Wake); a
+// router that cannot reach its store for longer steps down, and its
+// gateways send the waiting requests, which did not run, to the next one.
+// Expired queues were removed by Tick already.
 func (m *Model) fill(now time.Time, in *instance, i int) {
 	sl := &in.slots[i]
-	if in.draining || !sl.free() || len(m.backlog) == 0 {
+	if in.draining || !sl.free() || len(m.backlog) == 0 || now.Before(m.retryAt) {
 		return
 	}
 	q := m.backlog[0]
+	ref := SlotRef{in.key, i}
+	if !q.ended && !m.bind(now, q.id, ref) {
+		return
+	}
 	m.backlog = m.backlog[1:]
 	sl.queue, sl.resume = q.reqs, q.resume
-	ref := SlotRef{in.key, i}
 	if !q.ended {
 		id := q.id
 		sl.owner = &id
@@ -738,15 +773,43 @@ func (m *Model) fill(now time.Time, in *instance, i int) {
 			// sequence does not go idle waiting in the backlog.
 			s.backlog, s.at, s.lastArrival = nil, &ref, now
 		}
-		if m.store != nil {
-			if err := m.store.Bind(id, ref); err != nil {
-				m.log.Warn("sequence store: bind failed", "model", m.cfg.Model, "sequence", id.Key(), "err", err)
-			}
-		}
 	}
 	if sl.free() {
 		// An empty, ended queue: nothing to run, the slot stays free.
 		m.fill(now, in, i)
+	}
+}
+
+// bind records a backlog sequence in the slot it is about to take. On
+// failure it sets the retry time (Wake) and reports false: the sequence
+// does not take the slot.
+func (m *Model) bind(now time.Time, id ID, ref SlotRef) bool {
+	if m.store == nil {
+		return true
+	}
+	if err := m.store.Bind(id, ref); err != nil {
+		m.retryAt = now.Add(m.retries.Next())
+		m.log.Warn("sequence store: bind failed; the sequence waits in the backlog", "model", m.cfg.Model, "sequence", id.Key(),
+			"executor", ref.Instance.Executor, "instance", ref.Instance.Index, "slot", ref.Slot, "retry_at", m.retryAt, "err", err)
+		return false
+	}
+	m.retryAt = time.Time{}
+	m.retries.Reset()
+	return true
+}
+
+// retryFill gives the free slots to the backlog, the store having failed
+// to bind its first sequence before: at the retry time (Tick), or when a
+// new sequence would otherwise take a free slot ahead of it (Enqueue).
+func (m *Model) retryFill(now time.Time) {
+	if m.retryAt.IsZero() {
+		return
+	}
+	m.retryAt = time.Time{}
+	for i := 0; i < m.cfg.SlotsPerInstance; i++ {
+		for _, in := range m.instances {
+			m.fill(now, in, i)
+		}
 	}
 }
 
@@ -916,6 +979,9 @@ func (m *Model) Tick(now time.Time) []Failure {
 		in.slots[s.at.Slot].owner = nil
 		m.fill(now, in, s.at.Slot)
 	}
+	if !m.retryAt.IsZero() && !now.Before(m.retryAt) {
+		m.retryFill(now)
+	}
 	return out
 }
 
@@ -929,6 +995,9 @@ func (m *Model) Wake() time.Time {
 	}
 	for _, q := range m.backlog {
 		early(q.expire)
+	}
+	if len(m.backlog) > 0 {
+		early(m.retryAt)
 	}
 	for _, s := range m.seqs {
 		if s.at != nil {
@@ -952,7 +1021,11 @@ func (m *Model) Restore(now time.Time, bound map[ID]SlotRef, backlog []ID) {
 			in = &instance{key: ref.Instance, slots: make([]slot, m.cfg.SlotsPerInstance)}
 			m.instances = append(m.instances, in)
 		}
-		if in.slots[ref.Slot].owner != nil {
+		if o := in.slots[ref.Slot].owner; o != nil {
+			// Two sequences in one slot: a store whose Bind does not
+			// forget the slot's stale binding (Store). One is lost.
+			m.log.Warn("sequence store: two sequences bound to one slot; one is not restored", "model", m.cfg.Model,
+				"sequence", id.Key(), "restored", o.Key(), "executor", ref.Instance.Executor, "instance", ref.Instance.Index, "slot", ref.Slot)
 			continue
 		}
 		id := id

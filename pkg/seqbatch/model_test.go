@@ -27,6 +27,11 @@ func (s *memStore) Bind(id ID, at SlotRef) error {
 	if s.bound == nil {
 		s.bound = map[ID]SlotRef{}
 	}
+	for other, ref := range s.bound {
+		if ref == at && other != id {
+			delete(s.bound, other) // stale (Store)
+		}
+	}
 	s.bound[id] = at
 	return nil
 }
@@ -264,6 +269,60 @@ func TestStoreFailureFailsStart(t *testing.T) {
 	}
 	st.fail = false
 	mustEnqueue(t, m, t0, req(1, true, false))
+}
+
+// A backlog sequence takes a freed slot only once the store recorded it
+// there: while Bind fails it stays first in the backlog (the slot stays
+// free, nothing of it runs), tries again at Wake, and takes the slot when
+// the store works again. A new sequence meanwhile does not take the free
+// slot ahead of it.
+func TestBindFailureKeepsBacklog(t *testing.T) {
+	m, st, k := direct(1)
+	mustEnqueue(t, m, t0, req(1, true, false), req(2, true, false))
+	wantBatch(t, m, t0, k, "1S")
+	mustEnqueue(t, m, t0, req(1, false, true))
+	st.fail = true
+	wantBatch(t, m, t0, k, "1E")
+	wantBatch(t, m, t0, k, "<nil>")
+	if _, ok := m.Where(UintID(2)); ok || m.Snapshot().Backlog != 1 {
+		t.Fatalf("sequence 2 took the slot without its binding: %+v", m.Snapshot())
+	}
+	w := m.Wake()
+	if w.Before(t0.Add(bindRetryMin/4)) || w.After(t0.Add(bindRetryMin)) {
+		t.Fatalf("wake %v, want the retry within [%v, %v] of t0", w.Sub(t0), bindRetryMin/4, bindRetryMin)
+	}
+	// Still failing: it keeps waiting, the tries spaced further.
+	t1 := w
+	m.Tick(t1)
+	wantBatch(t, m, t1, k, "<nil>")
+	if w2 := m.Wake(); !w2.After(t1) || w2.After(t1.Add(2*bindRetryMin)) {
+		t.Fatalf("second retry at %v after the first, want within %v", w2.Sub(t1), 2*bindRetryMin)
+	}
+	// A new sequence arriving while the store still fails is refused, not
+	// placed ahead of the waiting one.
+	if err := m.Enqueue(t1, req(3, true, false)); tritonerr.KindOf(err) != tritonerr.Unavailable {
+		t.Fatalf("START while the store fails: %v, want UNAVAILABLE", err)
+	}
+	st.fail = false
+	// The store works again: the next new sequence lets the waiting one
+	// go first, and waits behind it.
+	mustEnqueue(t, m, t1, req(3, true, false))
+	if at, ok := m.Where(UintID(2)); !ok || at.Slot != 0 || st.bound[UintID(2)] != at {
+		t.Fatalf("sequence 2 not bound in the store and in memory: %v %v %v", at, ok, st.bound)
+	}
+	wantBatch(t, m, t1, k, "2S")
+	if s := m.Snapshot(); s.Backlog != 1 {
+		t.Fatalf("sequence 3 did not wait behind 2: %+v", s)
+	}
+
+	// The retry itself (Tick at Wake) binds the waiting sequence.
+	m, st, k = direct(1)
+	mustEnqueue(t, m, t0, req(1, true, true), req(2, true, false))
+	st.fail = true
+	wantBatch(t, m, t0, k, "1SE")
+	st.fail = false
+	m.Tick(m.Wake())
+	wantBatch(t, m, t0, k, "2S")
 }
 
 func TestHold(t *testing.T) {

@@ -126,7 +126,14 @@
 //   - A START whose binding the store cannot record while Redis restarts
 //     or loads its data set (LOADING; redisconn.Transient), or after the
 //     router lost its lease, is refused as not run and sent again by its
-//     gateway; other requests of a sequence need no Redis.
+//     gateway; other requests of a sequence need no Redis. No request of
+//     a sequence runs before the store has its binding: a sequence waiting
+//     in the backlog takes a freed slot only once the store recorded it
+//     there, and keeps waiting (trying again, spaced) while it cannot; a
+//     router that steps down meanwhile refuses it as not run. A binding
+//     replaces any other the store still has in that slot (an END whose
+//     unbind failed, or not answered yet), so that a takeover restores
+//     the sequence that holds the slot.
 //
 // Every goroutine the service starts (lease loops, takeovers, resolves,
 // drains) belongs to its routines.Group, stopped and waited for by Run.

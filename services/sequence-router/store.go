@@ -175,6 +175,11 @@ func (m *memWriter) Bind(id seqbatch.ID, at seqbatch.SlotRef) error {
 	if err := m.fenced(); err != nil {
 		return err
 	}
+	for other, ref := range m.bound {
+		if ref == at && other != id {
+			delete(m.bound, other) // stale (seqbatch.Store)
+		}
+	}
 	m.bound[id] = at
 	m.dropBacklog(id)
 	return nil
@@ -243,12 +248,21 @@ func (s *redisStore) ctx() (context.Context, context.CancelFunc) {
 }
 
 // The write scripts: KEYS lease, bind, backlog; ARGV[1] the writer's lease
-// value, ARGV[2] the typed id.
+// value, ARGV[2] the typed id. bindScript's ARGV[3] is the slot: another
+// sequence bound there is stale and goes (seqbatch.Store). Finding it
+// reads the model version's bindings (HGETALL, which the router's Redis
+// user may run; HGET it may not): one per sequence slot at most, plus
+// stale ones. Its first write is HSET, so that a Redis refusing writes
+// (maxmemory) refuses the script before it changed anything.
 var (
 	bindScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOLEASE') end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[2])
+local all = redis.call('HGETALL', KEYS[2])
+for i = 1, #all, 2 do
+  if all[i+1] == ARGV[3] and all[i] ~= ARGV[2] then redis.call('HDEL', KEYS[2], all[i]) end
+end
 return 1`)
 	backlogScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('NOLEASE') end

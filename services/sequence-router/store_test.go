@@ -172,3 +172,36 @@ func TestStoreContract(t *testing.T) {
 		}
 	})
 }
+
+// Binding a sequence to a slot forgets any other sequence the store still
+// has there (seqbatch.Store): a takeover then restores the slot's current
+// sequence, not one of two at random.
+func TestStoreBindReplacesStale(t *testing.T) {
+	stores(t, func(t *testing.T, c storeCase) {
+		ctx := context.Background()
+		const key = "seq.1"
+		e, err := c.st.acquire(ctx, key, "a", 1, ttl)
+		if err != nil || e == 0 {
+			t.Fatalf("acquire: %d %v", e, err)
+		}
+		w := c.st.model(key, "a", e)
+		x := seqbatch.SlotRef{Instance: seqbatch.InstanceKey{Executor: "ex", Generation: 1}, Slot: 0}
+		y := seqbatch.SlotRef{Instance: seqbatch.InstanceKey{Executor: "ex", Generation: 1}, Slot: 1}
+		ended, next, other := seqbatch.UintID(1), seqbatch.StringID("1"), seqbatch.UintID(2)
+		for _, b := range []struct {
+			id seqbatch.ID
+			at seqbatch.SlotRef
+		}{{ended, x}, {other, y}, {next, x}, {next, x}} {
+			if err := w.Bind(b.id, b.at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bound, _, err := c.st.load(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bound) != 2 || bound[next] != x || bound[other] != y {
+			t.Fatalf("bound %v, want %v in slot 0 and %v in slot 1 only", bound, next, other)
+		}
+	})
+}
