@@ -11,6 +11,7 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/failover"
+	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -386,15 +387,42 @@ func (s *Service) RenewalLateness() time.Duration {
 // fencedWrites asks the lease loop to renew at once when the store fences
 // a write: the lease is gone, or the store lost it with its data, in which
 // case the renewal takes it back and the next write goes through.
+//
+// It also spares the model's lock the wait for a store that is away: the
+// batcher writes under it, and a write to a Redis that stopped costs the
+// client seconds of dialling, while the requests of sequences already
+// bound, which need no Redis, wait for the lock (their executors then run
+// nothing, and their gateways, whose requests the ordered infer handler
+// has not even taken, count them lost). After a write failed for a reason
+// waiting fixes (Redis restarting or loading its data set:
+// redisconn.Transient), the writes of the next storePause fail at once
+// with that error: a START is refused as not run (storeRefusal), a
+// backlog sequence keeps waiting (seqbatch fill), a failed unbind leaves
+// a stale binding that the slot's next binding replaces. Calls come from
+// the batcher, under the model's lock, which guards the state.
 type fencedWrites struct {
 	seqbatch.Store
 	m *model
 }
 
-func (f fencedWrites) check(err error) error {
+// storePause is how long writes fail at once after one found the store
+// away.
+const storePause = 500 * time.Millisecond
+
+func (f fencedWrites) write(op func() error) error {
+	m := f.m
+	now := time.Now()
+	if m.storeDown != nil && now.Before(m.storeRetry) {
+		return m.storeDown
+	}
+	err := op()
+	m.storeDown = nil
+	if redisconn.Transient(err) {
+		m.storeDown, m.storeRetry = err, time.Now().Add(storePause)
+	}
 	if errors.Is(err, errLeaseLost) {
 		select {
-		case f.m.poke <- struct{}{}:
+		case m.poke <- struct{}{}:
 		default:
 		}
 	}
@@ -402,7 +430,11 @@ func (f fencedWrites) check(err error) error {
 }
 
 func (f fencedWrites) Bind(id seqbatch.ID, at seqbatch.SlotRef) error {
-	return f.check(f.Store.Bind(id, at))
+	return f.write(func() error { return f.Store.Bind(id, at) })
 }
-func (f fencedWrites) Backlog(id seqbatch.ID) error { return f.check(f.Store.Backlog(id)) }
-func (f fencedWrites) Unbind(id seqbatch.ID) error  { return f.check(f.Store.Unbind(id)) }
+func (f fencedWrites) Backlog(id seqbatch.ID) error {
+	return f.write(func() error { return f.Store.Backlog(id) })
+}
+func (f fencedWrites) Unbind(id seqbatch.ID) error {
+	return f.write(func() error { return f.Store.Unbind(id) })
+}

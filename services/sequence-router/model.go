@@ -149,6 +149,11 @@ type model struct {
 	// reason label (nv_inference_request_failure); the executors count
 	// those they ran.
 	failures failureCounts
+	// storeDown is the last store write's error when waiting can fix it
+	// (redisconn.Transient), and storeRetry when the next write may try
+	// the store again (fencedWrites).
+	storeDown  error
+	storeRetry time.Time
 }
 
 // failureCounts are nv_inference_request_failure's counts by reason, and

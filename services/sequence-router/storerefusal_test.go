@@ -65,3 +65,52 @@ func TestStoreRefusal(t *testing.T) {
 		t.Fatalf("storeRefusal(%v) = %v", noStart, got)
 	}
 }
+
+// countingStore fails every write with err and counts the writes.
+type countingStore struct {
+	err    error
+	writes int
+}
+
+func (c *countingStore) Bind(seqbatch.ID, seqbatch.SlotRef) error { c.writes++; return c.err }
+func (c *countingStore) Backlog(seqbatch.ID) error                { c.writes++; return c.err }
+func (c *countingStore) Unbind(seqbatch.ID) error                 { c.writes++; return c.err }
+
+// After a write found the store away (redisconn.Transient), the next ones
+// fail at once with the same error for storePause, instead of each waiting
+// for Redis under the model's lock; then one tries the store again. Other
+// errors do not pause the writes.
+func TestStoreAwayPausesWrites(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	st := &countingStore{err: refused}
+	m := &model{poke: make(chan struct{}, 1)}
+	w := fencedWrites{st, m}
+	id := seqbatch.UintID(1)
+	if err := w.Bind(id, seqbatch.SlotRef{}); err != refused || st.writes != 1 {
+		t.Fatalf("first write: %v after %d writes", err, st.writes)
+	}
+	if err := w.Unbind(id); err != refused || st.writes != 1 {
+		t.Fatalf("write within the pause: %v after %d writes, want the same error without a write", err, st.writes)
+	}
+	// A START meanwhile is refused as not run, for its gateway to send
+	// again.
+	core := seqbatch.NewModel(seqbatch.Config{Model: "m", SlotsPerInstance: 1}, w, nil)
+	core.AddInstance(time.Now(), seqbatch.InstanceKey{Executor: "e", Generation: 1})
+	it := &item{id: seqbatch.UintID(2), start: true}
+	err := core.Enqueue(time.Now(), &seqbatch.Request{ID: it.id, Start: true, Data: it})
+	if got := (&model{name: "m"}).storeRefusal(it, err); !bus.IsNoResponders(got) || st.writes != 1 {
+		t.Fatalf("START within the pause: %v after %d writes, want it refused as not run without a write", got, st.writes)
+	}
+	m.storeRetry = time.Now() // the pause is over
+	st.err = nil
+	if err := w.Backlog(id); err != nil || st.writes != 2 {
+		t.Fatalf("write after the pause: %v after %d writes", err, st.writes)
+	}
+	st.err = errors.New("NOPERM this user has no permissions")
+	for range 2 {
+		_ = w.Bind(id, seqbatch.SlotRef{})
+	}
+	if st.writes != 4 {
+		t.Fatalf("%d writes, want every write tried after an error waiting does not fix", st.writes)
+	}
+}
