@@ -171,6 +171,12 @@ func validateModel(cfg *inference.ModelConfig) error {
 	if _, err := RerunOnExecutorLoss(cfg); err != nil {
 		return err
 	}
+	if _, err := MaxSequenceBacklog(cfg); err != nil {
+		return err
+	}
+	if _, err := SequenceQueueTimeout(cfg); err != nil {
+		return err
+	}
 
 	if ens := cfg.GetEnsembleScheduling(); ens != nil {
 		if err := validateEnsemble(cfg, ens); err != nil {

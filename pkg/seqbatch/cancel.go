@@ -31,25 +31,13 @@ import (
 func (m *Model) Cancel(now time.Time, r *Request) []Failure {
 	for _, in := range m.instances {
 		for i := range in.slots {
-			sl := &in.slots[i]
-			at := slices.Index(sl.queue, r)
+			at := slices.Index(in.slots[i].queue, r)
 			if at < 0 {
 				continue
 			}
-			out := m.cancelled(r, sl.queue[at:])
-			clear(sl.queue[at:])
-			sl.queue = sl.queue[:at]
-			if sl.owner != nil {
-				// Only the owner's requests queue in an owned slot.
-				sl.owner = nil
-				m.endCancelled(now, r.ID)
-			}
 			m.log.Info("sequence cancelled by its client: releasing its slot", "model", m.cfg.Model, "sequence", r.ID.text(),
-				"executor", in.key.Executor, "instance", in.key.Index, "slot", i, "cancelled", len(out), "still to run", at)
-			if sl.free() {
-				m.fill(now, in, i)
-			}
-			return out
+				"executor", in.key.Executor, "instance", in.key.Index, "slot", i, "cancelled", len(in.slots[i].queue)-at, "still to run", at)
+			return m.withdraw(now, in, i, at, func(q *Request) error { return m.cancelErr(r, q) }, whyCancelled)
 		}
 	}
 	for qi, q := range m.backlog {
@@ -71,20 +59,56 @@ func (m *Model) Cancel(now time.Time, r *Request) []Failure {
 func (m *Model) cancelled(r *Request, reqs []*Request) []Failure {
 	out := make([]Failure, 0, len(reqs))
 	for _, q := range reqs {
-		err := CancelledError(m.cfg.Model, q.ID)
-		if q != r {
-			err = tritonerr.New(tritonerr.Cancelled, "inference request for sequence %s to model '%s' was cancelled: another request of the sequence was cancelled", q.ID.text(), m.cfg.Model)
-		}
-		out = append(out, m.failed(q, err))
+		out = append(out, m.failed(q, m.cancelErr(r, q)))
 	}
 	return out
 }
+
+// cancelErr is the error of q, which fails because its client cancelled r
+// (q itself, or an earlier request of its sequence).
+func (m *Model) cancelErr(r, q *Request) error {
+	if q != r {
+		return tritonerr.New(tritonerr.Cancelled, "inference request for sequence %s to model '%s' was cancelled: another request of the sequence was cancelled", q.ID.text(), m.cfg.Model)
+	}
+	return CancelledError(m.cfg.Model, q.ID)
+}
+
+// whyCancelled is what the START error of a cancelled sequence's next
+// request says.
+const whyCancelled = "the sequence was cancelled"
 
 // endCancelled forgets a cancelled sequence, remembering why for its next
 // request's START error.
 func (m *Model) endCancelled(now time.Time, id ID) {
 	m.forget(id)
-	m.lost[id] = lostSeq{why: "the sequence was cancelled", at: now}
+	m.lost[id] = lostSeq{why: whyCancelled, at: now}
+}
+
+// withdraw gives up on the requests of slot i of in from position at on:
+// the one given up on (cancelled, timed out) and the requests of its
+// sequence behind it, each failing with errFor's error. Requests ahead of
+// it still run. The slot's sequence ends (only its owner's requests queue
+// in an owned slot): its id is forgotten, and its next request's START
+// error says why; the slot goes to the oldest backlog sequence once the
+// requests ahead have left, at once when there are none.
+func (m *Model) withdraw(now time.Time, in *instance, i, at int, errFor func(*Request) error, why string) []Failure {
+	sl := &in.slots[i]
+	id := sl.queue[at].ID
+	out := make([]Failure, 0, len(sl.queue)-at)
+	for _, q := range sl.queue[at:] {
+		out = append(out, m.failed(q, errFor(q)))
+	}
+	clear(sl.queue[at:])
+	sl.queue = sl.queue[:at]
+	if sl.owner != nil {
+		sl.owner = nil
+		m.forget(id)
+		m.lost[id] = lostSeq{why: why, at: now}
+	}
+	if sl.free() {
+		m.fill(now, in, i)
+	}
+	return out
 }
 
 // CancelledError is the CANCELLED error of a sequence request its client

@@ -1,7 +1,6 @@
 package seqbatch
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/nereid-io/nereid/api/inference"
@@ -37,6 +36,12 @@ type Config struct {
 	// MaxBacklog bounds the backlog in sequences; 0 means unbounded
 	// (Triton). The model parameter "nereid_max_sequence_backlog" sets it.
 	MaxBacklog int
+	// QueueTimeout bounds how long a request waits in the batcher, in the
+	// backlog or in its slot, before it leaves in a batch; a request's own
+	// Timeout shortens it. 0 means none: only Triton's backlog expiry by
+	// the request's Timeout applies. The model parameter
+	// "nereid_sequence_queue_timeout_microseconds" sets it.
+	QueueTimeout time.Duration
 	// HoldSlots and HoldBacklog are the test hook of Triton's
 	// TRITONSERVER_DELAY_SCHEDULER and TRITONSERVER_BACKLOG_DELAY_SCHEDULER:
 	// no batch leaves until that many requests wait in slots and in the
@@ -73,10 +78,12 @@ func ConfigFrom(cfg *inference.ModelConfig) Config {
 	if d, err := modelconfig.StateDurability(cfg); err == nil && d == modelconfig.DurabilityRedis {
 		c.Durable = true
 	}
-	if p, ok := cfg.GetParameters()["nereid_max_sequence_backlog"]; ok {
-		if n, err := strconv.Atoi(p.GetStringValue()); err == nil && n > 0 {
-			c.MaxBacklog = n
-		}
+	// Both are checked when the model loads (modelconfig.Validate).
+	if n, err := modelconfig.MaxSequenceBacklog(cfg); err == nil {
+		c.MaxBacklog = n
+	}
+	if d, err := modelconfig.SequenceQueueTimeout(cfg); err == nil {
+		c.QueueTimeout = d
 	}
 	return c
 }

@@ -34,7 +34,16 @@
 //   - A cancelled request (Cancel) ends its sequence as in Triton, but at
 //     once rather than when the batcher next looks at its queue.
 //   - The backlog may be bounded (Config.MaxBacklog): a START that would
-//     wait beyond the bound is refused with UNAVAILABLE.
+//     wait beyond the bound is refused with UNAVAILABLE, "Exceeds maximum
+//     queue size" as Triton's dynamic batcher words a full queue.
+//   - The wait of a request may be bounded (Config.QueueTimeout, shortened
+//     by the request's own timeout): a request still waiting in the
+//     backlog or in its slot when it passes fails with UNAVAILABLE,
+//     "Request timeout expired" as Triton's queue policy words it, and so
+//     do the requests of its sequence queued behind it; the sequence ends
+//     (a START that timed out leaves no sequence). Without it, Triton's
+//     rule alone: a request's timeout expires a sequence in the backlog.
+//     Errors of these limits unwrap to ErrRejected.
 //
 // Store is told about every binding change (START, END, idle release,
 // backlog moves), so that another router can rebuild the state with

@@ -28,7 +28,8 @@ type Request struct {
 	ID         ID
 	Start, End bool
 	// Timeout is the request's timeout parameter; 0 means none. It
-	// expires a sequence waiting in the backlog.
+	// expires a sequence waiting in the backlog (Triton's rule), and
+	// shortens Config.QueueTimeout where that is set.
 	Timeout time.Duration
 	// Shape is the request's input shapes as a key: requests whose keys
 	// differ never share a batch (Triton batches only equal shapes, unless
@@ -38,6 +39,10 @@ type Request struct {
 	Arrived time.Time
 	// Data is the caller's: how to run and answer the request.
 	Data any
+
+	// deadline is when the request times out while it waits (deadline);
+	// zero for never.
+	deadline time.Time
 }
 
 // Entry is one place of a batch: a request with its control values, or
@@ -115,11 +120,21 @@ type instance struct {
 }
 
 type backlogQueue struct {
-	id     ID
-	ended  bool // END arrived: the id no longer maps here
-	reqs   []*Request
-	expire time.Time // earliest arrival+timeout, zero for none
-	resume bool      // moved from a lost executor (slot.resume)
+	id    ID
+	ended bool // END arrived: the id no longer maps here
+	reqs  []*Request
+	// expire is the earliest deadline of reqs (or, for a sequence
+	// restored from the store, its restore time plus
+	// Config.QueueTimeout); zero for none.
+	expire time.Time
+	resume bool // moved from a lost executor (slot.resume)
+}
+
+// expireBy moves q's expiry to d when d comes first.
+func (q *backlogQueue) expireBy(d time.Time) {
+	if !d.IsZero() && (q.expire.IsZero() || d.Before(q.expire)) {
+		q.expire = d
+	}
 }
 
 // seq is where an active id lives: a slot, or a backlog queue.
@@ -421,6 +436,9 @@ func (m *Model) RemoveExecutor(now time.Time, executor string, keep uint64, runn
 					"executor '%s' running sequence %s of model '%s' was lost, and the sequence has started again since; the request was not run again", executor, r.ID.text(), m.cfg.Model)))
 				continue
 			}
+			// It left a queue in a batch once: it waits for its new slot
+			// without a timeout, as a request that started executing.
+			r.deadline = time.Time{}
 			u := unit(r.ID)
 			u.reqs = append(u.reqs, r)
 		}
@@ -555,6 +573,11 @@ func (m *Model) move(now time.Time, id ID, reqs []*Request, owned bool) *backlog
 		return nil
 	}
 	q := &backlogQueue{id: id, reqs: reqs, ended: !owned, resume: true}
+	if m.cfg.QueueTimeout > 0 {
+		for _, r := range reqs {
+			q.expireBy(r.deadline)
+		}
+	}
 	if owned {
 		if m.store != nil {
 			if err := m.store.Backlog(id); err != nil {
@@ -620,6 +643,7 @@ func (m *Model) errNoStart(id ID) error {
 // lowest free slot, or a new backlog queue.
 func (m *Model) Enqueue(now time.Time, r *Request) error {
 	r.Arrived = now
+	r.deadline = m.deadline(now, r)
 	s := m.seqs[r.ID]
 	if s == nil && !r.Start {
 		if e, ok := m.ended[r.ID]; ok && now.Sub(e.at) < m.cfg.Idle {
@@ -656,7 +680,7 @@ func (m *Model) Enqueue(now time.Time, r *Request) error {
 			m.log.Debug("sequence takes a slot", "model", m.cfg.Model, "sequence", id.Key(), "executor", ref.Instance.Executor, "instance", ref.Instance.Index, "slot", ref.Slot)
 		} else {
 			if m.cfg.MaxBacklog > 0 && m.backlogSequences() >= m.cfg.MaxBacklog {
-				return tritonerr.Unavailablef("the sequence backlog of model '%s' is full: %d sequences wait for a slot; sequence %s was not started", m.cfg.Model, m.cfg.MaxBacklog, r.ID.text())
+				return m.errBacklogFull(r.ID)
 			}
 			if m.store != nil {
 				if m.closing[r.ID] {
@@ -694,11 +718,7 @@ func (m *Model) Enqueue(now time.Time, r *Request) error {
 	}
 	q := s.backlog
 	q.reqs = append(q.reqs, r)
-	if r.Timeout > 0 {
-		if e := now.Add(r.Timeout); q.expire.IsZero() || e.Before(q.expire) {
-			q.expire = e
-		}
-	}
+	q.expireBy(r.deadline)
 	if r.End {
 		q.ended = true
 		m.close(r.ID)
@@ -948,8 +968,11 @@ func (m *Model) nextOldest(now time.Time, in *instance) (*Batch, time.Duration) 
 }
 
 // Tick releases the slots of sequences idle for Config.Idle since their
-// last request arrived, and fails backlog sequences whose request timeout
-// passed (every queued request, UNAVAILABLE, Triton's message).
+// last request arrived, fails backlog sequences whose request timeout
+// passed (every queued request, UNAVAILABLE, Triton's message; with
+// Config.QueueTimeout, Nereid's, and the sequence is not started), and,
+// with Config.QueueTimeout, fails the requests that waited in their slot
+// past their timeout, ending their sequences (expireSlot).
 func (m *Model) Tick(now time.Time) []Failure {
 	m.pruneEnded(now)
 	var out []Failure
@@ -958,14 +981,26 @@ func (m *Model) Tick(now time.Time) []Failure {
 		if q.expire.IsZero() || now.Before(q.expire) {
 			return false
 		}
+		err := m.errBacklogTimeout(q)
 		for _, r := range q.reqs {
-			out = append(out, m.failed(r, tritonerr.Unavailablef("timeout of the corresponding sequence has been expired")))
+			out = append(out, m.failed(r, err))
 		}
 		if !q.ended {
 			m.forget(q.id)
+			if m.cfg.QueueTimeout > 0 {
+				m.lost[q.id] = lostSeq{why: backlogTimeoutWhy(q), at: now}
+			}
 		}
+		m.log.Info("sequence timed out in the backlog", "model", m.cfg.Model, "sequence", q.id.text(), "requests", len(q.reqs))
 		return true
 	})
+	if m.cfg.QueueTimeout > 0 {
+		for _, in := range m.instances {
+			for i := range in.slots {
+				out = append(out, m.expireSlot(now, in, i)...)
+			}
+		}
+	}
 	for id, s := range m.seqs {
 		if s.at == nil || now.Sub(s.lastArrival) < m.cfg.Idle {
 			continue
@@ -999,6 +1034,15 @@ func (m *Model) Wake() time.Time {
 	if len(m.backlog) > 0 {
 		early(m.retryAt)
 	}
+	if m.cfg.QueueTimeout > 0 {
+		for _, in := range m.instances {
+			for i := range in.slots {
+				for _, r := range in.slots[i].queue {
+					early(r.deadline)
+				}
+			}
+		}
+	}
 	for _, s := range m.seqs {
 		if s.at != nil {
 			early(s.lastArrival.Add(m.cfg.Idle))
@@ -1010,7 +1054,10 @@ func (m *Model) Wake() time.Time {
 // Restore rebuilds bindings and the backlog order read from a store after a
 // takeover. Every restored sequence's idle clock starts at now; backlog
 // sequences have no queued requests (those died with the old router) and
-// take slots as they free up.
+// take slots as they free up. They count against Config.MaxBacklog, and
+// with Config.QueueTimeout they time out that long after now unless they
+// get a slot first: the requests their gateways send again (they were not
+// run) join them.
 func (m *Model) Restore(now time.Time, bound map[ID]SlotRef, backlog []ID) {
 	for id, ref := range bound {
 		if ref.Slot < 0 || ref.Slot >= m.cfg.SlotsPerInstance || m.seqs[id] != nil {
@@ -1038,6 +1085,9 @@ func (m *Model) Restore(now time.Time, bound map[ID]SlotRef, backlog []ID) {
 			continue
 		}
 		q := &backlogQueue{id: id}
+		if m.cfg.QueueTimeout > 0 {
+			q.expire = now.Add(m.cfg.QueueTimeout)
+		}
 		m.backlog = append(m.backlog, q)
 		m.seqs[id] = &seq{backlog: q, lastArrival: now}
 	}

@@ -186,9 +186,10 @@ func (m *model) fail(out []send, it *item, err error) []send {
 	return m.failAs(out, it, err, false)
 }
 
-// failAs is fail; timedOut counts the failure as Triton's request timeout
-// in the scheduler (reason REJECTED).
-func (m *model) failAs(out []send, it *item, err error, timedOut bool) []send {
+// failAs is fail; rejected counts the failure with reason REJECTED, as
+// Triton counts a request timeout in the scheduler or a full queue's
+// refusal (seqbatch.ErrRejected).
+func (m *model) failAs(out []send, it *item, err error, rejected bool) []send {
 	if !it.finish() {
 		return out
 	}
@@ -198,7 +199,7 @@ func (m *model) failAs(out []send, it *item, err error, timedOut bool) []send {
 		m.core.Answered(it.req)
 	}
 	switch {
-	case timedOut:
+	case rejected:
 		m.failures.rejected++
 	case tritonerr.KindOf(err) == tritonerr.Cancelled:
 		m.failures.canceled++
@@ -426,7 +427,9 @@ func (m *model) flushOrder(k orderKey) {
 func (m *model) enqueue(now time.Time, it *item) []send {
 	r := &seqbatch.Request{ID: it.id, Start: it.start, End: it.end, Timeout: it.timeout, Shape: it.shape, Data: it}
 	if err := m.core.Enqueue(now, r); err != nil {
-		return m.fail(nil, it, m.storeRefusal(it, err))
+		// A START refused by the backlog bound counts as Triton counts a
+		// full queue's refusal: REJECTED.
+		return m.failAs(nil, it, m.storeRefusal(it, err), errors.Is(err, seqbatch.ErrRejected))
 	}
 	it.req = r
 	if it.cancelled {
@@ -644,7 +647,7 @@ func (m *model) fire() {
 	}
 	m.wakeAt = time.Time{}
 	var out []send
-	for _, f := range m.core.Tick(now) { // backlog sequences whose request timeout passed
+	for _, f := range m.core.Tick(now) { // requests whose timeout passed (seqbatch.ErrRejected)
 		out = m.failAs(out, f.Req.Data.(*item), f.Err, true)
 	}
 	if st == failover.Serving {
