@@ -224,17 +224,7 @@ func validateEnsemble(cfg *inference.ModelConfig, ens *inference.ModelEnsembling
 	if len(ens.Step) == 0 {
 		return invalid("must specify 'step' for ensemble '%s'", name)
 	}
-	for i, s := range ens.Step {
-		switch {
-		case s.ModelName == "":
-			return invalid("must specify 'model_name' in step %d of ensemble '%s'", i, name)
-		case len(s.InputMap) == 0:
-			return invalid("must specify 'input_map' in step %d of ensemble '%s'", i, name)
-		case len(s.OutputMap) == 0:
-			return invalid("must specify 'output_map' in step %d of ensemble '%s'", i, name)
-		}
-	}
-	return nil
+	return validateEnsembleFlow(cfg, ens) // ensemble.go
 }
 
 // BooleanControl returns the control input carrying a START, END or READY
