@@ -105,6 +105,9 @@ var routes = []Route{
 	{Pattern: execPrefix + "*.status", Publishers: gw, Subscribers: ex, Repliers: ex},
 	{Pattern: execPrefix + "*.drain", Publishers: gw, Subscribers: ex, Repliers: ex},
 	{Pattern: GatewayPresenceSubject, Publishers: gw, Subscribers: gw},
+	// The response cache: a gateway that reloads a model tells the others
+	// to drop its entries.
+	{Pattern: ResponseCacheInvalidateSubject, Publishers: gw, Subscribers: gw},
 	{Pattern: RouterPresenceSubject, Publishers: rt, Subscribers: gw},
 	// Model control: a gateway (the repository API) or an executor (a
 	// Triton backend loading or unloading a model) asks every executor to

@@ -438,6 +438,7 @@ func (c *catalog) publishLocked() {
 			slices.Sort(vv.executors)
 			vv.subject = bus.InferSubject(name, vv.versionString())
 			vv.nodeSubject = bus.InferNodeSubject(name, vv.versionString(), c.node)
+			vv.cached = vv.config.GetResponseCache().GetEnable()
 		}
 	}
 	c.view.Store(v)
@@ -506,6 +507,9 @@ type versionView struct {
 
 	// execNodes are the nodes of the executors, by id (node-local hand-off).
 	execNodes map[string]string
+
+	// cached: the configuration enables response_cache (respcache.go).
+	cached bool
 
 	// subject and nodeSubject are bus.InferSubject and, for the gateway's
 	// node, bus.InferNodeSubject of this version, made once per view

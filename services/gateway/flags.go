@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 
+	"github.com/nereid-io/nereid/pkg/respcache"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/tritonflag"
@@ -17,6 +18,7 @@ type EdgeFlags struct {
 	httpRestr, grpcRestrct RestrictionFlag
 	metrics                MetricsConfig
 	trace                  tracesetting.Flag
+	cache                  respcache.Flag
 }
 
 type tlsFlags struct {
@@ -46,6 +48,8 @@ func (f *EdgeFlags) Register(fs *flag.FlagSet) {
 	fs.Var(&f.grpcRestrct, "grpc-restricted-protocol", "restrict gRPC API groups to calls carrying metadata triton-grpc-protocol-<key>: <api list>:<key>=<value> (repeatable)")
 	fs.Var(&f.trace, "trace-config", "a trace setting: <setting>=<value> (level, rate, count, log_frequency, mode), triton,<setting>=<value> (file, log-frequency) or opentelemetry,<setting>=<value> (url, resource, ...) (repeatable)")
 	fs.Var(&f.metrics, "metrics-config", tritonmetrics.FlagUsage)
+	fs.Var(&f.cache, "cache-config", respcache.FlagUsage)
+	fs.Func("response-cache-byte-size", "deprecated: --cache-config local,size=<bytes>", f.cache.SetByteSize)
 }
 
 func (t tlsFlags) files(name string) (*tlsreload.Files, error) {
@@ -76,5 +80,8 @@ func (f *EdgeFlags) Apply(cfg *Config) error {
 	cfg.HTTPRestricted, cfg.GRPCRestricted = f.httpRestr.R, f.grpcRestrct.R
 	cfg.Metrics = f.metrics
 	cfg.Trace = f.trace.Config()
+	if cfg.ResponseCache, err = f.cache.Config(); err != nil {
+		return err
+	}
 	return nil
 }

@@ -56,6 +56,14 @@ func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.M
 	if fw == nil {
 		fw = new(forwarding)
 	}
+	if vv.cached && g.cache != nil { // response_cache: respcache.go
+		return g.forwardCached(ctx, vv, req, passOn, fw)
+	}
+	return g.forwardUncached(ctx, vv, req, passOn, fw)
+}
+
+// forwardUncached is forward without the response cache.
+func (g *Gateway) forwardUncached(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
 	g.boundInference(&fw.ctx, ctx)
 	defer fw.ctx.Cancel()
 	ctx = &fw.ctx

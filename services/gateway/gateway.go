@@ -27,6 +27,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/opsmetrics"
+	"github.com/nereid-io/nereid/pkg/respcache"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
@@ -120,6 +121,10 @@ type Config struct {
 	// refuses an admin endpoint whose callers nothing authenticates
 	// (checkAdminExposure).
 	AdminAddr, AdminHTTPAddr string
+	// ResponseCache is tritonserver's --cache-config: the response cache
+	// of the models whose configuration enables response_cache, in this
+	// gateway's memory or shared in Redis (respcache.go). Zero: none.
+	ResponseCache respcache.Config
 }
 
 // Gateway terminates Triton's HTTP/REST and gRPC protocols and forwards to
@@ -176,6 +181,8 @@ type Gateway struct {
 	logging *logsetting.Manager
 	// host reads the machine's CPU and memory for Triton's CPU metrics.
 	host hostmetrics.Sampler
+	// cache is the response cache (respcache.go); nil without one.
+	cache *respcache.Cache
 }
 
 // New checks cfg, connects the bus and opens the listeners, so that port
@@ -347,6 +354,12 @@ func New(cfg Config) (*Gateway, error) {
 		g.adminHTTPSrv = &http.Server{Handler: restrictHTTP(cfg.HTTPRestricted, h), ReadHeaderTimeout: off(cfg.Limits.HTTPReadHeaderTimeout),
 			IdleTimeout: off(cfg.Limits.HTTPIdleTimeout), ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	}
+	if g.cache, err = respcache.New(cfg.ResponseCache, log); err != nil {
+		return nil, fmt.Errorf("gateway: response cache: %w", err)
+	}
+	if g.cache != nil {
+		reg.MustRegister(cacheCollector{g.cache})
+	}
 	ok = true
 	return g, nil
 }
@@ -414,6 +427,22 @@ func (g *Gateway) run(ctx context.Context) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer takeovers.Unsubscribe()
+	if g.cache != nil {
+		inval, err := g.subscribeInvalidations()
+		if err != nil {
+			g.closeListeners()
+			return fmt.Errorf("gateway: %w", err)
+		}
+		if inval != nil {
+			defer inval.Unsubscribe()
+		}
+		// The pending stores' writer; the connections to Redis close once
+		// it is done.
+		g.group.Go(func(ctx context.Context) {
+			g.cache.Run(ctx)
+			_ = g.cache.Close()
+		})
+	}
 	if g.cfg.Trace.Mode == tracesetting.ModeOpenTelemetry {
 		if g.tracer, err = tracing.New(ctx, g.cfg.Trace, "gateway", g.trace); err != nil {
 			g.closeListeners()

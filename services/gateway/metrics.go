@@ -85,6 +85,9 @@ func (c constellationCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	collectGPUs(ch, parts)
 	parts = append(parts, c.g.routerStats(context.Background(), want)...)
+	if p := c.g.cacheStats(want); p != nil {
+		parts = append(parts, p)
+	}
 	tritonmetrics.Collect(ch, c.g.cfg.Metrics, sumStats(parts, want).GetModelStats(), parts)
 }
 

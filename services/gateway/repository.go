@@ -41,6 +41,10 @@ func (g *Gateway) modelControl(ctx context.Context, req *busv1.ModelControlReque
 	if err := g.checkControlSize(req); err != nil {
 		return err
 	}
+	// The model's cached responses: unreachable while it loads and again
+	// once it has (what was stored meanwhile may be the old model's).
+	g.invalidateCache(ctx, req.GetName())
+	defer g.invalidateCache(ctx, req.GetName())
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
 	pending := map[string]bool{}
