@@ -31,7 +31,7 @@ func rejected(format string, args ...any) error {
 // dynamic batcher for a full queue, so that a client that knows them
 // knows this one.
 func (m *Model) errBacklogFull(id ID) error {
-	return rejected("Exceeds maximum queue size: the sequence backlog of model '%s' is full (%d sequences wait for a slot); sequence %s was not started",
+	return rejected("Exceeds maximum queue size: the sequence backlog of model '%s' is full (max sequence backlog %d); sequence %s was not started",
 		m.cfg.Model, m.cfg.MaxBacklog, id.text())
 }
 

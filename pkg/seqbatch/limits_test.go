@@ -48,7 +48,7 @@ const (
 	slotFollower    = "Request timeout expired: inference request for sequence %s to model 'm' was not run: an earlier request of the sequence timed out in the sequence router and the sequence %s"
 	startError      = "inference request for sequence %s to model 'm' must specify the START flag on the first request of the sequence"
 	tritonTimeout   = "timeout of the corresponding sequence has been expired"
-	backlogFull     = "Exceeds maximum queue size: the sequence backlog of model 'm' is full (%s sequences wait for a slot); sequence %s was not started"
+	backlogFull     = "Exceeds maximum queue size: the sequence backlog of model 'm' is full (max sequence backlog %s); sequence %s was not started"
 	whyBacklog      = ": the sequence timed out in the sequence backlog before it started"
 	whySlotStart    = ": its START request timed out in the sequence router, so the sequence was not started"
 	whySlotMidstart = ": a request of the sequence timed out in the sequence router"
