@@ -116,9 +116,10 @@ func errOr(err error, reason string) error {
 
 // serve subscribes a READY version to its inference subjects.
 func (e *Executor) serve(mv *modelVersion) error {
-	if mv.state != StateReady || e.draining.Load() {
+	if mv.state != StateReady || e.draining.Load() || isEnsemble(mv.cfg) {
 		// A draining executor takes no new work, also for versions
-		// loaded meanwhile.
+		// loaded meanwhile. An ensemble's requests are run by the
+		// gateways (ensemble.go).
 		return nil
 	}
 	bc := e.bus
@@ -193,6 +194,11 @@ func (e *Executor) changed() {
 // are loaded anew; a version that fails to reload keeps its previous
 // instance serving, as Triton does.
 func (e *Executor) loadModel(ctx context.Context, req *busv1.ModelControlRequest) error {
+	return e.loadWithComposing(ctx, req, e.loadModelFiles) // ensembles: ensemble.go
+}
+
+// loadModelFiles is loadModel for one model, without its composing models.
+func (e *Executor) loadModelFiles(ctx context.Context, req *busv1.ModelControlRequest) error {
 	name := req.GetName()
 	if name == "" || !filepath.IsLocal(name) || strings.ContainsAny(name, `/\`) {
 		return tritonerr.InvalidArgf("failed to load '%s', invalid model name", name)

@@ -535,6 +535,7 @@ func (e *Executor) load(ctx context.Context) error {
 			names = append(names, m.Name)
 		}
 	}
+	names = withComposing(names, byName) // an ensemble's composing models load with it (ensemble.go)
 	slices.Sort(names)
 	names = slices.Compact(names)
 
@@ -557,6 +558,7 @@ func (e *Executor) load(ctx context.Context) error {
 		models = append(models, e.loadVersions(ctx, m, m.Versions, nil)...)
 	}
 	e.setModels(models)
+	e.checkEnsembles()
 	return nil
 }
 

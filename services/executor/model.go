@@ -64,6 +64,11 @@ type modelVersion struct {
 // runs the model's warmup samples on them, and starts the scheduler. Any
 // error fails the whole version (what was made is finalized).
 func (mv *modelVersion) load(ctx context.Context) (err error) {
+	if isEnsemble(mv.cfg) {
+		// Scheduler-only: no backend, no instances (ensemble.go).
+		mv.stats = newStats()
+		return nil
+	}
 	b, err := mv.e.backendFor(ctx, mv.cfg, mv.dir, mv.version)
 	if err != nil {
 		return err
