@@ -353,6 +353,9 @@ func (c *Cache) EachStats(f func(model, version string, s *VersionStats)) {
 	})
 }
 
+// Pending is the number of stores waiting or being written.
+func (c *Cache) Pending() int64 { return c.pendingBytes.Load() }
+
 // Local reports the local cache's entries and bytes (zeros for Redis).
 func (c *Cache) Local() (entries int, used int64) {
 	if c.lru == nil {
