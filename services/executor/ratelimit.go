@@ -213,8 +213,24 @@ func (r *rateLimiter) logLimits() {
 	r.log.Debug("rate limiter resources", "resources", strings.TrimSpace(b.String()))
 }
 
+// allocate waits for the rate limiter resources of an execution on in and
+// returns their release; an instance the limiter does not govern waits for
+// nothing.
+func (in *instance) allocate(ctx context.Context) (release func(), err error) {
+	l, ok := in.inst.(*limitedInstance)
+	if !ok {
+		return func() {}, nil
+	}
+	t, err := l.r.acquire(ctx, l.id, l.model)
+	if err != nil {
+		return func() {}, err
+	}
+	return func() { l.r.release(t) }, nil
+}
+
 // limitedInstance is an instance whose executions wait for their rate
-// limiter resources.
+// limiter resources (instance.allocate, before each execution's clock
+// starts; Execute, for a caller outside the execution path).
 type limitedInstance struct {
 	backend.Instance
 	r     *rateLimiter

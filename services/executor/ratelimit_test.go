@@ -306,3 +306,34 @@ instance_group [
 		}
 	})
 }
+
+// TestRateLimitWaitIsQueueTime: an execution waiting for its resources
+// has not started, so the wait counts in the model's queue time, not its
+// compute time, as Triton counts it: a request of "waiter" sent while
+// "holder" holds the only R for 300 ms queues for about that long and
+// computes for about its own 10 ms.
+func TestRateLimitWaitIsQueueTime(t *testing.T) {
+	repo := t.TempDir()
+	rl := `rate_limiter { resources [ { name: "R" count: 1 } ] }`
+	writeModel(t, repo, "holder", limitedModel("holder", 1, rl, 300, ""))
+	writeModel(t, repo, "waiter", limitedModel("waiter", 1, rl, 10, ""))
+	h := runRateLimited(t, repo, RateLimitExecutionCount, false, "R:1")
+	resetRateGauge()
+	held := make(chan error, 1)
+	go func() {
+		_, err := h.infer("holder", one(1))
+		held <- err
+	}()
+	waitUntil(t, "holder executing", func() bool { _, _, n := rateGaugeRead("holder"); return n > 0 })
+	if _, err := h.infer("waiter", one(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	st := h.stats("waiter", "").GetModelStats()[0].GetInferenceStats()
+	queue, compute := time.Duration(st.GetQueue().GetNs()), time.Duration(st.GetComputeInfer().GetNs())
+	if queue < 150*time.Millisecond || compute >= 150*time.Millisecond {
+		t.Fatalf("waiter: queue %v, compute %v; want the wait for R (most of 300 ms) in queue, compute its own 10 ms", queue, compute)
+	}
+}

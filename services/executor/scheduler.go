@@ -547,6 +547,9 @@ func (in *instance) execute(ctx context.Context, reqs []*backend.Request, batch 
 		current = make(map[*backend.Request]*pending, len(batch))
 	}
 	in.spare = nil
+	// The execution's rate limiter resources are waited for before it
+	// starts, so that the wait counts as queue time, as in Triton.
+	release, waited := in.allocate(ctx)
 	start := time.Now()
 	for _, p := range batch {
 		current[p.req] = p
@@ -557,10 +560,14 @@ func (in *instance) execute(ctx context.Context, reqs []*backend.Request, batch 
 	in.current, in.batchReported = current, false
 	in.mu.Unlock()
 
-	err := in.call(ctx, reqs)
-	for f, ok := shm.AsFault(err); ok; f, ok = shm.AsFault(err) {
-		err = in.faulted(ctx, batch, f, rerun)
+	err := waited
+	if err == nil {
+		err = in.call(ctx, reqs)
+		for f, ok := shm.AsFault(err); ok; f, ok = shm.AsFault(err) {
+			err = in.faulted(ctx, batch, f, rerun)
+		}
 	}
+	release()
 	end := time.Now()
 
 	in.mu.Lock()
@@ -654,7 +661,11 @@ func (in *instance) call(ctx context.Context, reqs []*backend.Request) (err erro
 			err = tritonerr.Internalf("backend of model '%s' failed: %v", in.mv.name, fmt.Sprint(v))
 		}
 	}()
-	return shm.Guard(func() error { return in.inst.Execute(ctx, reqs) })
+	inst := in.inst
+	if l, ok := inst.(*limitedInstance); ok {
+		inst = l.Instance // execute holds its resources already
+	}
+	return shm.Guard(func() error { return inst.Execute(ctx, reqs) })
 }
 
 // faulted handles an execution of batch that faulted at f: the requests
