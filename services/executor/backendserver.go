@@ -102,19 +102,84 @@ func (s *backendServer) find(ctx context.Context, name string, v int64) *busv1.M
 	return best
 }
 
-func (s *backendServer) Infer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+// blsWindow bounds the responses of a decoupled model in flight to a
+// backend that called it, as decoupledWindow does for a gateway.
+const blsWindow = bus.DefaultStreamWindow
+
+// Infer sends a backend's request to an executor of its model: a request
+// and its reply for a model that is not decoupled; for a decoupled one, a
+// bus stream whose responses go to emit in order as they come, as a
+// gateway relays them to a client's stream. Cancelling ctx (the backend's
+// TRITONSERVER_InferenceRequestCancel) ends the stream: no response is
+// handed on after it, and the called model's request is cancelled.
+func (s *backendServer) Infer(ctx context.Context, req *inference.ModelInferRequest, emit func(*inference.ModelInferResponse, error, bool) error) error {
+	var decoupled bool
 	if req.ModelVersion == "" {
 		m := s.find(ctx, req.ModelName, -1)
 		if m == nil {
-			return nil, tritonerr.Unavailablef("Request for unknown model: '%s' has no available versions", req.ModelName)
+			return tritonerr.Unavailablef("Request for unknown model: '%s' has no available versions", req.ModelName)
 		}
 		req.ModelVersion = m.GetVersion()
+		decoupled = modelconfig.IsDecoupled(m.GetConfig())
+	} else {
+		decoupled = s.decoupled(ctx, req.ModelName, req.ModelVersion)
 	}
-	resp := &inference.ModelInferResponse{}
-	if err := s.bus.Request(ctx, bus.InferSubject(req.ModelName, req.ModelVersion), req, resp); err != nil {
-		return nil, err
+	subject := bus.InferSubject(req.ModelName, req.ModelVersion)
+	if !decoupled {
+		resp := &inference.ModelInferResponse{}
+		if err := s.bus.Request(ctx, subject, req, resp); err != nil {
+			return err
+		}
+		return emit(resp, nil, true)
 	}
-	return resp, nil
+	st, err := s.bus.Stream(ctx, subject, req, blsWindow)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	for {
+		item, err := st.Recv()
+		if err == nil && ctx.Err() != nil {
+			// Cancelled while a response was already on its way: the
+			// backend hears nothing after its cancellation but the end.
+			err = tritonerr.New(tritonerr.Cancelled, "inference request for model '%s' was cancelled", req.ModelName)
+		}
+		if err != nil {
+			return err
+		}
+		var resp *inference.ModelInferResponse
+		if item.Err == nil && (len(item.Data) > 0 || !item.Final) {
+			resp = &inference.ModelInferResponse{}
+			if err := st.Unmarshal(item.Data, resp); err != nil {
+				return err
+			}
+		}
+		var rerr error
+		if item.Err != nil {
+			rerr = item.Err // a nil *tritonerr.Error must not become a non-nil error
+		}
+		if err := emit(resp, rerr, item.Final); err != nil || item.Final {
+			return err
+		}
+	}
+}
+
+// decoupled reports whether a version of a model is decoupled: from this
+// executor's own catalog when it serves the version, else from the
+// constellation's. A version nobody serves is not: its request then fails
+// as any request to it does.
+func (s *backendServer) decoupled(ctx context.Context, name, version string) bool {
+	for _, mv := range (*Executor)(s).snapshot() {
+		if mv.name == name && mv.vstr == version && mv.state == StateReady {
+			return modelconfig.IsDecoupled(mv.cfg)
+		}
+	}
+	v, err := strconv.ParseInt(version, 10, 64)
+	if err != nil {
+		return false
+	}
+	m := s.find(ctx, name, v)
+	return m != nil && m.GetState() == StateReady && modelconfig.IsDecoupled(m.GetConfig())
 }
 
 func (s *backendServer) ModelReady(ctx context.Context, name string, v int64) (bool, error) {

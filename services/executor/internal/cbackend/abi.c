@@ -717,6 +717,13 @@ TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetResponseCallback(TRITONSERVE
   return NULL;
 }
 
+/* nereid_bls_start tells the caller's allocator that the allocations that
+ * follow are for a new response, as Triton does when it creates each one. */
+void nereid_bls_start(TRITONSERVER_InferenceRequest* req) {
+  if (req->cb.allocator && req->cb.allocator->start_fn)
+    TRITONSERVER_ErrorDelete(req->cb.allocator->start_fn(req->cb.allocator, req->cb.allocator_userp));
+}
+
 /* nereid_bls_alloc asks the caller's allocator for an output buffer. */
 TRITONSERVER_Error* nereid_bls_alloc(TRITONSERVER_InferenceRequest* req, nereid_bls_output* o) {
   TRITONSERVER_ResponseAllocator* a = req->cb.allocator;
@@ -728,10 +735,12 @@ TRITONSERVER_Error* nereid_bls_alloc(TRITONSERVER_InferenceRequest* req, nereid_
   return a->alloc_fn(a, o->name, o->byte_size, TRITONSERVER_MEMORY_CPU, 0, req->cb.allocator_userp, &o->buffer, &o->buffer_userp, &o->memory_type, &o->memory_type_id);
 }
 
-void nereid_bls_complete(TRITONSERVER_InferenceRequest* req, TRITONSERVER_InferenceResponse* resp) {
-  resp->allocator = req->cb.allocator;
-  if (req->cb.allocator && req->cb.allocator->start_fn) req->cb.allocator->start_fn(req->cb.allocator, req->cb.allocator_userp);
-  if (req->cb.response_fn) req->cb.response_fn(resp, TRITONSERVER_RESPONSE_COMPLETE_FINAL, req->cb.response_userp);
+/* nereid_bls_complete hands one response (NULL: the final flag alone) to
+ * the caller's response callback; the callback owns it. */
+void nereid_bls_complete(TRITONSERVER_InferenceRequest* req, TRITONSERVER_InferenceResponse* resp, uint32_t flags) {
+  if (resp) resp->allocator = req->cb.allocator;
+  if (req->cb.response_fn) req->cb.response_fn(resp, flags, req->cb.response_userp);
+  else if (resp) TRITONSERVER_InferenceResponseDelete(resp);
 }
 
 void nereid_bls_release(TRITONSERVER_InferenceRequest* req) {

@@ -395,8 +395,9 @@ struct TRITONSERVER_InferenceResponse {
   TRITONSERVER_ResponseAllocator* allocator;
 };
 
+void nereid_bls_start(TRITONSERVER_InferenceRequest* req);
 TRITONSERVER_Error* nereid_bls_alloc(TRITONSERVER_InferenceRequest* req, nereid_bls_output* out);
-void nereid_bls_complete(TRITONSERVER_InferenceRequest* req, TRITONSERVER_InferenceResponse* resp);
+void nereid_bls_complete(TRITONSERVER_InferenceRequest* req, TRITONSERVER_InferenceResponse* resp, uint32_t flags);
 void nereid_bls_release(TRITONSERVER_InferenceRequest* req);
 
 #endif

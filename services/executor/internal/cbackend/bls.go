@@ -26,8 +26,14 @@ import (
 // from inside a backend (BLS) through the constellation, model readiness
 // and transaction policy, model control.
 type Server interface {
-	// Infer runs a request with the same routing as a client's request.
-	Infer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error)
+	// Infer runs a request with the same routing as a client's request
+	// and hands its responses to emit in order, the last one with final
+	// set: one response from a model that is not decoupled; any number
+	// from a decoupled one, whose final flag may come alone (resp and err
+	// nil). A response may be an error (err). Infer returns once emit had
+	// the final one, or with the error that ended the call before it
+	// (emit is then not called again); emit's error ends the call.
+	Infer(ctx context.Context, req *inference.ModelInferRequest, emit func(resp *inference.ModelInferResponse, err error, final bool) error) error
 	// ModelReady reports whether a version (-1: the one the policy picks)
 	// is ready somewhere in the constellation.
 	ModelReady(ctx context.Context, name string, version int64) (bool, error)
@@ -315,27 +321,55 @@ func TRITONSERVER_ServerInferAsync(s *C.TRITONSERVER_Server, r *C.TRITONSERVER_I
 	b.mu.Lock()
 	b.cancel = cancel
 	b.mu.Unlock()
-	req := b.req
+	req, c := b.req, b.c
 	b.m.bls.Add(1) // the model waits for its calls before it is finalized
 	go func() {
 		defer b.m.bls.Done()
 		defer cancel()
-		resp, err := srv.Infer(ctx, req)
-		if traced != nil {
-			// The call's span ends, and the trace is released, before the
-			// backend hears of the answer: it may be done with the request
-			// as soon as it does.
-			traced(err)
+		end := func(err error) {
+			if traced != nil {
+				// The call's span ends, and the trace is released, before
+				// the backend hears of the final response: it may be done
+				// with the request as soon as it does.
+				traced(err)
+				traced = nil
+			}
 		}
-		deliver(b.c, resp, err)
+		final := false
+		err := srv.Infer(ctx, req, func(resp *inference.ModelInferResponse, err error, last bool) error {
+			if last {
+				end(err)
+				final = true
+			}
+			deliver(c, resp, err, last)
+			return nil
+		})
+		if !final {
+			if err == nil {
+				err = tritonerr.Internalf("inference request for model '%s' ended without its final response", req.GetModelName())
+			}
+			end(err)
+			deliver(c, nil, err, true)
+		}
+		C.nereid_bls_release(c)
 	}()
 	return nil
 }
 
-// deliver hands a BLS result to the backend in Triton's order: the
-// allocator for each output, the response callback (FINAL), then the
-// request's release callback.
-func deliver(c *C.TRITONSERVER_InferenceRequest, resp *inference.ModelInferResponse, err error) {
+// deliver hands one response of a BLS call to the backend in Triton's
+// order: the allocator's start, the allocator for each output, then the
+// response callback (with FINAL on the last). A final flag that comes
+// alone (no response, no error) reaches the callback as a null response.
+func deliver(c *C.TRITONSERVER_InferenceRequest, resp *inference.ModelInferResponse, err error, final bool) {
+	var flags C.uint32_t
+	if final {
+		flags = C.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+	}
+	if resp == nil && err == nil {
+		C.nereid_bls_complete(c, nil, flags)
+		return
+	}
+	C.nereid_bls_start(c)
 	cr := (*C.TRITONSERVER_InferenceResponse)(C.calloc(1, C.sizeof_struct_TRITONSERVER_InferenceResponse))
 	if err == nil && resp != nil {
 		cr.model = C.CString(resp.GetModelName())
@@ -378,8 +412,7 @@ func deliver(c *C.TRITONSERVER_InferenceRequest, resp *inference.ModelInferRespo
 		cr.error = C.nereid_error(C.TRITONSERVER_Error_Code(te.Kind), cs)
 		C.free(unsafe.Pointer(cs))
 	}
-	C.nereid_bls_complete(c, cr)
-	C.nereid_bls_release(c)
+	C.nereid_bls_complete(c, cr, flags)
 }
 
 //export TRITONSERVER_ServerModelIsReady

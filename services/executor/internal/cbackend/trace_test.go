@@ -27,19 +27,19 @@ type echoServer struct {
 	seen []trace.SpanContext
 }
 
-func (s *echoServer) Infer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+func (s *echoServer) Infer(ctx context.Context, req *inference.ModelInferRequest, emit func(*inference.ModelInferResponse, error, bool) error) error {
 	s.mu.Lock()
 	s.seen = append(s.seen, trace.SpanContextFromContext(ctx))
 	s.mu.Unlock()
 	if req.GetModelName() != "cid" || len(req.GetInputs()) != 1 {
-		return nil, fmt.Errorf("unexpected request %v", req)
+		return fmt.Errorf("unexpected request %v", req)
 	}
 	in := req.GetInputs()[0]
-	return &inference.ModelInferResponse{
+	return emit(&inference.ModelInferResponse{
 		ModelName: "cid", ModelVersion: "1", Id: req.GetId(),
 		Outputs:           []*inference.ModelInferResponse_InferOutputTensor{{Name: "OUTPUT0", Datatype: in.GetDatatype(), Shape: in.GetShape()}},
 		RawOutputContents: req.GetRawInputContents(),
-	}, nil
+	}, nil, true)
 }
 
 func (s *echoServer) ModelReady(context.Context, string, int64) (bool, error)     { return true, nil }
