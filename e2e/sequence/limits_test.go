@@ -3,6 +3,8 @@ package sequence
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,6 +87,33 @@ func (e *env) placedAnywhere(id uint64, n int) bool {
 	})
 }
 
+// rejectedAfter waits until the constellation's metrics count want
+// failures of model with reason REJECTED (a full backlog's refusals and
+// timeouts, counted by the router serving the model), and fails the test
+// with the count seen otherwise.
+func (e *env) rejectedAfter(t *testing.T, model string, want int) {
+	t.Helper()
+	got := "none"
+	if !constellation.WaitFor(10*time.Second, func() bool {
+		resp, err := http.Get(e.g.Metrics() + "/constellation")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		page, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(page), "\n") {
+			if strings.HasPrefix(line, "nv_inference_request_failure{") && strings.Contains(line, `model="`+model+`"`) &&
+				strings.Contains(line, `reason="REJECTED"`) {
+				got = line[strings.LastIndexByte(line, ' ')+1:]
+				return got == strconv.Itoa(want)
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("nv_inference_request_failure{model=%q,reason=\"REJECTED\"} is %s, want %d", model, got, want)
+	}
+}
+
 // wantGRPC checks a gRPC error's code and exact message.
 func wantGRPC(t *testing.T, what string, err error, code codes.Code, msg string) {
 	t.Helper()
@@ -143,6 +172,8 @@ func TestBacklogBoundAcrossRouters(t *testing.T) {
 	if !strings.Contains(e.routers[next].Output(), "restored sequences") {
 		t.Fatalf("the router taking over did not restore the sequences from the store:\n%s", e.routers[next].Output())
 	}
+	// The router serving the model now counts its two refusals.
+	e.rejectedAfter(t, model, 2)
 	select {
 	case r := <-seq2:
 		t.Fatalf("sequence 2 ran before a slot was free: %d %v", r.v, r.err)
@@ -254,6 +285,7 @@ func TestQueueTimeoutAcrossRouters(t *testing.T) {
 	if !strings.Contains(e.routers[next].Output(), `msg="sequence timed out in the backlog"`) {
 		t.Fatalf("the router taking over did not time the sequences out:\n%s", e.routers[next].Output())
 	}
+	e.rejectedAfter(t, model, 2)
 	_, code, msg = httpInfer(t, h, model, uint64(7), 3, false, false, nil)
 	wantHTTP(t, "HTTP sequence 7 after the takeover", code, msg, 400, noStart(7, "the sequence timed out in the sequence backlog before it started"))
 	// Sequence 5 goes on with the router taking over.

@@ -243,3 +243,30 @@ func TestLimitsAfterRestore(t *testing.T) {
 		t.Fatalf("backlog %d, want 3 alone", s.Backlog)
 	}
 }
+
+// With the oldest strategy a request waits in its candidate slot for the
+// batch to fill or for max_queue_delay_microseconds: the queue timeout
+// bounds that wait too.
+func TestQueueTimeoutOldest(t *testing.T) {
+	k := InstanceKey{Executor: "e1"}
+	st := &memStore{}
+	m := NewModel(Config{Model: "m", Strategy: Oldest, SlotsPerInstance: 2, MaxBatch: 2, MaxQueueDelay: time.Second, Idle: time.Hour, QueueTimeout: ms(100)}, st, quiet)
+	m.AddInstance(t0, k)
+	mustEnqueue(t, m, t0, limitReq("1S"))
+	if b, wait := m.Next(t0, k); b != nil || wait != time.Second {
+		t.Fatalf("Next = %s, %v; want nothing before the queue delay", batchString(b), wait)
+	}
+	if w := m.Wake(); !w.Equal(t0.Add(ms(100))) {
+		t.Fatalf("wake %v after t0, want the timeout at 100ms", w.Sub(t0))
+	}
+	fs := m.Tick(t0.Add(ms(100)))
+	if want := f(slotByModel, "1", "was not started"); len(fs) != 1 || fs[0].Err.Error() != want {
+		t.Fatalf("failures %v, want 1S with %q", fs, want)
+	}
+	if got := strings.Join(st.ops, ","); got != "bind u:1 e1/0,unbind u:1" {
+		t.Fatalf("store ops %s", got)
+	}
+	if b, _ := m.Next(t0.Add(2*time.Second), k); b != nil {
+		t.Fatalf("a timed-out request left in a batch: %s", batchString(b))
+	}
+}
