@@ -22,6 +22,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/redisconn"
+	"github.com/nereid-io/nereid/pkg/respcache"
 	"github.com/nereid-io/nereid/pkg/tlsreload"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/version"
@@ -97,6 +98,8 @@ type Config struct {
 	HTTPRestricted, GRPCRestricted gateway.Restrictions
 	// Metrics are the gateway's --metrics-config settings.
 	Metrics gateway.MetricsConfig
+	// ResponseCache is --cache-config: the gateway's response cache.
+	ResponseCache respcache.Config
 	// Trace is --trace-config, for every service.
 	Trace tracesetting.Config
 	// Logging are the settings Logger obeys, followed by every service.
@@ -317,6 +320,7 @@ func (s *Server) Run(ctx context.Context) error {
 		HTTPRestricted:   s.cfg.HTTPRestricted,
 		Metrics:          s.cfg.Metrics,
 		Trace:            s.cfg.Trace,
+		ResponseCache:    s.cfg.ResponseCache,
 		Logging:          s.cfg.Logging,
 		GRPCRestricted:   s.cfg.GRPCRestricted,
 		Logger:           s.log,

@@ -83,6 +83,7 @@ func main() {
 	cfg.HTTPTLS, cfg.GRPCTLS, cfg.HTTPRestricted, cfg.GRPCRestricted = gw.HTTPTLS, gw.GRPCTLS, gw.HTTPRestricted, gw.GRPCRestricted
 	cfg.Metrics = gw.Metrics
 	cfg.Trace = gw.Trace
+	cfg.ResponseCache = gw.ResponseCache
 
 	cfg.Logging, cfg.Logger = logFlags.MustBuild("nereid")
 	fdlimit.RaiseAndReport(cfg.Logger) // connections need descriptors: as many as the system allows
