@@ -1169,9 +1169,11 @@ func TestModelControlPollTwoExecutors(t *testing.T) {
 }
 
 // TestModelControlLoadTooLarge: files in a load request that do not fit in
-// one bus message are refused with a limit the user can read (400), not
-// the bus's own error naming an internal subject; the server keeps serving
-// and a load that fits still works.
+// one bus message are refused with a limit the user can read, not the
+// bus's own error naming an internal subject, and with Triton's statuses
+// for a load too large for its transport: 400 over HTTP (INVALID_ARG, as
+// Triton's check of the request JSON's size), RESOURCE_EXHAUSTED over
+// gRPC (as its server's message size limit); the server keeps serving.
 func TestModelControlLoadTooLarge(t *testing.T) {
 	ns := startNATS(t) // max_payload 1 MiB, NATS's default
 	g := startGateway(t, ns)
@@ -1186,6 +1188,23 @@ func TestModelControlLoadTooLarge(t *testing.T) {
 	if r.status != 400 || !strings.Contains(string(r.body), "over the") || !strings.Contains(string(r.body), "max_payload") ||
 		strings.Contains(string(r.body), "nereid.") {
 		t.Fatalf("oversized load: %d %s, want 400 naming the limit and not a bus subject", r.status, r.body)
+	}
+	want := "failed to load 'huge': the files and configuration in the load request take "
+	var e struct{ Error string }
+	if err := json.Unmarshal(r.body, &e); err != nil || !strings.HasPrefix(e.Error, want) {
+		t.Fatalf("oversized load over HTTP: %s, want an error starting %q", r.body, want)
+	}
+	c, _ := grpcClient(t, g)
+	_, err := c.RepositoryModelLoad(context.Background(), &inference.RepositoryModelLoadRequest{
+		ModelName: "huge",
+		Parameters: map[string]*inference.ModelRepositoryParameter{
+			"config":            {ParameterChoice: &inference.ModelRepositoryParameter_StringParam{StringParam: `{"backend":"identity"}`}},
+			"file:1/weights.bin": {ParameterChoice: &inference.ModelRepositoryParameter_BytesParam{BytesParam: make([]byte, 2<<20)}},
+		},
+	})
+	if s := status.Convert(err); s.Code() != codes.ResourceExhausted || !strings.HasPrefix(s.Message(), want) ||
+		!strings.Contains(s.Message(), "max_payload") {
+		t.Fatalf("oversized load over gRPC: %v, want RESOURCE_EXHAUSTED %q…max_payload", err, want)
 	}
 	if !ready(t, base, "simple", "") {
 		t.Fatal("simple not ready after the refused load")

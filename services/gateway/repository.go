@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
@@ -109,9 +111,25 @@ func (g *Gateway) checkControlSize(req *busv1.ModelControlRequest) error {
 	}
 	limit := nc.MaxPayload() - controlHeadroom
 	if n := int64(proto.Size(req)); limit > 0 && n > limit {
-		return tritonerr.InvalidArgf("failed to load '%s': the files and configuration in the load request take %d bytes, over the %d bytes a load request can carry (the NATS server's max_payload); put large model files in the model repository, or raise max_payload", req.GetName(), n, limit)
+		return loadTooLargeError{tritonerr.InvalidArgf("failed to load '%s': the files and configuration in the load request take %d bytes, over the %d bytes a load request can carry (the NATS server's max_payload); put large model files in the model repository, or raise max_payload", req.GetName(), n, limit)}
 	}
 	return nil
+}
+
+// loadTooLargeError is a load refused by checkControlSize. Triton has no
+// limit of its own on a load's files, only its transports': a load over
+// --http-max-input-size is an INVALID_ARG (400, EVBufferToJson's check),
+// a RepositoryModelLoad message over the gRPC server's max message size
+// (MAX_GRPC_MESSAGE_SIZE) gRPC's RESOURCE_EXHAUSTED. The bus's limit is
+// answered with those statuses, in Nereid's words: 400 over HTTP (the
+// INVALID_ARG it wraps), RESOURCE_EXHAUSTED over gRPC.
+type loadTooLargeError struct{ err *tritonerr.Error }
+
+func (e loadTooLargeError) Error() string { return e.err.Msg }
+func (e loadTooLargeError) Unwrap() error { return e.err }
+
+func (e loadTooLargeError) GRPCStatus() *status.Status {
+	return status.New(codes.ResourceExhausted, e.err.Msg)
 }
 
 func action(req *busv1.ModelControlRequest) string {
