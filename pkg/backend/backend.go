@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
 // Backend is one initialized backend: TRITONBACKEND_Initialize has run (the
@@ -140,4 +141,31 @@ type StatsReporter interface {
 	// inferences: the sum of the batch sizes of its requests (1 for each
 	// request of a model without batching).
 	ReportBatchStatistics(totalBatchSize int, t Timestamps)
+}
+
+// ResponseStatistics are one response of a decoupled request as its backend
+// reports them (TRITONBACKEND_ModelInstanceResponseStatistics): Start is
+// when the backend began the response, ComputeOutputStart when it began
+// putting its outputs together (zero for an empty response, which has
+// none), End when it was done. Err is the error the response carried, nil
+// for a success.
+type ResponseStatistics struct {
+	Start, ComputeOutputStart, End time.Time
+	Err                            *tritonerr.Error
+}
+
+// ResponseStatsReporter is a StatsReporter that also takes the statistics
+// of single responses (TRITONBACKEND_ModelInstanceReportResponseStatistics),
+// counted in Triton's response_stats at index, the response's place among
+// the request's reported responses (Request.NextResponseIndex).
+type ResponseStatsReporter interface {
+	ReportResponseStatistics(r *Request, index int, s ResponseStatistics)
+}
+
+// ResponseStatsOwner is implemented by a Model whose backend reports its
+// responses' statistics itself, as Triton's C backends do: the executor
+// then counts response_stats only from those reports, as Triton does,
+// instead of timing each response of a decoupled request on its own.
+type ResponseStatsOwner interface {
+	ReportsResponseStatistics() bool
 }

@@ -176,6 +176,9 @@ type Request struct {
 	sendMu    sync.Mutex  // serializes sends so they arrive in order
 	final     atomic.Bool // the final response or flag has been sent
 	sent      atomic.Int64
+	// respIndex numbers the responses whose statistics are reported
+	// (NextResponseIndex).
+	respIndex atomic.Int64
 
 	// Implicit state (state.go).
 	stateModel   string
@@ -330,6 +333,11 @@ func (s *ResponseSender) IsCancelled() bool { return s.r.IsCancelled() }
 // ResponsesSent is how many responses (not counting a final flag sent on
 // its own) have been sent for the request.
 func (r *Request) ResponsesSent() int { return int(r.sent.Load()) }
+
+// NextResponseIndex returns the index, in Triton's response_stats, of the
+// next response whose statistics are reported for the request: 0, then 1,
+// and so on (Triton's response factory counts them the same way).
+func (r *Request) NextResponseIndex() int { return int(r.respIndex.Add(1) - 1) }
 
 func (r *Request) send(resp *Response) error {
 	r.sendMu.Lock()

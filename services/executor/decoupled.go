@@ -81,7 +81,9 @@ func (mv *modelVersion) streamResponses(ctx context.Context, w *bus.StreamWriter
 			}
 		}
 		t.end = time.Now()
-		mv.stats.response(index, kind, t)
+		if !mv.ownResponseStats {
+			mv.stats.response(index, kind, t)
+		}
 		index++
 		switch {
 		case !send:

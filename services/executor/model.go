@@ -41,6 +41,9 @@ type modelVersion struct {
 	// loaded model, asked once rather than for every request.
 	noGuard   bool
 	hostIns   bool
+	// ownResponseStats: the backend reports its responses' statistics
+	// (backend.ResponseStatsOwner); response_stats count only those.
+	ownResponseStats bool
 	instances []*instance
 	sched     *scheduler
 	seq       *seqRunner       // sequence models: fed by the sequence router
@@ -94,6 +97,9 @@ func (mv *modelVersion) load(ctx context.Context) (err error) {
 		if cfg := c.CompletedConfig(); cfg != nil {
 			mv.cfg = cfg
 		}
+	}
+	if o, ok := m.(backend.ResponseStatsOwner); ok {
+		mv.ownResponseStats = o.ReportsResponseStatistics()
 	}
 	mv.noGuard = mv.unguarded()
 	mv.hostIns = hostInputs(mv.cfg, mv.noGuard)

@@ -12,6 +12,7 @@ import "C"
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -134,12 +135,16 @@ func TRITONBACKEND_ResponseFactoryNew(f **C.TRITONBACKEND_ResponseFactory, r *C.
 	rf := (*C.TRITONBACKEND_ResponseFactory)(C.calloc(1, C.sizeof_TRITONBACKEND_ResponseFactory))
 	rf.h = r.h
 	rf.req, rf.exec, rf.gen = r, r.exec, r.gen
+	if cr := lookup[*cRequest](r.h); cr != nil {
+		factories.Store(rf, cr.r)
+	}
 	setOut(f, rf)
 	return nil
 }
 
 //export TRITONBACKEND_ResponseFactoryDelete
 func TRITONBACKEND_ResponseFactoryDelete(f *C.TRITONBACKEND_ResponseFactory) *C.TRITONSERVER_Error {
+	factories.Delete(f)
 	C.free(unsafe.Pointer(f))
 	return nil
 }
@@ -517,11 +522,40 @@ func nereid_report_batch_statistics(i *C.TRITONBACKEND_ModelInstance, n, a, b, c
 	return nil
 }
 
-//export TRITONBACKEND_ModelInstanceReportResponseStatistics
-func TRITONBACKEND_ModelInstanceReportResponseStatistics(i *C.TRITONBACKEND_ModelInstance, f *C.TRITONBACKEND_ResponseFactory, a, b, c C.uint64_t, flags C.uint32_t, errp *C.TRITONSERVER_Error) *C.TRITONSERVER_Error {
-	if instance(i) == nil || f == nil {
-		return newError(tritonerr.InvalidArgf("model instance and response factory must not be null"))
+// factories maps the response factories backends hold to their requests,
+// for response statistics reported after the request is released and
+// answered (TRITONBACKEND_ModelInstanceReportResponseStatistics follows
+// the send, which may be the final one).
+var factories sync.Map // *C.TRITONBACKEND_ResponseFactory -> *backend.Request
+
+// nereid_report_response_statistics is
+// TRITONBACKEND_ModelInstanceReportResponseStatistics (respstats.c): the
+// response counts at its request's next response index, as Triton's
+// factory numbers them. code is the response's error code, -1 for none.
+//
+//export nereid_report_response_statistics
+func nereid_report_response_statistics(i *C.TRITONBACKEND_ModelInstance, f *C.TRITONBACKEND_ResponseFactory, start, out, end C.uint64_t, code C.int) *C.TRITONSERVER_Error {
+	in := instance(i)
+	if in == nil {
+		return newError(tritonerr.InvalidArgf("model instance is no longer valid"))
 	}
+	v, ok := factories.Load(f)
+	if !ok {
+		return newError(tritonerr.InvalidArgf("response factory is no longer valid"))
+	}
+	r := v.(*backend.Request)
+	rep, ok := in.info.Stats.(backend.ResponseStatsReporter)
+	if !ok {
+		return nil
+	}
+	s := backend.ResponseStatistics{Start: steady(start), End: steady(end)}
+	if out != 0 {
+		s.ComputeOutputStart = steady(out)
+	}
+	if code >= 0 {
+		s.Err = tritonerr.New(kindOf(C.TRITONSERVER_Error_Code(code)), "response error")
+	}
+	rep.ReportResponseStatistics(r, r.NextResponseIndex(), s)
 	return nil
 }
 

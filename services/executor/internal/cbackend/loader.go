@@ -59,6 +59,12 @@ func NewLoader(cfg Config) *Loader {
 	if cfg.Directory == "" {
 		cfg.Directory = DefaultDirectory
 	}
+	// Every path a backend sees is built from this one (its
+	// "backend-directory" setting, its artifacts, the library opened),
+	// absolute and clean: a backend that compares its own location with
+	// the directory (Triton's Python backend does) finds them agree
+	// however the flag was written ("../backends/", "./x").
+	cfg.Directory = absPath(cfg.Directory)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -87,6 +93,7 @@ func (l *Loader) Find(name, modelDir string, version int64) (Found, bool) {
 		return Found{}, false
 	}
 	lib := "libtriton_" + name + ".so"
+	modelDir = absPath(modelDir)
 	for _, d := range []string{filepath.Join(modelDir, fmt.Sprint(version)), modelDir} {
 		p := filepath.Join(d, lib)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
@@ -94,6 +101,15 @@ func (l *Loader) Find(name, modelDir string, version int64) (Found, bool) {
 		}
 	}
 	return l.FindInstalled(name)
+}
+
+// absPath is p absolute and clean (p itself if the working directory is
+// unknown, cleaned).
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return filepath.Clean(p)
 }
 
 // FindInstalled is Find without the model's own directories: only the

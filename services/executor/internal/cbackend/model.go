@@ -66,7 +66,7 @@ func (b *cBackend) NewModel(ctx context.Context, info backend.ModelInfo) (backen
 	cm := (*C.TRITONBACKEND_Model)(C.calloc(1, C.sizeof_TRITONBACKEND_Model))
 	cm.name = C.CString(info.Name)
 	cm.version = C.uint64_t(info.Version)
-	cm.location = C.CString(info.Dir)
+	cm.location = C.CString(absPath(info.Dir)) // TRITONBACKEND_ModelRepository: absolute and clean, as the backend directory
 	cm.backend = b.sb.c
 	// Auto-complete is asked for when the configuration leaves the tensors
 	// to the backend, as Triton's default (no --disable-auto-complete-config).
@@ -98,6 +98,11 @@ func (m *cModel) Unguarded() {}
 
 // decoupled reports the model's transaction policy.
 func (m *cModel) decoupled() bool { return m.dec }
+
+// ReportsResponseStatistics implements backend.ResponseStatsOwner: as in
+// Triton, a C backend's response_stats are what it reports
+// (TRITONBACKEND_ModelInstanceReportResponseStatistics), nothing else.
+func (m *cModel) ReportsResponseStatistics() bool { return true }
 
 // cModel is one loaded model version of a C backend.
 type cModel struct {

@@ -32,6 +32,8 @@ typedef struct TRITONBACKEND_Backend TRITONBACKEND_Backend;
 typedef struct TRITONBACKEND_Model TRITONBACKEND_Model;
 typedef struct TRITONBACKEND_ModelInstance TRITONBACKEND_ModelInstance;
 typedef struct TRITONBACKEND_BackendAttribute TRITONBACKEND_BackendAttribute;
+typedef struct TRITONBACKEND_Batcher TRITONBACKEND_Batcher;
+typedef struct TRITONBACKEND_ModelInstanceResponseStatistics TRITONBACKEND_ModelInstanceResponseStatistics;
 
 typedef enum TRITONBACKEND_artifacttype_enum { TRITONBACKEND_ARTIFACT_FILESYSTEM } TRITONBACKEND_ArtifactType;
 typedef enum TRITONBACKEND_execpolicy_enum {
@@ -92,6 +94,7 @@ NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ResponseSend(TRITONBACKEND_Respon
 NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_StateNew(TRITONBACKEND_State** state, TRITONBACKEND_Request* request, const char* name, const TRITONSERVER_DataType datatype, const int64_t* shape, const uint32_t dims_count));
 NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_StateUpdate(TRITONBACKEND_State* state));
 NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_StateBuffer(TRITONBACKEND_State* state, void** buffer, const uint64_t buffer_byte_size, TRITONSERVER_MemoryType* memory_type, int64_t* memory_type_id));
+NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_StateBufferAttributes(TRITONBACKEND_State* state, TRITONSERVER_BufferAttributes** buffer_attributes));
 
 /* Backend. */
 NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_BackendName(TRITONBACKEND_Backend* backend, const char** name));
@@ -134,7 +137,24 @@ NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceSetState(TRITONBACKE
 NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportMemoryUsage(TRITONBACKEND_ModelInstance* instance, TRITONSERVER_BufferAttributes** usage, uint32_t usage_size));
 NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportStatistics(TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request* request, const bool success, const uint64_t exec_start_ns, const uint64_t compute_start_ns, const uint64_t compute_end_ns, const uint64_t exec_end_ns));
 NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportBatchStatistics(TRITONBACKEND_ModelInstance* instance, const uint64_t batch_size, const uint64_t exec_start_ns, const uint64_t compute_start_ns, const uint64_t compute_end_ns, const uint64_t exec_end_ns));
-NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportResponseStatistics(TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_ResponseFactory* response_factory, const uint64_t response_start, const uint64_t compute_output_start, const uint64_t response_end, const uint32_t send_flags, TRITONSERVER_Error* error));
+
+/* Response statistics (API 1.19): a backend fills one object per response
+ * and reports it; Triton's response_stats count it at the factory's next
+ * response index. */
+NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsNew(TRITONBACKEND_ModelInstanceResponseStatistics** response_statistics));
+NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsDelete(TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics));
+NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetModelInstance(TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, TRITONBACKEND_ModelInstance* model_instance));
+NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseFactory(TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, TRITONBACKEND_ResponseFactory* response_factory));
+NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseStart(TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, uint64_t response_start));
+NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetComputeOutputStart(TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, uint64_t compute_output_start));
+NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseEnd(TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, uint64_t response_end));
+NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetError(TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, TRITONSERVER_Error* error));
+NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportResponseStatistics(TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics));
+
+/* Reading a response's outputs back (Triton declares these beside the
+ * custom batching entry points). */
+NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_InferenceResponseOutputByName(TRITONBACKEND_Response* response, const char* name, TRITONSERVER_DataType* datatype, const int64_t** shape, uint64_t* dim_count));
+NEREID_PROTO(TRITONSERVER_Error* TRITONBACKEND_InferenceResponseOutput(TRITONBACKEND_Response* response, const uint32_t index, const char** name, TRITONSERVER_DataType* datatype, const int64_t** shape, uint64_t* dim_count));
 
 /* Entry points a backend exports. Only ModelInstanceExecute is required. */
 NEREID_PROTO(TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend));
@@ -146,6 +166,12 @@ NEREID_PROTO(TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelInstance
 NEREID_PROTO(TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests, const uint32_t request_count));
 NEREID_PROTO(TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReady(TRITONBACKEND_ModelInstance* instance));
 NEREID_PROTO(TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_GetBackendAttribute(TRITONBACKEND_Backend* backend, TRITONBACKEND_BackendAttribute* backend_attributes));
+/* Custom batching: declared so that backends compile; Nereid calls none. */
+NEREID_PROTO(TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelBatcherInitialize(TRITONBACKEND_Batcher** batcher, TRITONBACKEND_Model* model));
+NEREID_PROTO(TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelBatcherFinalize(TRITONBACKEND_Batcher* batcher));
+NEREID_PROTO(TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelBatchIncludeRequest(TRITONBACKEND_Request* request, void* userp, bool* should_include));
+NEREID_PROTO(TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelBatchInitialize(const TRITONBACKEND_Batcher* batcher, void** userp));
+NEREID_PROTO(TRITONBACKEND_ISPEC TRITONSERVER_Error* TRITONBACKEND_ModelBatchFinalize(void* userp));
 
 #ifdef __cplusplus
 }
