@@ -15,6 +15,7 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
+	"github.com/nereid-io/nereid/services/gateway/internal/ensemble"
 )
 
 // Model version states as executors report them (Triton's ModelReadyState).
@@ -441,6 +442,7 @@ func (c *catalog) publishLocked() {
 			vv.cached = vv.config.GetResponseCache().GetEnable()
 		}
 	}
+	checkEnsembles(v) // ensemble.go
 	c.view.Store(v)
 	close(c.changed)
 	c.changed = make(chan struct{})
@@ -510,6 +512,12 @@ type versionView struct {
 
 	// cached: the configuration enables response_cache (respcache.go).
 	cached bool
+
+	// plan is the step graph of an ensemble version valid against the
+	// catalog, which this gateway runs (ensemble.go); ensDecoupled: a
+	// decoupled step is on its data path.
+	plan         *ensemble.Plan
+	ensDecoupled bool
 
 	// subject and nodeSubject are bus.InferSubject and, for the gateway's
 	// node, bus.InferNodeSubject of this version, made once per view

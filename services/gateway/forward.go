@@ -34,7 +34,11 @@ func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *infere
 	}
 	ctx, file := g.startFileTrace(ctx, vv, req) // Triton's trace file (tritontrace.go)
 	ctx, verbose := g.logRequest(ctx, vv, req)
-	resp, enc, err = g.forward(ctx, vv, req, passOn && file == nil, fw)
+	if vv.plan != nil { // an ensemble: its steps run from here (ensemble.go)
+		resp, err = g.inferEnsemble(ctx, vv, req)
+	} else {
+		resp, enc, err = g.forward(ctx, vv, req, passOn && file == nil, fw)
+	}
 	if verbose {
 		g.logOutcome(ctx, req, err)
 	}

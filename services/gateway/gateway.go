@@ -155,6 +155,7 @@ type Gateway struct {
 	started              time.Time
 
 	inflight inflightBudget // HTTP body bytes in flight (intake.go)
+	ensStats ensembleStats  // the ensembles this gateway ran (ensemble.go)
 	conns    connGuard      // connections shed or too slow (conns.go, grpcrate.go)
 	hijacked sync.WaitGroup // connections taken over for chunked bodies (chunked.go)
 	// streamWork runs the requests of gRPC streams, each on a goroutine

@@ -28,6 +28,9 @@ func (g *Gateway) statistics(ctx context.Context, name, versionStr string) (*inf
 	}
 	// Sequence routers add the requests they failed themselves.
 	parts = append(parts, g.routerStats(ctx, want)...)
+	if p := g.ensStats.reply(want); p != nil { // ensembles run here (ensemble.go)
+		parts = append(parts, p)
+	}
 	if p := g.cacheStats(want); p != nil { // cache hits and misses (respcache.go)
 		parts = append(parts, p)
 	}

@@ -732,7 +732,13 @@ TRITONSERVER_Error* nereid_bls_alloc(TRITONSERVER_InferenceRequest* req, nereid_
   o->memory_type_id = 0;
   o->buffer = NULL;
   o->buffer_userp = NULL;
-  return a->alloc_fn(a, o->name, o->byte_size, TRITONSERVER_MEMORY_CPU, 0, req->cb.allocator_userp, &o->buffer, &o->buffer_userp, &o->memory_type, &o->memory_type_id);
+  TRITONSERVER_Error* err = a->alloc_fn(a, o->name, o->byte_size, TRITONSERVER_MEMORY_CPU, 0, req->cb.allocator_userp, &o->buffer, &o->buffer_userp, &o->memory_type, &o->memory_type_id);
+  if (err == NULL && a->buffer_attributes_fn != NULL) {
+    /* Triton calls it after each allocation with the buffer's attributes. */
+    TRITONSERVER_BufferAttributes attrs = {o->memory_type, o->memory_type_id, o->byte_size, NULL};
+    err = a->buffer_attributes_fn(a, o->name, &attrs, req->cb.allocator_userp, o->buffer_userp);
+  }
+  return err;
 }
 
 /* nereid_bls_complete hands one response (NULL: the final flag alone) to

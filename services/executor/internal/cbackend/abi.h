@@ -225,6 +225,7 @@ struct TRITONBACKEND_State {
   uint32_t dims_count;
   void* buffer;
   uint64_t byte_size;
+  TRITONSERVER_BufferAttributes attributes; /* TRITONBACKEND_StateBufferAttributes (api.c) */
 };
 
 /* ---- recorded executions (exec.c) ---- */
@@ -364,6 +365,7 @@ struct TRITONSERVER_ResponseAllocator {
   TRITONSERVER_ResponseAllocatorReleaseFn_t release_fn;
   TRITONSERVER_ResponseAllocatorStartFn_t start_fn;
   TRITONSERVER_ResponseAllocatorQueryFn_t query_fn;
+  TRITONSERVER_ResponseAllocatorBufferAttributesFn_t buffer_attributes_fn; /* called after alloc_fn */
 };
 
 struct TRITONSERVER_InferenceRequest {

@@ -86,6 +86,11 @@ type blsRequest struct {
 	mu      sync.Mutex
 	cancel  context.CancelFunc
 	timeout time.Duration
+	// strs are the C strings its accessors returned (requestapi.go),
+	// freed with it.
+	strs []*C.char
+	// cancelled: TRITONSERVER_InferenceRequestCancel was called (b.mu).
+	cancelled bool
 }
 
 func blsOf(r *C.TRITONSERVER_InferenceRequest) (*blsRequest, *C.TRITONSERVER_Error) {
@@ -133,11 +138,15 @@ func TRITONSERVER_InferenceRequestNew(out **C.TRITONSERVER_InferenceRequest, s *
 
 //export TRITONSERVER_InferenceRequestDelete
 func TRITONSERVER_InferenceRequestDelete(r *C.TRITONSERVER_InferenceRequest) *C.TRITONSERVER_Error {
+	if r == nil {
+		return nil // as Triton: deleting nothing succeeds
+	}
 	b, e := blsOf(r)
 	if e != nil {
 		return e
 	}
 	unregister(b.h)
+	b.freeStrings()
 	C.free(unsafe.Pointer(r))
 	return nil
 }
@@ -283,6 +292,7 @@ func TRITONSERVER_InferenceRequestCancel(r *C.TRITONSERVER_InferenceRequest) *C.
 		return e
 	}
 	b.mu.Lock()
+	b.cancelled = true
 	if b.cancel != nil {
 		b.cancel()
 	}

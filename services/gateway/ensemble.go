@@ -1,0 +1,340 @@
+package gateway
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/backend"
+	"github.com/nereid-io/nereid/pkg/infer"
+	"github.com/nereid-io/nereid/pkg/modelconfig"
+	"github.com/nereid-io/nereid/pkg/shm"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+	"github.com/nereid-io/nereid/services/gateway/internal/ensemble"
+)
+
+// Ensembles run here, in the gateway: the executors whose repositories hold
+// one announce it as a scheduler-only version with its configuration, the
+// catalog validates it against the composing models the whole constellation
+// serves (checkEnsembles), and a request to it runs its step graph
+// (internal/ensemble), each step an inference request routed exactly as a
+// client's request to that model would be (forwardInfer): to any executor
+// serving it, through its dynamic batcher, or through the sequence router.
+
+// checkEnsembles validates every READY ensemble version of v against the
+// composing models v holds, as Triton's repository manager does whenever a
+// model an ensemble depends on changes: an ensemble whose composing model
+// is missing, unloaded or does not match is UNAVAILABLE with Triton's
+// message as its reason, and is READY again once they are back. A valid
+// one gets its plan. Called on each new view (publishLocked).
+func checkEnsembles(v *view) {
+	var ens []*versionView
+	for _, mv := range v.models {
+		for _, vv := range mv.versions {
+			if vv.ready() && modelconfig.IsEnsemble(vv.config) {
+				ens = append(ens, vv)
+			}
+		}
+	}
+	if len(ens) == 0 {
+		return
+	}
+	// A failed ensemble fails those composing it: check until nothing
+	// changes.
+	for changed := true; changed; {
+		changed = false
+		for _, vv := range ens {
+			if !vv.ready() {
+				continue
+			}
+			decoupled, err := modelconfig.ValidateComposition(vv.config, v.composing)
+			if err != nil {
+				vv.state, vv.reason, vv.plan = stateUnavailable, tritonerr.From(err).Msg, nil
+				changed = true
+				continue
+			}
+			if vv.plan == nil {
+				vv.plan = ensemble.Compile(vv.config)
+				vv.ensDecoupled = decoupled
+			}
+		}
+	}
+}
+
+// composing is modelconfig.ValidateComposition's lookup over the view.
+func (v *view) composing(name string) (modelconfig.Composing, bool) {
+	var c modelconfig.Composing
+	mv := v.models[name]
+	if mv == nil {
+		return c, v.listed[name]
+	}
+	var best int64 = -1
+	for n, vv := range mv.versions {
+		if vv.ready() {
+			c.Versions = append(c.Versions, n)
+			if n > best {
+				best, c.Config = n, vv.config
+			}
+		} else if vv.reason != "" && c.Err == nil {
+			c.Err = tritonerr.Unavailablef("%s", vv.reason)
+		}
+	}
+	if len(c.Versions) > 0 {
+		c.Err = nil
+	} else if mv.failed != nil && mv.failed.reason != "" {
+		c.Err, c.Invalid = tritonerr.InvalidArgf("%s", mv.failed.reason), true
+	}
+	return c, true
+}
+
+// stepTensor is an ensemble tensor of one request: what a step's input
+// needs, as it came from the client or from the step that wrote it.
+type stepTensor struct {
+	datatype string
+	shape    []int64
+	params   map[string]*inference.InferParameter // a client's shared-memory reference
+	data     []byte
+}
+
+// stepResult is what one step's request came back with.
+type stepResult struct {
+	step int
+	resp *inference.ModelInferResponse
+	err  error
+	took time.Duration
+}
+
+// inferEnsemble runs a request to an ensemble: it is checked against the
+// ensemble's configuration as Triton normalizes it, then each step starts
+// once the tensors it reads exist, independent steps concurrently, and the
+// outputs the client asked for (all, when none) are returned under the
+// ensemble's names. The first step to fail fails the request with the
+// step's error, as Triton passes it on; the steps still running are
+// cancelled, and so are they when the client's request is.
+func (g *Gateway) inferEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+	start := time.Now()
+	resp, batch, compute, err := g.runEnsemble(ctx, vv, req)
+	g.ensStats.record(statsKey{req.GetModelName(), vv.versionString()}, start, batch, compute, err)
+	return resp, err
+}
+
+func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (*inference.ModelInferResponse, int, time.Duration, error) {
+	plan := vv.plan
+	cfg := vv.config
+	r := backend.NewRequest(nil, nil)
+	if err := infer.NormalizeShm(cfg, req, r, shmInputSizes(req)); err != nil {
+		return nil, 0, 0, err
+	}
+	batch := max(int(r.BatchSize), 1)
+	var wanted []string
+	for _, o := range req.GetOutputs() {
+		if _, ok, _ := shm.FromParams(o.GetName(), o.GetParameters(), true); ok {
+			return nil, batch, 0, tritonerr.Unsupportedf("output '%s' of ensemble '%s' is requested in shared memory, which ensembles do not support", o.GetName(), plan.Name)
+		}
+		wanted = append(wanted, o.GetName())
+	}
+	tensors := map[string]*stepTensor{}
+	provided := make([]string, 0, len(req.GetInputs()))
+	raw := req.GetRawInputContents()
+	for i, in := range req.GetInputs() {
+		t := &stepTensor{datatype: in.GetDatatype(), shape: in.GetShape(), params: in.GetParameters()}
+		if i < len(raw) {
+			t.data = raw[i]
+		}
+		tensors[in.GetName()] = t
+		provided = append(provided, in.GetName())
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	run, ready := plan.Start(provided, wanted)
+	results := make(chan stepResult, len(plan.Steps))
+	var wg sync.WaitGroup
+	defer wg.Wait() // every step's request has returned before this does
+	inflight := 0
+	launch := func(steps []int) {
+		for _, i := range steps {
+			sreq := g.stepRequest(req, plan.Steps[i], tensors)
+			inflight++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t0 := time.Now()
+				resp, err := g.runStep(ctx, plan.Steps[i], sreq)
+				results <- stepResult{step: i, resp: resp, err: err, took: time.Since(t0)}
+			}()
+		}
+	}
+	launch(ready)
+	var firstErr error
+	var compute time.Duration
+	for inflight > 0 {
+		res := <-results
+		inflight--
+		compute += res.took
+		if firstErr != nil {
+			continue
+		}
+		if res.err != nil {
+			firstErr = res.err
+			cancel() // the steps still running
+			continue
+		}
+		keepOutputs(plan.Steps[res.step], res.resp, tensors)
+		launch(run.Done(res.step))
+	}
+	if firstErr != nil {
+		return nil, batch, compute, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, batch, compute, tritonerr.From(err)
+	}
+	if len(wanted) == 0 {
+		wanted = plan.Outputs()
+	}
+	out := &inference.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: vv.versionString(), Id: req.GetId()}
+	for _, name := range wanted {
+		t := tensors[name]
+		if t == nil {
+			return nil, batch, compute, tritonerr.Internalf("in ensemble '%s', output '%s' was not produced", plan.Name, name)
+		}
+		out.Outputs = append(out.Outputs, &inference.ModelInferResponse_InferOutputTensor{Name: name, Datatype: t.datatype, Shape: t.shape})
+		out.RawOutputContents = append(out.RawOutputContents, t.data)
+	}
+	return out, batch, compute, nil
+}
+
+// stepRequest is the request of one step: the ensemble request's id and
+// parameters (correlation id and sequence flags, priority, timeout and the
+// client's own), the step's inputs from the ensemble tensors it maps, and
+// every output it maps requested.
+func (g *Gateway) stepRequest(req *inference.ModelInferRequest, s ensemble.Step, tensors map[string]*stepTensor) *inference.ModelInferRequest {
+	sreq := &inference.ModelInferRequest{ModelName: s.Model, ModelVersion: s.Version, Id: req.GetId()}
+	if len(req.GetParameters()) > 0 {
+		sreq.Parameters = maps.Clone(req.GetParameters()) // forwarding may add its own
+	}
+	for _, b := range s.Inputs {
+		t := tensors[b.Ensemble]
+		if t == nil {
+			continue // an optional input the request left out
+		}
+		in := &inference.ModelInferRequest_InferInputTensor{Name: b.Model, Datatype: t.datatype, Shape: t.shape}
+		if len(t.params) > 0 {
+			in.Parameters = maps.Clone(t.params)
+		}
+		sreq.Inputs = append(sreq.Inputs, in)
+		sreq.RawInputContents = append(sreq.RawInputContents, t.data)
+	}
+	for _, b := range s.Outputs {
+		sreq.Outputs = append(sreq.Outputs, &inference.ModelInferRequest_InferRequestedOutputTensor{Name: b.Model})
+	}
+	return sreq
+}
+
+// runStep routes one step's request as a client's request to its model.
+func (g *Gateway) runStep(ctx context.Context, s ensemble.Step, sreq *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+	svv, err := g.resolveRequest(s.Model, s.Version)
+	if err != nil {
+		return nil, err
+	}
+	if svv.config.GetModelTransactionPolicy().GetDecoupled() {
+		return nil, tritonerr.Unsupportedf("in ensemble, step model '%s' is decoupled: decoupled steps are not supported yet", s.Model)
+	}
+	resp, _, err := g.forwardInfer(ctx, svv, sreq, false, nil)
+	return resp, err
+}
+
+// keepOutputs stores a step's outputs under the ensemble tensors they map
+// to; an output the step's response lacks is left absent.
+func keepOutputs(s ensemble.Step, resp *inference.ModelInferResponse, tensors map[string]*stepTensor) {
+	raw := resp.GetRawOutputContents()
+	for i, o := range resp.GetOutputs() {
+		for _, b := range s.Outputs {
+			if b.Model != o.GetName() {
+				continue
+			}
+			t := &stepTensor{datatype: o.GetDatatype(), shape: o.GetShape()}
+			if i < len(raw) {
+				t.data = raw[i]
+			}
+			tensors[b.Ensemble] = t
+		}
+	}
+}
+
+// ensembleStats are the statistics of the ensembles this gateway ran, as
+// Triton keeps them for an ensemble: a success or failure per request with
+// its duration, and for a success an execution of the request's batch size
+// whose compute time is its steps' (here: the time their requests took).
+// Composing models count their own executions on their executors.
+type ensembleStats struct {
+	mu sync.Mutex
+	by map[statsKey]*inference.ModelStatistics
+}
+
+func (s *ensembleStats) record(k statsKey, start time.Time, batch int, compute time.Duration, err error) {
+	now := time.Now()
+	d := uint64(now.Sub(start))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.by == nil {
+		s.by = map[statsKey]*inference.ModelStatistics{}
+	}
+	ms := s.by[k]
+	if ms == nil {
+		ms = emptyModelStats(k)
+		s.by[k] = ms
+	}
+	is := ms.InferenceStats
+	if err != nil {
+		is.Fail.Count++
+		is.Fail.Ns += d
+		return
+	}
+	ms.LastInference = uint64(now.UnixMilli())
+	is.Success.Count++
+	is.Success.Ns += d
+	is.Queue.Count++
+	is.ComputeInput.Count++
+	is.ComputeInfer.Count++
+	is.ComputeInfer.Ns += uint64(compute)
+	is.ComputeOutput.Count++
+	ms.InferenceCount += uint64(batch)
+	ms.ExecutionCount++
+	var bs *inference.InferBatchStatistics
+	for _, b := range ms.BatchStats {
+		if b.BatchSize == uint64(batch) {
+			bs = b
+		}
+	}
+	if bs == nil {
+		bs = &inference.InferBatchStatistics{BatchSize: uint64(batch), ComputeInput: emptyDuration(), ComputeInfer: emptyDuration(), ComputeOutput: emptyDuration()}
+		ms.BatchStats = append(ms.BatchStats, bs)
+	}
+	bs.ComputeInput.Count++
+	bs.ComputeInfer.Count++
+	bs.ComputeInfer.Ns += uint64(compute)
+	bs.ComputeOutput.Count++
+}
+
+// reply gives the statistics of the versions in want that are ensembles
+// this gateway ran, for sumStats; nil when none.
+func (s *ensembleStats) reply(want []statsKey) *busv1.StatisticsReply {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out *busv1.StatisticsReply
+	for _, k := range want {
+		if ms := s.by[k]; ms != nil {
+			if out == nil {
+				out = &busv1.StatisticsReply{}
+			}
+			c := emptyModelStats(k)
+			addModelStats(c, ms)
+			out.ModelStats = append(out.ModelStats, c)
+		}
+	}
+	return out
+}
