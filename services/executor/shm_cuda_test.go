@@ -10,11 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/infer"
 	"github.com/nereid-io/nereid/pkg/shm"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
 	"github.com/nereid-io/nereid/services/executor/internal/gpu"
 )
 
@@ -118,5 +121,30 @@ func TestCudaInputCopiedOnlyForHostReaders(t *testing.T) {
 				t.Fatalf("%d device-to-host copies, %d bytes of data; want none, %d", copies, len(in.Data), len(content))
 			}
 		})
+	}
+}
+
+// TestCudaCheckNamelessHandle: the register-time check of a CUDA handle
+// that does not open, as Triton's gRPC front end passes any bytes, a
+// region without a name and an empty handle among them (qa/L0_grpc
+// python_grpc_aio_test.py), answers Triton's "invalid args" without the
+// CUDA error, which only the log sees.
+func TestCudaCheckNamelessHandle(t *testing.T) {
+	drv, _ := fakeCuda(t)
+	defer drv.Close()
+	ex := &Executor{cfg: Config{ID: "ex-1", Node: "node-a"}, log: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	s := &shmState{e: ex, drv: drv, devices: map[int64]int{0: 0},
+		sys:  newRefCache[*shm.Mapping]("unmapping a shared memory region", ex.log),
+		cuda: newRefCache[*gpu.IPCMem]("closing a CUDA IPC handle", ex.log)}
+	for _, handle := range [][]byte{nil, {1, 2}} {
+		region := &busv1.ShmRegion{Kind: busv1.ShmKind_SHM_KIND_CUDA, Node: "node-a", Id: "id-x", DeviceId: 0, RawHandle: handle}
+		data, err := proto.Marshal(&busv1.ShmCudaCheckRequest{Region: region})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.handleCudaCheck(t.Context(), data)
+		if te := tritonerr.From(err); te == nil || te.Kind != tritonerr.InvalidArg || te.Msg != "failed to register shared memory region: invalid args" {
+			t.Fatalf("handle of %d bytes: %v, want INVALID_ARG \"failed to register shared memory region: invalid args\"", len(handle), err)
+		}
 	}
 }

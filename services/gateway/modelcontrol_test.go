@@ -1198,7 +1198,7 @@ func TestModelControlLoadTooLarge(t *testing.T) {
 	_, err := c.RepositoryModelLoad(context.Background(), &inference.RepositoryModelLoadRequest{
 		ModelName: "huge",
 		Parameters: map[string]*inference.ModelRepositoryParameter{
-			"config":            {ParameterChoice: &inference.ModelRepositoryParameter_StringParam{StringParam: `{"backend":"identity"}`}},
+			"config":             {ParameterChoice: &inference.ModelRepositoryParameter_StringParam{StringParam: `{"backend":"identity"}`}},
 			"file:1/weights.bin": {ParameterChoice: &inference.ModelRepositoryParameter_BytesParam{BytesParam: make([]byte, 2<<20)}},
 		},
 	})

@@ -101,15 +101,24 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// errNoRegionName refuses a region without a name (gRPC; over HTTP the
+// route needs one) once every check Triton makes has passed. Triton's
+// manager would register it under the empty name; a cluster cannot, as
+// the empty name means every region in unregister and status. The words
+// are Triton's for a region its manager does not take.
+var errNoRegionName = tritonerr.InvalidArgf("failed to register shared memory region '': invalid args")
+
 // registerSystemShm validates and registers a system region in Triton's
 // order: key, duplicate name, then the object itself (pkg/shm.Inspect).
-// The caller has checked that client shm is allowed and name is set.
+// The caller has checked that client shm is allowed.
 func (g *Gateway) registerSystemShm(ctx context.Context, name, key string, offset, byteSize uint64) error {
 	if err := shm.ValidateKey(name, key); err != nil {
 		return err
 	}
-	if err := g.shmCheckFree(ctx, name); err != nil {
-		return err
+	if name != "" { // no region has the empty name
+		if err := g.shmCheckFree(ctx, name); err != nil {
+			return err
+		}
 	}
 	if err := shm.Inspect(name, key, offset, byteSize); err != nil {
 		// The client sees INTERNAL; the operator sees why (most often the
@@ -118,6 +127,9 @@ func (g *Gateway) registerSystemShm(ctx context.Context, name, key string, offse
 			g.log.Warn("shared memory region not registered", "region", name, "key", key, "err", err)
 		}
 		return err
+	}
+	if name == "" {
+		return errNoRegionName
 	}
 	r := &busv1.ShmRegion{Name: name, Kind: busv1.ShmKind_SHM_KIND_SYSTEM, Node: g.cfg.Node, Id: newID(),
 		Key: key, Offset: offset, ByteSize: byteSize}
@@ -129,13 +141,14 @@ const cudaIpcHandleSize = 64
 
 // registerCudaShm registers a CUDA region after the executor that owns
 // device on this node has opened the handle and checked byteSize. With no
-// such executor (no GPU here) it fails as a Triton built without GPUs does.
+// such executor (no GPU here) it fails as a Triton built without GPUs does;
+// a handle that is not a cudaIpcMemHandle_t's 64 bytes (gRPC: HTTP has
+// refused it) fails to open there with Triton's "invalid args".
 func (g *Gateway) registerCudaShm(ctx context.Context, name string, handle []byte, device int64, byteSize uint64) error {
-	if len(handle) != cudaIpcHandleSize {
-		return tritonerr.InvalidArgf("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
-	}
-	if err := g.shmCheckFree(ctx, name); err != nil {
-		return err
+	if name != "" { // no region has the empty name
+		if err := g.shmCheckFree(ctx, name); err != nil {
+			return err
+		}
 	}
 	r := &busv1.ShmRegion{Name: name, Kind: busv1.ShmKind_SHM_KIND_CUDA, Node: g.cfg.Node, Id: newID(),
 		DeviceId: device, RawHandle: handle, ByteSize: byteSize}
@@ -147,6 +160,9 @@ func (g *Gateway) registerCudaShm(ctx context.Context, name string, handle []byt
 	}
 	if err != nil {
 		return err
+	}
+	if name == "" {
+		return errNoRegionName
 	}
 	return g.shmCall(ctx, bus.ShmRegisterSubject, &busv1.ShmRegisterRequest{Region: r}, &busv1.ShmRegisterResponse{})
 }

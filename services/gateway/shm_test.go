@@ -1,14 +1,20 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/shm"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -102,6 +108,11 @@ func TestShmGRPCChecks(t *testing.T) {
 	}
 	on := startGateway(t, ns, func(c *Config) { c.AllowClientShm = true })
 	c, _ = grpcClient(t, on)
+	// Triton's gRPC front end checks no name (its HTTP one does): a region
+	// without one goes through its manager's checks (qa/L0_grpc
+	// python_grpc_aio_test.py: an empty name and key fail to open, an
+	// empty name and handle as any handle that does not open, here with
+	// no GPU as a Triton built without GPUs).
 	for _, tc := range []struct {
 		name string
 		call func() error
@@ -109,17 +120,25 @@ func TestShmGRPCChecks(t *testing.T) {
 		msg  string
 	}{
 		{"system register without a name", func() error {
-			_, err := c.SystemSharedMemoryRegister(ctx, &inference.SystemSharedMemoryRegisterRequest{Key: "/k", ByteSize: 64})
+			_, err := c.SystemSharedMemoryRegister(ctx, &inference.SystemSharedMemoryRegisterRequest{Key: "/nereid-no-such-key", ByteSize: 64})
 			return err
-		}, codes.InvalidArgument, "'region name' is necessary to register system shared memory region"},
+		}, codes.Internal, "Unable to open shared memory region: '/nereid-no-such-key'"},
+		{"system register without a name or key", func() error {
+			_, err := c.SystemSharedMemoryRegister(ctx, &inference.SystemSharedMemoryRegisterRequest{})
+			return err
+		}, codes.InvalidArgument, "cannot register shared memory region '' - invalid shm key ''"},
 		{"invalid key", func() error {
 			_, err := c.SystemSharedMemoryRegister(ctx, &inference.SystemSharedMemoryRegisterRequest{Name: "r", Key: "/a/b", ByteSize: 64})
 			return err
 		}, codes.InvalidArgument, "cannot register shared memory region 'r' - invalid shm key '/a/b'"},
-		{"cuda handle of the wrong size", func() error {
-			_, err := c.CudaSharedMemoryRegister(ctx, &inference.CudaSharedMemoryRegisterRequest{Name: "r", RawHandle: []byte{1, 2}, ByteSize: 64})
+		{"cuda register without a name", func() error {
+			_, err := c.CudaSharedMemoryRegister(ctx, &inference.CudaSharedMemoryRegisterRequest{})
 			return err
-		}, codes.InvalidArgument, "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"},
+		}, codes.InvalidArgument, "failed to register CUDA shared memory region: '', GPUs not supported"},
+		{"cuda register without a name, handle of the wrong size", func() error {
+			_, err := c.CudaSharedMemoryRegister(ctx, &inference.CudaSharedMemoryRegisterRequest{RawHandle: []byte{1, 2}, ByteSize: 64})
+			return err
+		}, codes.InvalidArgument, "failed to register CUDA shared memory region: '', GPUs not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := status.Convert(tc.call())
@@ -127,6 +146,60 @@ func TestShmGRPCChecks(t *testing.T) {
 				t.Fatalf("got %s %q, want %s %q", s.Code(), s.Message(), tc.code, tc.msg)
 			}
 		})
+	}
+}
+
+// TestShmGRPCRegisterWithoutName: a region without a name whose memory
+// passes every check Triton's manager makes (a system object that opens
+// and holds the region, a CUDA handle the device's executor opens) is
+// refused with Triton's "invalid args", as no region can have the empty
+// name in a cluster; a CUDA handle longer than a cudaIpcMemHandle_t is
+// read, as Triton reads it, for its first 64 bytes.
+func TestShmGRPCRegisterWithoutName(t *testing.T) {
+	ns := startNATS(t)
+	g := startGateway(t, ns, func(c *Config) { c.AllowClientShm = true; c.Node = "node-a" })
+	c, _ := grpcClient(t, g)
+	ctx := context.Background()
+
+	f, err := os.CreateTemp(shm.Dir, "nereid-gateway-test-")
+	if err != nil {
+		t.Skipf("no %s: %v", shm.Dir, err)
+	}
+	t.Cleanup(func() { os.Remove(f.Name()) })
+	if err := f.Truncate(4096); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	_, err = c.SystemSharedMemoryRegister(ctx, &inference.SystemSharedMemoryRegisterRequest{Key: "/" + filepath.Base(f.Name()), ByteSize: 64})
+	if s := status.Convert(err); s.Code() != codes.InvalidArgument || s.Message() != "failed to register shared memory region '': invalid args" {
+		t.Fatalf("system region without a name: %v", err)
+	}
+
+	// The executor owning device 0 on this node, which opens the handle.
+	bc, err := bus.New(connect(t, ns, "gpu-executor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	handles := make(chan []byte, 1)
+	sub, err := bc.Handle(bus.ShmCudaSubject("node-a", 0), "", func(_ context.Context, data []byte) (proto.Message, error) {
+		var req busv1.ShmCudaCheckRequest
+		if err := proto.Unmarshal(data, &req); err != nil {
+			return nil, err
+		}
+		handles <- req.GetRegion().GetRawHandle()
+		return &busv1.ShmCudaCheckResponse{AllocationSize: 4096}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	handle := bytes.Repeat([]byte{7}, 80)
+	_, err = c.CudaSharedMemoryRegister(ctx, &inference.CudaSharedMemoryRegisterRequest{RawHandle: handle, ByteSize: 64})
+	if s := status.Convert(err); s.Code() != codes.InvalidArgument || s.Message() != "failed to register shared memory region '': invalid args" {
+		t.Fatalf("CUDA region without a name: %v", err)
+	}
+	if got := <-handles; !bytes.Equal(got, handle[:64]) {
+		t.Fatalf("the executor was given a handle of %d bytes, want the first 64", len(got))
 	}
 }
 

@@ -5,12 +5,14 @@ import (
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
-	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
 // The shared memory RPCs. Status answers a map keyed by region name;
 // register and unregister need --allow-client-shm; an empty name in
-// unregister means every region of the kind.
+// unregister means every region of the kind. Register checks neither the
+// name nor the size of a CUDA handle up front, as Triton's gRPC front end
+// does not (its HTTP one does): what its shared memory manager answers
+// for them is answered (registerSystemShm, registerCudaShm).
 
 func (s *grpcService) SystemSharedMemoryStatus(ctx context.Context, req *inference.SystemSharedMemoryStatusRequest) (*inference.SystemSharedMemoryStatusResponse, error) {
 	regions, err := s.g.shmStatus(ctx, busv1.ShmKind_SHM_KIND_SYSTEM, req.GetName())
@@ -28,9 +30,6 @@ func (s *grpcService) SystemSharedMemoryStatus(ctx context.Context, req *inferen
 func (s *grpcService) SystemSharedMemoryRegister(ctx context.Context, req *inference.SystemSharedMemoryRegisterRequest) (*inference.SystemSharedMemoryRegisterResponse, error) {
 	if !s.g.cfg.AllowClientShm {
 		return nil, errShmDisabled
-	}
-	if req.GetName() == "" {
-		return nil, tritonerr.InvalidArgf("'region name' is necessary to register system shared memory region")
 	}
 	if err := s.g.registerSystemShm(ctx, req.GetName(), req.GetKey(), req.GetOffset(), req.GetByteSize()); err != nil {
 		return nil, err
@@ -62,10 +61,13 @@ func (s *grpcService) CudaSharedMemoryRegister(ctx context.Context, req *inferen
 	if !s.g.cfg.AllowClientShm {
 		return nil, errShmDisabled
 	}
-	if req.GetName() == "" {
-		return nil, tritonerr.InvalidArgf("'region name' is necessary to register cuda shared memory region")
+	// Triton reads the handle as a cudaIpcMemHandle_t, its first 64 bytes;
+	// a shorter one does not open.
+	handle := req.GetRawHandle()
+	if len(handle) > cudaIpcHandleSize {
+		handle = handle[:cudaIpcHandleSize]
 	}
-	if err := s.g.registerCudaShm(ctx, req.GetName(), req.GetRawHandle(), req.GetDeviceId(), req.GetByteSize()); err != nil {
+	if err := s.g.registerCudaShm(ctx, req.GetName(), handle, req.GetDeviceId(), req.GetByteSize()); err != nil {
 		return nil, err
 	}
 	return &inference.CudaSharedMemoryRegisterResponse{}, nil
