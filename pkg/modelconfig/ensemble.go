@@ -171,6 +171,9 @@ func ValidateComposition(cfg *inference.ModelConfig, lookup func(model string) (
 		slices.Sort(missing)
 		return false, invalid("ensemble %s contains models that are not available or ambiguous: %s", name, strings.Join(missing, ", "))
 	}
+	if err := ensembleCycle(name, cfg, lookup, map[string]bool{}); err != nil {
+		return false, err
+	}
 	configs := map[string]*inference.ModelConfig{}
 	for _, s := range ens.Step {
 		c, _ := lookup(s.ModelName)
@@ -434,4 +437,24 @@ func EnsembleModels(cfg *inference.ModelConfig) []string {
 		}
 	}
 	return out
+}
+
+// ensembleCycle follows the composing ensembles of cur looking for start,
+// as Triton's CircularDependencyCheck does, with its message.
+func ensembleCycle(start string, cur *inference.ModelConfig, lookup func(string) (Composing, bool), seen map[string]bool) error {
+	for _, dep := range EnsembleModels(cur) {
+		if dep == start {
+			return invalid("circular dependency between ensembles: %s -> ... -> %s -> %s", start, cur.Name, start)
+		}
+		if seen[dep] {
+			continue
+		}
+		seen[dep] = true
+		if c, ok := lookup(dep); ok && c.Config != nil && IsEnsemble(c.Config) {
+			if err := ensembleCycle(start, c.Config, lookup, seen); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

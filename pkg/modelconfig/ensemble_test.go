@@ -125,9 +125,11 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT
 		"simple": {Config: simple, Versions: []int64{1}}, "nobatch": {Config: nobatch, Versions: []int64{1}},
 		"fp32": {Config: fp32, Versions: []int64{1}}, "shape8": {Config: shape8, Versions: []int64{1}},
 		"small": {Config: small, Versions: []int64{1}}, "dec": {Config: decoupled, Versions: []int64{1}},
-		"unloaded": {Err: tritonerr.Unavailablef("unloaded")},
-		"nover":    {Config: simple},
-		"invalid":  {Err: tritonerr.InvalidArgf("bad config"), Invalid: true},
+		"gone":      {Err: tritonerr.Unavailablef("unloaded")},
+		"noversion": {Config: simple},
+		"broken":    {Err: tritonerr.InvalidArgf("bad config"), Invalid: true},
+		"inner": {Config: mustParse(t, `name: "inner" platform: "ensemble" max_batch_size: 8`+ensIO+"ensemble_scheduling { "+
+			`step [ { model_name: "cycle" model_version: -1 input_map { key: "IN0" value: "IN0" } input_map { key: "IN1" value: "IN1" } output_map { key: "OUT0" value: "OUT0" } output_map { key: "OUT1" value: "OUT1" } } ]`+" }"), Versions: []int64{1}},
 	}
 	lookup := func(m string) (Composing, bool) { c, ok := models[m]; return c, ok }
 	step := func(model, version, extraIn string) string {
@@ -144,14 +146,16 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT
 		{"ok_version", "8", step("simple", "1", ""), "", false},
 		{"ok_decoupled", "8", step("dec", "-1", ""), "", true},
 		{"missing", "8", step("nothere", "-1", ""), "ensemble missing contains models that are not available or ambiguous: nothere", false},
-		{"unloaded", "8", step("unloaded", "-1", ""), "ensemble 'unloaded' depends on 'unloaded' which has no loaded version. Model 'unloaded' loading failed with error: unloaded", false},
-		{"nover", "8", step("nover", "-1", ""), "ensemble 'nover' depends on 'nover' which has no loaded version.", false},
+		{"unloaded", "8", step("gone", "-1", ""), "ensemble 'unloaded' depends on 'gone' which has no loaded version. Model 'gone' loading failed with error: unloaded", false},
+		{"nover", "8", step("noversion", "-1", ""), "ensemble 'nover' depends on 'noversion' which has no loaded version.", false},
 		{"version", "8", step("simple", "3", ""), "ensemble 'version' depends on 'simple' whose required version 3 is not loaded.", false},
 		{"batch", "8", step("small", "-1", ""), "ensemble batch allows maximum batch size 8, but it contains model small which only allows maximum batch size to be 4", false},
 		{"dtype", "8", step("fp32", "-1", ""), "in ensemble dtype, ensemble tensor IN0: inconsistent data type: TYPE_INT32 is inferred from model dtype while TYPE_FP32 is inferred from model fp32", false},
 		{"shape", "8", step("shape8", "-1", ""), "in ensemble shape, ensemble tensor IN0: inconsistent shape: [-1,16] is inferred from model shape while [-1,8] is inferred from model shape8", false},
 		{"nonbatch_shape", "0", step("nobatch", "-1", ""), "in ensemble nonbatch_shape, ensemble tensor IN0: inconsistent shape: [16] is inferred from model nonbatch_shape while [-1,16] is inferred from model nobatch", false},
-		{"invalid", "8", step("invalid", "-1", ""), "ensemble 'invalid' depends on 'invalid' which is not valid. Model 'invalid' failed with error: bad config", false},
+		{"cycle", "8", `step [ { model_name: "inner" model_version: -1 input_map { key: "IN0" value: "IN0" } input_map { key: "IN1" value: "IN1" } output_map { key: "OUT0" value: "OUT0" } output_map { key: "OUT1" value: "OUT1" } } ]`,
+			"circular dependency between ensembles: cycle -> ... -> inner -> cycle", false},
+		{"invalid", "8", step("broken", "-1", ""), "ensemble 'invalid' depends on 'broken' which is not valid. Model 'broken' failed with error: bad config", false},
 		{"no_such_input", "8", step("simple", "-1", `input_map { key: "INPUT9" value: "IN0" }`), "in ensemble no_such_input, ensemble tensor IN0 is mapping to non-existing input INPUT9 in model simple", false},
 		{"unmapped_input", "8", `step [ { model_name: "simple" model_version: -1 input_map { key: "INPUT0" value: "IN0" } input_map { key: "INPUT0X" value: "IN1" }
 			output_map { key: "OUTPUT0" value: "OUT0" } output_map { key: "OUTPUT1" value: "OUT1" } } ]`, "in ensemble unmapped_input, ensemble tensor IN1 is mapping to non-existing input INPUT0X in model simple", false},
