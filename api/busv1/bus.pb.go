@@ -387,9 +387,16 @@ type StatisticsReply struct {
 	Metrics []*VersionMetrics `protobuf:"bytes,3,rep,name=metrics,proto3" json:"metrics,omitempty"`
 	// Triton's GPU metrics of the GPUs the executor sees (NVML), for a
 	// request without a model name; none without a GPU.
-	Gpus          []*GpuMetrics `protobuf:"bytes,4,rep,name=gpus,proto3" json:"gpus,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Gpus []*GpuMetrics `protobuf:"bytes,4,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	// The metric families Triton backends registered in the executor's
+	// process (TRITONSERVER_MetricFamilyNew) and their metrics' values, for
+	// a request without a model name.
+	BackendMetrics []*BackendMetricFamily `protobuf:"bytes,5,rep,name=backend_metrics,json=backendMetrics,proto3" json:"backend_metrics,omitempty"`
+	// Names the process whose backends registered backend_metrics: the
+	// executors of one process report the same families, counted once.
+	BackendMetricsProcess string `protobuf:"bytes,6,opt,name=backend_metrics_process,json=backendMetricsProcess,proto3" json:"backend_metrics_process,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *StatisticsReply) Reset() {
@@ -450,6 +457,229 @@ func (x *StatisticsReply) GetGpus() []*GpuMetrics {
 	return nil
 }
 
+func (x *StatisticsReply) GetBackendMetrics() []*BackendMetricFamily {
+	if x != nil {
+		return x.BackendMetrics
+	}
+	return nil
+}
+
+func (x *StatisticsReply) GetBackendMetricsProcess() string {
+	if x != nil {
+		return x.BackendMetricsProcess
+	}
+	return ""
+}
+
+// A metric family a backend registered: Triton's TRITONSERVER_MetricKind
+// (0 counter, 1 gauge, 2 histogram), the name and the help it gave.
+type BackendMetricFamily struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Help          string                 `protobuf:"bytes,2,opt,name=help,proto3" json:"help,omitempty"`
+	Kind          uint32                 `protobuf:"varint,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Metrics       []*BackendMetric       `protobuf:"bytes,4,rep,name=metrics,proto3" json:"metrics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackendMetricFamily) Reset() {
+	*x = BackendMetricFamily{}
+	mi := &file_busv1_bus_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendMetricFamily) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendMetricFamily) ProtoMessage() {}
+
+func (x *BackendMetricFamily) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendMetricFamily.ProtoReflect.Descriptor instead.
+func (*BackendMetricFamily) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *BackendMetricFamily) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BackendMetricFamily) GetHelp() string {
+	if x != nil {
+		return x.Help
+	}
+	return ""
+}
+
+func (x *BackendMetricFamily) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *BackendMetricFamily) GetMetrics() []*BackendMetric {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
+// One metric of a family: its labels (as the backend gave them, sorted by
+// name), the value of a counter or gauge, or a histogram's upper bounds
+// with their cumulative counts, sum and count.
+type BackendMetric struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Labels        []*BackendMetricLabel  `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty"`
+	Value         float64                `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	BucketBounds  []float64              `protobuf:"fixed64,3,rep,packed,name=bucket_bounds,json=bucketBounds,proto3" json:"bucket_bounds,omitempty"`
+	BucketCounts  []uint64               `protobuf:"varint,4,rep,packed,name=bucket_counts,json=bucketCounts,proto3" json:"bucket_counts,omitempty"`
+	Sum           float64                `protobuf:"fixed64,5,opt,name=sum,proto3" json:"sum,omitempty"`
+	Count         uint64                 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackendMetric) Reset() {
+	*x = BackendMetric{}
+	mi := &file_busv1_bus_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendMetric) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendMetric) ProtoMessage() {}
+
+func (x *BackendMetric) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendMetric.ProtoReflect.Descriptor instead.
+func (*BackendMetric) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BackendMetric) GetLabels() []*BackendMetricLabel {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *BackendMetric) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *BackendMetric) GetBucketBounds() []float64 {
+	if x != nil {
+		return x.BucketBounds
+	}
+	return nil
+}
+
+func (x *BackendMetric) GetBucketCounts() []uint64 {
+	if x != nil {
+		return x.BucketCounts
+	}
+	return nil
+}
+
+func (x *BackendMetric) GetSum() float64 {
+	if x != nil {
+		return x.Sum
+	}
+	return 0
+}
+
+func (x *BackendMetric) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type BackendMetricLabel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackendMetricLabel) Reset() {
+	*x = BackendMetricLabel{}
+	mi := &file_busv1_bus_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendMetricLabel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendMetricLabel) ProtoMessage() {}
+
+func (x *BackendMetricLabel) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendMetricLabel.ProtoReflect.Descriptor instead.
+func (*BackendMetricLabel) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *BackendMetricLabel) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BackendMetricLabel) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // One GPU's figures (nv_gpu_utilization, nv_gpu_memory_total_bytes,
 // nv_gpu_memory_used_bytes, nv_gpu_power_usage, nv_gpu_power_limit,
 // nv_energy_consumption); NaN for what the GPU does not report.
@@ -468,7 +698,7 @@ type GpuMetrics struct {
 
 func (x *GpuMetrics) Reset() {
 	*x = GpuMetrics{}
-	mi := &file_busv1_bus_proto_msgTypes[6]
+	mi := &file_busv1_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +710,7 @@ func (x *GpuMetrics) String() string {
 func (*GpuMetrics) ProtoMessage() {}
 
 func (x *GpuMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[6]
+	mi := &file_busv1_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +723,7 @@ func (x *GpuMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuMetrics.ProtoReflect.Descriptor instead.
 func (*GpuMetrics) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{6}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GpuMetrics) GetUuid() string {
@@ -568,7 +798,7 @@ type VersionMetrics struct {
 
 func (x *VersionMetrics) Reset() {
 	*x = VersionMetrics{}
-	mi := &file_busv1_bus_proto_msgTypes[7]
+	mi := &file_busv1_bus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +810,7 @@ func (x *VersionMetrics) String() string {
 func (*VersionMetrics) ProtoMessage() {}
 
 func (x *VersionMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[7]
+	mi := &file_busv1_bus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +823,7 @@ func (x *VersionMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionMetrics.ProtoReflect.Descriptor instead.
 func (*VersionMetrics) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{7}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *VersionMetrics) GetName() string {
@@ -668,7 +898,7 @@ type LatencySummary struct {
 
 func (x *LatencySummary) Reset() {
 	*x = LatencySummary{}
-	mi := &file_busv1_bus_proto_msgTypes[8]
+	mi := &file_busv1_bus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +910,7 @@ func (x *LatencySummary) String() string {
 func (*LatencySummary) ProtoMessage() {}
 
 func (x *LatencySummary) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[8]
+	mi := &file_busv1_bus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +923,7 @@ func (x *LatencySummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencySummary.ProtoReflect.Descriptor instead.
 func (*LatencySummary) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{8}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LatencySummary) GetFamily() string {
@@ -742,7 +972,7 @@ type FirstResponseHistogram struct {
 
 func (x *FirstResponseHistogram) Reset() {
 	*x = FirstResponseHistogram{}
-	mi := &file_busv1_bus_proto_msgTypes[9]
+	mi := &file_busv1_bus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +984,7 @@ func (x *FirstResponseHistogram) String() string {
 func (*FirstResponseHistogram) ProtoMessage() {}
 
 func (x *FirstResponseHistogram) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[9]
+	mi := &file_busv1_bus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +997,7 @@ func (x *FirstResponseHistogram) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstResponseHistogram.ProtoReflect.Descriptor instead.
 func (*FirstResponseHistogram) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{9}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FirstResponseHistogram) GetName() string {
@@ -834,7 +1064,7 @@ type ModelControlRequest struct {
 
 func (x *ModelControlRequest) Reset() {
 	*x = ModelControlRequest{}
-	mi := &file_busv1_bus_proto_msgTypes[10]
+	mi := &file_busv1_bus_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +1076,7 @@ func (x *ModelControlRequest) String() string {
 func (*ModelControlRequest) ProtoMessage() {}
 
 func (x *ModelControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[10]
+	mi := &file_busv1_bus_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +1089,7 @@ func (x *ModelControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelControlRequest.ProtoReflect.Descriptor instead.
 func (*ModelControlRequest) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{10}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ModelControlRequest) GetName() string {
@@ -918,7 +1148,7 @@ type ModelControlReply struct {
 
 func (x *ModelControlReply) Reset() {
 	*x = ModelControlReply{}
-	mi := &file_busv1_bus_proto_msgTypes[11]
+	mi := &file_busv1_bus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1160,7 @@ func (x *ModelControlReply) String() string {
 func (*ModelControlReply) ProtoMessage() {}
 
 func (x *ModelControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[11]
+	mi := &file_busv1_bus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1173,7 @@ func (x *ModelControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelControlReply.ProtoReflect.Descriptor instead.
 func (*ModelControlReply) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{11}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ModelControlReply) GetExecutorId() string {
@@ -989,7 +1219,7 @@ type ExecutorDrainRequest struct {
 
 func (x *ExecutorDrainRequest) Reset() {
 	*x = ExecutorDrainRequest{}
-	mi := &file_busv1_bus_proto_msgTypes[12]
+	mi := &file_busv1_bus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1231,7 @@ func (x *ExecutorDrainRequest) String() string {
 func (*ExecutorDrainRequest) ProtoMessage() {}
 
 func (x *ExecutorDrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[12]
+	mi := &file_busv1_bus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1244,7 @@ func (x *ExecutorDrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorDrainRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorDrainRequest) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{12}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecutorDrainRequest) GetStart() bool {
@@ -1065,13 +1295,30 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x0eCatalogRequest\"A\n" +
 	"\x11StatisticsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\x84\x02\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\x89\x03\n" +
 	"\x0fStatisticsReply\x12;\n" +
 	"\vmodel_stats\x18\x01 \x03(\v2\x1a.inference.ModelStatisticsR\n" +
 	"modelStats\x12L\n" +
 	"\x0efirst_response\x18\x02 \x03(\v2%.nereid.bus.v1.FirstResponseHistogramR\rfirstResponse\x127\n" +
 	"\ametrics\x18\x03 \x03(\v2\x1d.nereid.bus.v1.VersionMetricsR\ametrics\x12-\n" +
-	"\x04gpus\x18\x04 \x03(\v2\x19.nereid.bus.v1.GpuMetricsR\x04gpus\"\xf6\x01\n" +
+	"\x04gpus\x18\x04 \x03(\v2\x19.nereid.bus.v1.GpuMetricsR\x04gpus\x12K\n" +
+	"\x0fbackend_metrics\x18\x05 \x03(\v2\".nereid.bus.v1.BackendMetricFamilyR\x0ebackendMetrics\x126\n" +
+	"\x17backend_metrics_process\x18\x06 \x01(\tR\x15backendMetricsProcess\"\x89\x01\n" +
+	"\x13BackendMetricFamily\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04help\x18\x02 \x01(\tR\x04help\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\rR\x04kind\x126\n" +
+	"\ametrics\x18\x04 \x03(\v2\x1c.nereid.bus.v1.BackendMetricR\ametrics\"\xd2\x01\n" +
+	"\rBackendMetric\x129\n" +
+	"\x06labels\x18\x01 \x03(\v2!.nereid.bus.v1.BackendMetricLabelR\x06labels\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\x12#\n" +
+	"\rbucket_bounds\x18\x03 \x03(\x01R\fbucketBounds\x12#\n" +
+	"\rbucket_counts\x18\x04 \x03(\x04R\fbucketCounts\x12\x10\n" +
+	"\x03sum\x18\x05 \x01(\x01R\x03sum\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\x04R\x05count\">\n" +
+	"\x12BackendMetricLabel\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xf6\x01\n" +
 	"\n" +
 	"GpuMetrics\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12 \n" +
@@ -1141,7 +1388,7 @@ func file_busv1_bus_proto_rawDescGZIP() []byte {
 	return file_busv1_bus_proto_rawDescData
 }
 
-var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_busv1_bus_proto_goTypes = []any{
 	(*ExecutorHeartbeat)(nil),         // 0: nereid.bus.v1.ExecutorHeartbeat
 	(*ExecutorCatalog)(nil),           // 1: nereid.bus.v1.ExecutorCatalog
@@ -1149,34 +1396,40 @@ var file_busv1_bus_proto_goTypes = []any{
 	(*CatalogRequest)(nil),            // 3: nereid.bus.v1.CatalogRequest
 	(*StatisticsRequest)(nil),         // 4: nereid.bus.v1.StatisticsRequest
 	(*StatisticsReply)(nil),           // 5: nereid.bus.v1.StatisticsReply
-	(*GpuMetrics)(nil),                // 6: nereid.bus.v1.GpuMetrics
-	(*VersionMetrics)(nil),            // 7: nereid.bus.v1.VersionMetrics
-	(*LatencySummary)(nil),            // 8: nereid.bus.v1.LatencySummary
-	(*FirstResponseHistogram)(nil),    // 9: nereid.bus.v1.FirstResponseHistogram
-	(*ModelControlRequest)(nil),       // 10: nereid.bus.v1.ModelControlRequest
-	(*ModelControlReply)(nil),         // 11: nereid.bus.v1.ModelControlReply
-	(*ExecutorDrainRequest)(nil),      // 12: nereid.bus.v1.ExecutorDrainRequest
-	nil,                               // 13: nereid.bus.v1.LatencySummary.WindowEntry
-	nil,                               // 14: nereid.bus.v1.ModelControlRequest.FilesEntry
-	(*inference.ModelConfig)(nil),     // 15: inference.ModelConfig
-	(*inference.ModelStatistics)(nil), // 16: inference.ModelStatistics
+	(*BackendMetricFamily)(nil),       // 6: nereid.bus.v1.BackendMetricFamily
+	(*BackendMetric)(nil),             // 7: nereid.bus.v1.BackendMetric
+	(*BackendMetricLabel)(nil),        // 8: nereid.bus.v1.BackendMetricLabel
+	(*GpuMetrics)(nil),                // 9: nereid.bus.v1.GpuMetrics
+	(*VersionMetrics)(nil),            // 10: nereid.bus.v1.VersionMetrics
+	(*LatencySummary)(nil),            // 11: nereid.bus.v1.LatencySummary
+	(*FirstResponseHistogram)(nil),    // 12: nereid.bus.v1.FirstResponseHistogram
+	(*ModelControlRequest)(nil),       // 13: nereid.bus.v1.ModelControlRequest
+	(*ModelControlReply)(nil),         // 14: nereid.bus.v1.ModelControlReply
+	(*ExecutorDrainRequest)(nil),      // 15: nereid.bus.v1.ExecutorDrainRequest
+	nil,                               // 16: nereid.bus.v1.LatencySummary.WindowEntry
+	nil,                               // 17: nereid.bus.v1.ModelControlRequest.FilesEntry
+	(*inference.ModelConfig)(nil),     // 18: inference.ModelConfig
+	(*inference.ModelStatistics)(nil), // 19: inference.ModelStatistics
 }
 var file_busv1_bus_proto_depIdxs = []int32{
 	2,  // 0: nereid.bus.v1.ExecutorCatalog.models:type_name -> nereid.bus.v1.ModelVersionState
-	15, // 1: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
-	16, // 2: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
-	9,  // 3: nereid.bus.v1.StatisticsReply.first_response:type_name -> nereid.bus.v1.FirstResponseHistogram
-	7,  // 4: nereid.bus.v1.StatisticsReply.metrics:type_name -> nereid.bus.v1.VersionMetrics
-	6,  // 5: nereid.bus.v1.StatisticsReply.gpus:type_name -> nereid.bus.v1.GpuMetrics
-	8,  // 6: nereid.bus.v1.VersionMetrics.summaries:type_name -> nereid.bus.v1.LatencySummary
-	13, // 7: nereid.bus.v1.LatencySummary.window:type_name -> nereid.bus.v1.LatencySummary.WindowEntry
-	14, // 8: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
-	1,  // 9: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	18, // 1: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
+	19, // 2: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
+	12, // 3: nereid.bus.v1.StatisticsReply.first_response:type_name -> nereid.bus.v1.FirstResponseHistogram
+	10, // 4: nereid.bus.v1.StatisticsReply.metrics:type_name -> nereid.bus.v1.VersionMetrics
+	9,  // 5: nereid.bus.v1.StatisticsReply.gpus:type_name -> nereid.bus.v1.GpuMetrics
+	6,  // 6: nereid.bus.v1.StatisticsReply.backend_metrics:type_name -> nereid.bus.v1.BackendMetricFamily
+	7,  // 7: nereid.bus.v1.BackendMetricFamily.metrics:type_name -> nereid.bus.v1.BackendMetric
+	8,  // 8: nereid.bus.v1.BackendMetric.labels:type_name -> nereid.bus.v1.BackendMetricLabel
+	11, // 9: nereid.bus.v1.VersionMetrics.summaries:type_name -> nereid.bus.v1.LatencySummary
+	16, // 10: nereid.bus.v1.LatencySummary.window:type_name -> nereid.bus.v1.LatencySummary.WindowEntry
+	17, // 11: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
+	1,  // 12: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_busv1_bus_proto_init() }
@@ -1190,7 +1443,7 @@ func file_busv1_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_busv1_bus_proto_rawDesc), len(file_busv1_bus_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -85,7 +85,9 @@ type Key struct{ Name, Version string }
 // Collect sends Triton's per-model metrics of the versions in stats, in
 // that order: stats are the versions' statistics (summed where several
 // executors serve one), parts the replies that carried them, whose
-// VersionMetrics and first-response histograms are summed here.
+// VersionMetrics and first-response histograms are summed here, followed
+// by the metric families backends registered that parts carry
+// (CollectBackend).
 func Collect(ch chan<- prometheus.Metric, cfg Config, stats []*inference.ModelStatistics, parts []*busv1.StatisticsReply) {
 	extra := SumMetrics(parts)
 	quantiles := cfg.Quantiles()
@@ -136,6 +138,7 @@ func Collect(ch chan<- prometheus.Metric, cfg Config, stats []*inference.ModelSt
 			ch <- prometheus.MustNewConstHistogram(descFirstResponse, h.Count, h.Sum, h.Buckets, h.Name, h.Version)
 		}
 	}
+	CollectBackend(ch, parts)
 }
 
 // CollectHeld sends what a sequence router reports of the versions it

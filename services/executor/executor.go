@@ -693,6 +693,9 @@ func (e *Executor) handleStats(_ context.Context, data []byte) (proto.Message, e
 	resp := e.statsReply(req.GetName(), req.GetVersion())
 	if req.GetName() == "" {
 		resp.Gpus = gpuProtos(e.gpus.Read())
+		// What the Triton backends of this process registered: a gateway
+		// adds them up over the constellation (tritonmetrics.Collect).
+		resp.BackendMetrics, resp.BackendMetricsProcess = cbackend.MetricFamilies(), cbackend.MetricsProcess
 	}
 	return resp, nil
 }

@@ -1,13 +1,19 @@
 package cbackend
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -47,12 +53,19 @@ type metric struct {
 	refs    int
 }
 
+// The names Prometheus accepts, as Triton's prometheus-cpp checks them: a
+// metric name, a label name; neither may start with "__" (reserved).
+var (
+	validMetricName = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
+	validLabelName  = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+)
+
 func newFamily(kind MetricKind, name, help string) (*family, error) {
 	if kind < Counter || kind > Histogram {
-		return nil, tritonerr.InvalidArgf("unknown metric kind %d", kind)
+		return nil, tritonerr.InvalidArgf("Unsupported kind passed to MetricFamily constructor.")
 	}
-	if name == "" {
-		return nil, tritonerr.InvalidArgf("metric family name must not be empty")
+	if !validMetricName.MatchString(name) || strings.HasPrefix(name, "__") {
+		return nil, tritonerr.InvalidArgf("Invalid metric name")
 	}
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
@@ -61,7 +74,10 @@ func newFamily(kind MetricKind, name, help string) (*family, error) {
 	}
 	if f, ok := registry.families[name]; ok {
 		if f.kind != kind {
-			return nil, tritonerr.InvalidArgf("metric family '%s' already exists with a different kind", name)
+			return nil, tritonerr.InvalidArgf("Family name already exists with different type")
+		}
+		if f.help != help {
+			return nil, tritonerr.InvalidArgf("Family name already exists")
 		}
 		f.refs++
 		return f, nil
@@ -88,10 +104,15 @@ func (f *family) release() error {
 // labels give the same metric, as in Triton.
 func (f *family) newMetric(labels [][2]string, buckets []float64) (*metric, error) {
 	if f.kind == Histogram && buckets == nil {
-		return nil, tritonerr.InvalidArgf("Missing required buckets for histogram metric")
+		return nil, tritonerr.InvalidArgf("Bucket boundaries not found in Metric args.")
 	}
 	if f.kind != Histogram && buckets != nil {
-		return nil, tritonerr.InvalidArgf("Unexpected buckets found for %s metric", map[MetricKind]string{Counter: "counter", Gauge: "gauge"}[f.kind])
+		return nil, tritonerr.InvalidArgf("Unexpected args found in %s Metric constructor.", map[MetricKind]string{Counter: "counter", Gauge: "gauge"}[f.kind])
+	}
+	for _, l := range labels {
+		if !validLabelName.MatchString(l[0]) || strings.HasPrefix(l[0], "__") {
+			return nil, tritonerr.InvalidArgf("Invalid label name")
+		}
 	}
 	slices.SortFunc(labels, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
 	registry.mu.Lock()
@@ -121,11 +142,18 @@ func (m *metric) release() {
 	}
 }
 
+// kindName is TRITONSERVER_MetricKind's name, as Triton's messages give it.
+var kindName = map[MetricKind]string{Counter: "TRITONSERVER_METRIC_KIND_COUNTER", Gauge: "TRITONSERVER_METRIC_KIND_GAUGE", Histogram: "TRITONSERVER_METRIC_KIND_HISTOGRAM"}
+
+func (m *metric) unsupported(op string) error {
+	return tritonerr.Unsupportedf("%s does not support %s", kindName[m.f.kind], op)
+}
+
 func (m *metric) read() (float64, error) {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
 	if m.f.kind == Histogram {
-		return 0, tritonerr.Unsupportedf("Unsupported metric kind")
+		return 0, m.unsupported("Value")
 	}
 	return m.value, nil
 }
@@ -139,7 +167,7 @@ func (m *metric) increment(v float64) error {
 			return tritonerr.InvalidArgf("TRITONSERVER_METRIC_KIND_COUNTER can only be incremented monotonically by non-negative values.")
 		}
 	case Histogram:
-		return tritonerr.Unsupportedf("Unsupported metric kind")
+		return m.unsupported("Increment")
 	}
 	m.value += v
 	return nil
@@ -149,7 +177,7 @@ func (m *metric) set(v float64) error {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
 	if m.f.kind != Gauge {
-		return tritonerr.Unsupportedf("Unsupported metric kind")
+		return m.unsupported("Set")
 	}
 	m.value = v
 	return nil
@@ -159,7 +187,7 @@ func (m *metric) observe(v float64) error {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
 	if m.f.kind != Histogram {
-		return tritonerr.Unsupportedf("Unsupported metric kind")
+		return m.unsupported("Observe")
 	}
 	for i, b := range m.buckets {
 		if v <= b {
@@ -172,66 +200,125 @@ func (m *metric) observe(v float64) error {
 	return nil
 }
 
-// WriteMetrics writes the backends' custom metrics in Prometheus' text
-// exposition format.
-func WriteMetrics(w io.Writer) error {
+// MetricsProcess names this process in the statistics its executors
+// report with MetricFamilies: executors sharing a process share the
+// registry, so a gateway summing them counts it once.
+var MetricsProcess = func() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}()
+
+// MetricFamilies returns the families backends registered that have
+// metrics, by name, each one's metrics by labels, with their values now:
+// what the executor reports to gateways with its statistics.
+func MetricFamilies() []*busv1.BackendMetricFamily {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
-	names := sortedKeys(registry.families)
-	for _, n := range names {
+	var out []*busv1.BackendMetricFamily
+	for _, n := range sortedKeys(registry.families) {
 		f := registry.families[n]
 		if len(f.metrics) == 0 {
 			continue
 		}
-		kind := map[MetricKind]string{Counter: "counter", Gauge: "gauge", Histogram: "histogram"}[f.kind]
-		if _, err := fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", f.name, escapeHelp(f.help), f.name, kind); err != nil {
-			return err
-		}
+		pf := &busv1.BackendMetricFamily{Name: f.name, Help: f.help, Kind: uint32(f.kind)}
 		for _, m := range f.metrics {
-			if f.kind != Histogram {
-				fmt.Fprintf(w, "%s%s %s\n", f.name, labelText(m.labels, ""), num(m.value))
-				continue
+			pm := &busv1.BackendMetric{Value: m.value, Sum: m.sum, Count: m.count, BucketBounds: slices.Clone(m.buckets)}
+			for _, l := range m.labels {
+				pm.Labels = append(pm.Labels, &busv1.BackendMetricLabel{Name: l[0], Value: l[1]})
 			}
 			var cum uint64
-			for i, b := range m.buckets {
-				cum += m.counts[i]
-				fmt.Fprintf(w, "%s_bucket%s %d\n", f.name, labelText(m.labels, num(b)), cum)
+			for _, c := range m.counts {
+				cum += c
+				pm.BucketCounts = append(pm.BucketCounts, cum)
 			}
-			fmt.Fprintf(w, "%s_bucket%s %d\n", f.name, labelText(m.labels, "+Inf"), m.count)
-			fmt.Fprintf(w, "%s_sum%s %s\n%s_count%s %d\n", f.name, labelText(m.labels, ""), num(m.sum), f.name, labelText(m.labels, ""), m.count)
+			pf.Metrics = append(pf.Metrics, pm)
+		}
+		slices.SortFunc(pf.Metrics, func(a, b *busv1.BackendMetric) int {
+			return strings.Compare(labelText(labelPairs(a), ""), labelText(labelPairs(b), ""))
+		})
+		out = append(out, pf)
+	}
+	return out
+}
+
+func labelPairs(m *busv1.BackendMetric) [][2]string {
+	out := make([][2]string, len(m.GetLabels()))
+	for i, l := range m.GetLabels() {
+		out[i] = [2]string{l.GetName(), l.GetValue()}
+	}
+	return out
+}
+
+// WriteMetrics writes the backends' custom metrics in Prometheus' text
+// exposition format as Triton's (prometheus-cpp) does: "# HELP" when the
+// family has a help text, "# TYPE" with counter, gauge or histogram, a
+// histogram's _count, _sum and cumulative _bucket lines ending with
+// le="+Inf". The executor's /metrics serves them after its own.
+func WriteMetrics(w io.Writer) error {
+	var b strings.Builder
+	for _, f := range MetricFamilies() {
+		if f.GetHelp() != "" {
+			fmt.Fprintf(&b, "# HELP %s %s\n", f.GetName(), escapeHelp(f.GetHelp()))
+		}
+		fmt.Fprintf(&b, "# TYPE %s %s\n", f.GetName(), map[MetricKind]string{Counter: "counter", Gauge: "gauge", Histogram: "histogram"}[MetricKind(f.GetKind())])
+		for _, m := range f.GetMetrics() {
+			labels := labelPairs(m)
+			if MetricKind(f.GetKind()) != Histogram {
+				fmt.Fprintf(&b, "%s%s %s\n", f.GetName(), labelText(labels, ""), num(m.GetValue()))
+				continue
+			}
+			fmt.Fprintf(&b, "%s_count%s %d\n", f.GetName(), labelText(labels, ""), m.GetCount())
+			fmt.Fprintf(&b, "%s_sum%s %s\n", f.GetName(), labelText(labels, ""), num(m.GetSum()))
+			for i, bound := range m.GetBucketBounds() {
+				fmt.Fprintf(&b, "%s_bucket%s %d\n", f.GetName(), labelText(labels, num(bound)), m.GetBucketCounts()[i])
+			}
+			if n := len(m.GetBucketBounds()); n == 0 || !math.IsInf(m.GetBucketBounds()[n-1], 1) {
+				fmt.Fprintf(&b, "%s_bucket%s %d\n", f.GetName(), labelText(labels, "+Inf"), m.GetCount())
+			}
 		}
 	}
-	return nil
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 func num(v float64) string {
-	if math.IsInf(v, 1) {
+	switch {
+	case math.IsNaN(v):
+		return "NaN"
+	case math.IsInf(v, 1):
 		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
 	}
-	return fmt.Sprint(v)
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
 func escapeHelp(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
 }
 
+// labelText writes labels (and le, when not empty) as Prometheus' text
+// format does, values escaped.
 func labelText(labels [][2]string, le string) string {
 	if len(labels) == 0 && le == "" {
 		return ""
 	}
+	esc := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 	var b strings.Builder
 	b.WriteByte('{')
 	for i, l := range labels {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, "%s=%q", l[0], l[1])
+		fmt.Fprintf(&b, `%s="%s"`, l[0], esc.Replace(l[1]))
 	}
 	if le != "" {
 		if len(labels) > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, "le=%q", le)
+		fmt.Fprintf(&b, `le="%s"`, le)
 	}
 	b.WriteByte('}')
 	return b.String()

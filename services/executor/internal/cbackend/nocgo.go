@@ -29,7 +29,7 @@ const DefaultDirectory = "/opt/tritonserver/backends"
 
 // Server is what backends reach through TRITONSERVER_Server.
 type Server interface {
-	Infer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error)
+	Infer(ctx context.Context, req *inference.ModelInferRequest, emit func(resp *inference.ModelInferResponse, err error, final bool) error) error
 	ModelReady(ctx context.Context, name string, version int64) (bool, error)
 	ModelDecoupled(ctx context.Context, name string, version int64) (bool, error)
 	LoadModel(ctx context.Context, name, config string, files map[string][]byte) error
