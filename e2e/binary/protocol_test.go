@@ -209,6 +209,17 @@ func TestSizeLimitWording(t *testing.T) {
 		}
 	})
 
+	t.Run("compressed JSON body inflating past --http-max-input-size", func(t *testing.T) {
+		// All JSON (no binary tensors): Triton words it as a JSON request
+		// too large, of at least the byte past the limit.
+		big := `{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":[1]}],"id":"` + strings.Repeat("x", 5000) + `"}`
+		r := post(t, base+"/v2/models/identity_fp32/infer", gzipped(t, []byte(big)), "Content-Encoding", "gzip")
+		want := "request JSON size of 4097 bytes exceeds the maximum allowed input size of 4096 bytes. Use --http-max-input-size to increase the limit."
+		if got := errorOf(t, r); r.status != 400 || got != want {
+			t.Fatalf("%d %q", r.status, got)
+		}
+	})
+
 	t.Run("compressed body inflating past --http-max-input-size", func(t *testing.T) {
 		data := make([]byte, 8192)
 		body, hl := binaryBody(`{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,2048],"parameters":{"binary_data_size":8192}}]}`, data)

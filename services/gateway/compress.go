@@ -63,6 +63,14 @@ func requestEncoding(h http.Header) (string, error) {
 // is the body's Content-Length (-1: unknown), for the message about an
 // uncompressed body that is too large.
 func readBody(r io.Reader, encoding string, limit, declared int64) ([]byte, error) {
+	return readBodyAs(r, encoding, limit, declared, false)
+}
+
+// readBodyAs is readBody for a body that is all JSON (an infer request
+// without binary tensors) when json is true: one that inflates past the
+// limit is refused as a JSON request too large, as Triton words it, rather
+// than as decompressed data too large.
+func readBodyAs(r io.Reader, encoding string, limit, declared int64, json bool) ([]byte, error) {
 	var src io.Reader = r
 	if encoding == encGzip || encoding == encDeflate {
 		dec, err := newDecompressor(r)
@@ -70,8 +78,16 @@ func readBody(r io.Reader, encoding string, limit, declared int64) ([]byte, erro
 			return nil, bodyError(err, "failed to decompress request body: %v")
 		}
 		defer dec.Close()
-		z := &inflater{r: dec, limit: limit, tooLarge: tritonerr.InvalidArgf(
-			"Decompressed data size exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", limit)}
+		tooLarge := tritonerr.InvalidArgf(
+			"Decompressed data size exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", limit)
+		if json {
+			// Inflation stops at the byte past the limit: the size is
+			// known to be at least that.
+			tooLarge = tritonerr.InvalidArgf(
+				"request JSON size of %d bytes exceeds the maximum allowed input size of %d bytes. Use --http-max-input-size to increase the limit.",
+				limit+1, limit)
+		}
+		z := &inflater{r: dec, limit: limit, tooLarge: tooLarge}
 		if b, ok := r.(*intakeBody); ok {
 			z.count = b.hold
 		}

@@ -180,7 +180,7 @@ func (hs *handoffState) finishEncoded() error {
 func (g *Gateway) readInferBody(r *http.Request, enc string, limit int64, model string, vv *versionView) ([]byte, *handoff.Region, error) {
 	n := r.ContentLength
 	if enc != encIdentity || n < 0 || n > limit {
-		b, err := readBody(r.Body, enc, limit, n)
+		b, err := readBodyAs(r.Body, enc, limit, n, r.Header.Get(kserve.HeaderLength) == "")
 		return b, nil, err
 	}
 	var region *handoff.Region
