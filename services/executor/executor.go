@@ -695,7 +695,9 @@ func (e *Executor) handleStats(_ context.Context, data []byte) (proto.Message, e
 		resp.Gpus = gpuProtos(e.gpus.Read())
 		// What the Triton backends of this process registered: a gateway
 		// adds them up over the constellation (tritonmetrics.Collect).
-		resp.BackendMetrics, resp.BackendMetricsProcess = cbackend.MetricFamilies(), cbackend.MetricsProcess
+		if fams := cbackend.MetricFamilies(); len(fams) > 0 {
+			resp.BackendMetrics, resp.BackendMetricsProcess = fams, cbackend.MetricsProcess
+		}
 	}
 	return resp, nil
 }
