@@ -211,11 +211,17 @@ type ModelVersionState struct {
 	// model of the repository never loaded (then state is empty too).
 	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	// "READY", "UNAVAILABLE", "LOADING" or "UNLOADING".
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	Config        *inference.ModelConfig `protobuf:"bytes,5,opt,name=config,proto3" json:"config,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	State  string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Reason string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Config *inference.ModelConfig `protobuf:"bytes,5,opt,name=config,proto3" json:"config,omitempty"`
+	// A fault in the version's backend fails only the executions it is in
+	// (a Go backend, whose panics are recovered), never the executor: a
+	// request lost with this executor did not take it down itself, so a
+	// gateway may run it again elsewhere. False for a Triton C backend,
+	// whose fault ends the process.
+	FaultsContained bool `protobuf:"varint,6,opt,name=faults_contained,json=faultsContained,proto3" json:"faults_contained,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ModelVersionState) Reset() {
@@ -281,6 +287,13 @@ func (x *ModelVersionState) GetConfig() *inference.ModelConfig {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *ModelVersionState) GetFaultsContained() bool {
+	if x != nil {
+		return x.FaultsContained
+	}
+	return false
 }
 
 type CatalogRequest struct {
@@ -1285,13 +1298,14 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x06models\x18\x04 \x03(\v2 .nereid.bus.v1.ModelVersionStateR\x06models\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\x12)\n" +
 	"\x10explicit_control\x18\x06 \x01(\bR\x0fexplicitControl\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining\"\x9f\x01\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\"\xca\x01\n" +
 	"\x11ModelVersionState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12.\n" +
-	"\x06config\x18\x05 \x01(\v2\x16.inference.ModelConfigR\x06config\"\x10\n" +
+	"\x06config\x18\x05 \x01(\v2\x16.inference.ModelConfigR\x06config\x12)\n" +
+	"\x10faults_contained\x18\x06 \x01(\bR\x0ffaultsContained\"\x10\n" +
 	"\x0eCatalogRequest\"A\n" +
 	"\x11StatisticsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +

@@ -46,15 +46,15 @@ func TestRerunOnExecutorLoss(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  *inference.ModelConfig
-		want bool
+		want Rerun
 		err  string
 	}{
-		{"no parameter", &inference.ModelConfig{Name: "m"}, true, ""},
-		{"empty", &inference.ModelConfig{Name: "m", Parameters: param("")}, true, ""},
-		{"true", &inference.ModelConfig{Name: "m", Parameters: param("true")}, true, ""},
-		{"false", &inference.ModelConfig{Name: "m", Parameters: param("false")}, false, ""},
+		{"no parameter", &inference.ModelConfig{Name: "m"}, RerunDefault, ""},
+		{"empty", &inference.ModelConfig{Name: "m", Parameters: param("")}, RerunDefault, ""},
+		{"true", &inference.ModelConfig{Name: "m", Parameters: param("true")}, RerunAlways, ""},
+		{"false", &inference.ModelConfig{Name: "m", Parameters: param("false")}, RerunNever, ""},
 		{"unknown value", &inference.ModelConfig{Name: "m", Parameters: param("never")},
-			true, "model 'm': unknown value 'never' of parameter 'rerun_on_executor_loss' (expected 'true' or 'false')"},
+			RerunDefault, "model 'm': unknown value 'never' of parameter 'rerun_on_executor_loss' (expected 'true' or 'false')"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := RerunOnExecutorLoss(tc.cfg)

@@ -97,28 +97,46 @@ func StateDurability(cfg *inference.ModelConfig) (Durability, error) {
 }
 
 // RerunParameter is the model config parameter that says whether a request
-// whose executor was lost while running it may run again on another
+// whose executor was lost while holding it may run again on another
 // executor: parameters { key: "rerun_on_executor_loss" value: {
-// string_value: "false" } } keeps such a request failed, for a model whose
-// executions act on the world beyond their outputs.
+// string_value: "true" } } (or "false").
 const RerunParameter = "rerun_on_executor_loss"
 
-// RerunOnExecutorLoss reads the model's "rerun_on_executor_loss" parameter:
-// absent, empty or "true" allows a rerun, "false" forbids it; anything else
-// is an error naming the value. Only stateless requests are ever rerun
-// (a sequence's request runs again only from durable state), so the
-// parameter means nothing to a sequence or decoupled model.
-func RerunOnExecutorLoss(cfg *inference.ModelConfig) (bool, error) {
+// Rerun is a model's answer to RerunParameter.
+type Rerun uint8
+
+const (
+	// RerunDefault: the parameter is absent; the gateway decides (it reruns
+	// a request only where the model's backend cannot take an executor
+	// down: a request lost with an executor on a Triton C backend may be
+	// what crashed it, and would crash the next one).
+	RerunDefault Rerun = iota
+	// RerunAlways: "true": run it again, whatever the backend.
+	RerunAlways
+	// RerunNever: "false": never, for a model whose executions act beyond
+	// their outputs.
+	RerunNever
+)
+
+// RerunOnExecutorLoss reads the model's "rerun_on_executor_loss"
+// parameter: absent or empty is RerunDefault, "true" RerunAlways, "false"
+// RerunNever; anything else is an error naming the value. Only stateless
+// requests are ever rerun (a sequence's request runs again only from
+// durable state), so the parameter means nothing to a sequence or
+// decoupled model.
+func RerunOnExecutorLoss(cfg *inference.ModelConfig) (Rerun, error) {
 	p, ok := cfg.GetParameters()[RerunParameter]
 	if !ok {
-		return true, nil
+		return RerunDefault, nil
 	}
 	switch v := p.GetStringValue(); v {
-	case "", "true":
-		return true, nil
+	case "":
+		return RerunDefault, nil
+	case "true":
+		return RerunAlways, nil
 	case "false":
-		return false, nil
+		return RerunNever, nil
 	default:
-		return true, tritonerr.InvalidArgf("model '%s': unknown value '%s' of parameter '%s' (expected 'true' or 'false')", cfg.GetName(), v, RerunParameter)
+		return RerunDefault, tritonerr.InvalidArgf("model '%s': unknown value '%s' of parameter '%s' (expected 'true' or 'false')", cfg.GetName(), v, RerunParameter)
 	}
 }

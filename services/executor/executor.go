@@ -637,6 +637,7 @@ func (e *Executor) catalog() *busv1.ExecutorCatalog {
 		}
 		cat.Models = append(cat.Models, &busv1.ModelVersionState{
 			Name: mv.name, Version: mv.vstr, State: mv.state, Reason: mv.reason, Config: mv.cfg,
+			FaultsContained: mv.state == StateReady && !mv.native(),
 		})
 	}
 	names := make([]string, 0, len(onDisk))

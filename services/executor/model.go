@@ -187,6 +187,14 @@ func (mv *modelVersion) unguarded() bool {
 	return ok
 }
 
+// native reports whether the model's executions run native code in the
+// process (a Triton C backend), whose fault ends the executor with every
+// request it holds; a Go backend's panic fails only its batch.
+func (mv *modelVersion) native() bool {
+	_, ok := mv.model.(interface{ RunsNativeCode() })
+	return ok
+}
+
 // unload stops the scheduler (requests still queued fail as UNAVAILABLE)
 // and finalizes the instances, then the model.
 func (mv *modelVersion) unload() {

@@ -387,6 +387,9 @@ func (c *catalog) publishLocked() {
 				// but takes no request: the version is ready only where
 				// an executor serves it.
 				vv.executors = append(vv.executors, e.id)
+				if !m.GetFaultsContained() {
+					vv.native = true
+				}
 				if e.draining {
 					state, reason = stateUnavailable, reasonDraining
 					if drained[m.GetName()] == nil {
@@ -407,6 +410,7 @@ func (c *catalog) publishLocked() {
 			merged := mergeState(vv, &versionView{version: n, state: state, reason: reason, config: m.GetConfig()})
 			merged.executors = vv.executors
 			merged.execNodes = vv.execNodes
+			merged.native = vv.native
 			mv.versions[n] = merged
 		}
 	}
@@ -504,6 +508,11 @@ type versionView struct {
 	reason    string
 	config    *inference.ModelConfig
 	executors []string // executors holding this version READY (draining ones too)
+	// native: some executor holding it READY runs it in native code (a
+	// Triton C backend), or does not say it does not (busv1
+	// ModelVersionState.faults_contained): a fault there ends the
+	// executor (rerun.go).
+	native bool
 	gone      bool     // served before, no live executor serves it now
 	drained   bool     // loaded, but every executor holding it drains
 

@@ -19,10 +19,10 @@ import (
 // executor of the model gives the answer it would have had, and Triton's
 // clients, which do not retry, get that answer instead of an error. The
 // gateway does so at most LostRequestReruns times, within the request's
-// deadline; a model whose executions act beyond their outputs opts out
-// with its parameter rerun_on_executor_loss: "false"
-// (modelconfig.RerunOnExecutorLoss). When no other executor serves the
-// model, the loss is the answer.
+// deadline, for a model whose backend cannot take an executor down (see
+// reruns); a model opts in or out with its parameter
+// rerun_on_executor_loss (modelconfig.RerunOnExecutorLoss). When no other
+// executor serves the model, the loss is the answer.
 
 // DefaultLostRequestReruns is Config.LostRequestReruns's default: a rerun
 // can itself land on an executor that is gone but not yet forgotten by
@@ -36,10 +36,28 @@ func (g *Gateway) rerunsOf(vv *versionView) int {
 	if g.cfg.LostRequestReruns <= 0 {
 		return 0
 	}
-	if ok, err := modelconfig.RerunOnExecutorLoss(vv.config); !ok || err != nil {
-		return 0
+	if reruns(vv) {
+		return g.cfg.LostRequestReruns
 	}
-	return g.cfg.LostRequestReruns
+	return 0
+}
+
+// reruns decides whether a request of vv whose executor was lost may run
+// again: as the model's rerun_on_executor_loss parameter says, else only
+// where every executor holding it runs it in Go. A Triton C backend's
+// fault ends its executor with every request in it, and the request lost
+// may be the one that crashed it: run elsewhere, it would crash that
+// executor too, and the next, one query taking the constellation down. A
+// Go backend's panic fails only its batch, so such a loss is never the
+// request's doing.
+func reruns(vv *versionView) bool {
+	switch r, _ := modelconfig.RerunOnExecutorLoss(vv.config); r {
+	case modelconfig.RerunAlways:
+		return true
+	case modelconfig.RerunNever:
+		return false
+	}
+	return !vv.native
 }
 
 // send sends req on subject and takes the reply into resp. When the

@@ -96,6 +96,11 @@ func (b *cBackend) NewModel(ctx context.Context, info backend.ModelInfo) (backen
 // copies of inputs in shared memory.
 func (m *cModel) Unguarded() {}
 
+// RunsNativeCode marks the model's executions as native code in the
+// executor's process: a fault in them ends the process, not just the
+// execution (the executor says so in its catalog).
+func (m *cModel) RunsNativeCode() {}
+
 // decoupled reports the model's transaction policy.
 func (m *cModel) decoupled() bool { return m.dec }
 
