@@ -151,6 +151,9 @@ var routes = []Route{
 	{Pattern: SequenceClaimWildcard, Publishers: ex, Subscribers: rt},
 	{Pattern: SequenceStatsWildcard, Publishers: gw, Subscribers: rt, Repliers: rt},
 	{Pattern: SequenceTakeoverWildcard, Publishers: rt, Subscribers: []Role{RoleExecutor, RoleGateway}, Repliers: []Role{RoleExecutor, RoleGateway}},
+	// The server API's queries of Triton backends (TRITONSERVER_Server*
+	// metadata, config, statistics, index): executors ask any gateway.
+	{Pattern: serverQueryPrefix + "*", Publishers: ex, Subscribers: gw, Repliers: gw},
 	// Run-time settings (trace, logging): a gateway spreads a change to
 	// every service, which acknowledges; a starting service asks a gateway
 	// for the current settings.

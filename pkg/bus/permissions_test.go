@@ -59,6 +59,11 @@ var subjectExamples = map[string]string{
 	"ShmCudaSubject":                 ShmCudaSubject("node-a", 0),
 	"SettingsSubject":                SettingsSubject(SettingsTrace),
 	"SettingsSyncSubject":            SettingsSyncSubject(SettingsLogging),
+	"ServerMetadataSubject":          ServerMetadataSubject,
+	"ModelMetadataSubject":           ModelMetadataSubject,
+	"ModelConfigSubject":             ModelConfigSubject,
+	"ModelStatisticsSubject":         ModelStatisticsSubject,
+	"RepositoryIndexSubject":         RepositoryIndexSubject,
 }
 
 // exportedSubjectNames lists the exported functions, constants and

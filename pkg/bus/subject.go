@@ -426,6 +426,8 @@ func SubjectKind(subject string) string {
 		return "catalog"
 	case "svc":
 		return "ping"
+	case "server":
+		return "server_query"
 	}
 	return "other"
 }

@@ -153,6 +153,7 @@ func TestSubjectKind(t *testing.T) {
 		LoadedModelsSubject:               "model_loaded",
 		ShmRegisterSubject:                "shm_" + strings.Split(ShmRegisterSubject, ".")[3],
 		PingSubject("sequence-router"):    "ping",
+		ModelStatisticsSubject:            "server_query",
 		"elsewhere.x":                     "other",
 		Prefix + ".unknown":               "other",
 	} {

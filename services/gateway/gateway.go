@@ -490,6 +490,16 @@ func (g *Gateway) run(ctx context.Context) error {
 			}
 		}()
 	}
+	querySubs, err := g.serveServerQueries()
+	if err != nil {
+		g.closeListeners()
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer func() {
+		for _, s := range querySubs {
+			_ = s.Unsubscribe()
+		}
+	}()
 	// Executors answer a solicitation with a heartbeat at once, so a fresh
 	// gateway learns the catalog without waiting a heartbeat interval.
 	if err := g.bus.Publish(bus.SolicitSubject, &busv1.CatalogRequest{}); err != nil {

@@ -172,6 +172,13 @@ struct TRITONSERVER_InferenceTrace {
   int64_t model_version;
   char* request_id;
   char* context;
+  /* A trace a backend made (TRITONSERVER_InferenceTraceNew): its level
+   * and callbacks, called while a request carries it (serverapi.c). */
+  TRITONSERVER_InferenceTraceLevel level;
+  TRITONSERVER_InferenceTraceActivityFn_t activity_fn;
+  TRITONSERVER_InferenceTraceTensorActivityFn_t tensor_fn;
+  TRITONSERVER_InferenceTraceReleaseFn_t release_fn;
+  void* userp;
 };
 
 /* Responses and factories made from a recorded request carry it, its
@@ -401,5 +408,13 @@ void nereid_bls_start(TRITONSERVER_InferenceRequest* req);
 TRITONSERVER_Error* nereid_bls_alloc(TRITONSERVER_InferenceRequest* req, nereid_bls_output* out);
 void nereid_bls_complete(TRITONSERVER_InferenceRequest* req, TRITONSERVER_InferenceResponse* resp, uint32_t flags);
 void nereid_bls_release(TRITONSERVER_InferenceRequest* req);
+
+/* Server queries and backends' own traces (serverapi.c, api.c). */
+TRITONSERVER_Message* nereid_message_new(const char* base, size_t n);
+TRITONSERVER_Metrics* nereid_metrics_new(const char* text, size_t size);
+void nereid_trace_activity(TRITONSERVER_InferenceTrace* t, TRITONSERVER_InferenceTraceActivity a, uint64_t ns);
+void nereid_trace_tensor(TRITONSERVER_InferenceTrace* t, TRITONSERVER_InferenceTraceActivity a, const char* name, TRITONSERVER_DataType dt,
+                         const void* base, size_t size, const int64_t* shape, uint64_t dims);
+void nereid_trace_release(TRITONSERVER_InferenceTrace* t);
 
 #endif

@@ -53,26 +53,6 @@ const char* TRITONSERVER_InferenceTraceActivityString(TRITONSERVER_InferenceTrac
   return "<unknown>";
 }
 
-/* ---- traces a backend makes ---- */
-
-static TRITONSERVER_Error* no_trace_new(void) {
-  return nereid_error(TRITONSERVER_ERROR_UNSUPPORTED,
-                      "Nereid makes traces for requests (TRITONBACKEND_RequestTrace, TRITONSERVER_InferenceTraceSpawnChildTrace); a trace with activity callbacks of its own cannot be created");
-}
-
-TRITONSERVER_Error* TRITONSERVER_InferenceTraceNew(TRITONSERVER_InferenceTrace** trace, TRITONSERVER_InferenceTraceLevel level, uint64_t parent_id,
-                                                   TRITONSERVER_InferenceTraceActivityFn_t activity_fn, TRITONSERVER_InferenceTraceReleaseFn_t release_fn, void* userp) {
-  (void)trace; (void)level; (void)parent_id; (void)activity_fn; (void)release_fn; (void)userp;
-  return no_trace_new();
-}
-
-TRITONSERVER_Error* TRITONSERVER_InferenceTraceTensorNew(TRITONSERVER_InferenceTrace** trace, TRITONSERVER_InferenceTraceLevel level, uint64_t parent_id,
-                                                         TRITONSERVER_InferenceTraceActivityFn_t activity_fn, TRITONSERVER_InferenceTraceTensorActivityFn_t tensor_fn,
-                                                         TRITONSERVER_InferenceTraceReleaseFn_t release_fn, void* userp) {
-  (void)trace; (void)level; (void)parent_id; (void)activity_fn; (void)tensor_fn; (void)release_fn; (void)userp;
-  return no_trace_new();
-}
-
 /* ---- buffer attributes ---- */
 
 #define NEED(p, what) do { if ((p) == NULL) return nereid_error(TRITONSERVER_ERROR_INVALID_ARG, what " must not be null"); } while (0)
@@ -293,20 +273,3 @@ TRITONSERVER_Error* TRITONSERVER_ServerIsReady(TRITONSERVER_Server* s, bool* rea
   if (ready) *ready = true;
   return NULL;
 }
-
-/* ---- the server's queries not served to backends yet ---- */
-
-static TRITONSERVER_Error* not_served(const char* fn, const char* instead) {
-  char msg[512];
-  strcpy(msg, fn);
-  strcat(msg, " is not supported in Nereid's executor: ");
-  strcat(msg, instead);
-  return nereid_error(TRITONSERVER_ERROR_UNSUPPORTED, msg);
-}
-TRITONSERVER_Error* TRITONSERVER_ServerMetadata(TRITONSERVER_Server* s, TRITONSERVER_Message** m) { U(s); U(m); return not_served("TRITONSERVER_ServerMetadata", "ask the gateway's server metadata endpoint"); }
-TRITONSERVER_Error* TRITONSERVER_ServerModelMetadata(TRITONSERVER_Server* s, const char* n, const int64_t v, TRITONSERVER_Message** m) { U(s); U(n); U(v); U(m); return not_served("TRITONSERVER_ServerModelMetadata", "ask the gateway's model metadata endpoint"); }
-TRITONSERVER_Error* TRITONSERVER_ServerModelStatistics(TRITONSERVER_Server* s, const char* n, const int64_t v, TRITONSERVER_Message** m) { U(s); U(n); U(v); U(m); return not_served("TRITONSERVER_ServerModelStatistics", "statistics are summed over the executors by the gateway's statistics endpoint"); }
-TRITONSERVER_Error* TRITONSERVER_ServerModelConfig(TRITONSERVER_Server* s, const char* n, const int64_t v, const uint32_t cv, TRITONSERVER_Message** m) { U(s); U(n); U(v); U(cv); U(m); return not_served("TRITONSERVER_ServerModelConfig", "a backend reads its own model's with TRITONBACKEND_ModelConfig; others' are at the gateway's config endpoint"); }
-TRITONSERVER_Error* TRITONSERVER_ServerModelIndex(TRITONSERVER_Server* s, uint32_t f, TRITONSERVER_Message** m) { U(s); U(f); U(m); return not_served("TRITONSERVER_ServerModelIndex", "ask the gateway's repository index endpoint"); }
-TRITONSERVER_Error* TRITONSERVER_ServerModelBatchProperties(TRITONSERVER_Server* s, const char* n, const int64_t v, uint32_t* f, void** p) { U(s); U(n); U(v); U(f); U(p); return not_served("TRITONSERVER_ServerModelBatchProperties", "read max_batch_size from the model's configuration"); }
-TRITONSERVER_Error* TRITONSERVER_ServerMetrics(TRITONSERVER_Server* s, TRITONSERVER_Metrics** m) { U(s); U(m); return not_served("TRITONSERVER_ServerMetrics", "metrics are served on the metrics port (/metrics)"); }

@@ -91,6 +91,10 @@ type blsRequest struct {
 	strs []*C.char
 	// cancelled: TRITONSERVER_InferenceRequestCancel was called (b.mu).
 	cancelled bool
+	// raw names the one input added with AddRawInput, whose name,
+	// datatype and shape come from the model's configuration when the
+	// request is sent (deduceRaw).
+	raw string
 }
 
 func blsOf(r *C.TRITONSERVER_InferenceRequest) (*blsRequest, *C.TRITONSERVER_Error) {
@@ -239,6 +243,9 @@ func TRITONSERVER_InferenceRequestAddInput(r *C.TRITONSERVER_InferenceRequest, n
 	if e != nil {
 		return e
 	}
+	if b.raw != "" {
+		return newError(tritonerr.InvalidArgf("input '%s' can't be added to request with raw input", C.GoString(name)))
+	}
 	if b.input(name) != nil {
 		return newError(tritonerr.New(tritonerr.AlreadyExists, "input '%s' already exists in request", C.GoString(name)))
 	}
@@ -316,6 +323,7 @@ func TRITONSERVER_ServerInferAsync(s *C.TRITONSERVER_Server, r *C.TRITONSERVER_I
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	var traced func(error)
+	var made *cTrace // a trace the backend made: its callbacks hear of the call
 	if trace != nil {
 		t, e := traceOf(trace)
 		if e != nil {
@@ -327,6 +335,22 @@ func TRITONSERVER_ServerInferAsync(s *C.TRITONSERVER_Server, r *C.TRITONSERVER_I
 			cancel()
 			return newError(err)
 		}
+		if t.made {
+			made = t
+		}
+	}
+	if b.raw != "" {
+		if err := b.deduceRaw(); err != nil {
+			if traced != nil {
+				traced(err)
+			}
+			cancel()
+			return newError(err)
+		}
+	}
+	if made != nil {
+		made.activity(C.TRITONSERVER_TRACE_REQUEST_START)
+		tensors(made, C.TRITONSERVER_TRACE_TENSOR_QUEUE_INPUT, b.req.GetInputs(), b.req.GetRawInputContents())
 	}
 	b.mu.Lock()
 	b.cancel = cancel
@@ -347,6 +371,9 @@ func TRITONSERVER_ServerInferAsync(s *C.TRITONSERVER_Server, r *C.TRITONSERVER_I
 		}
 		final := false
 		err := srv.Infer(ctx, req, func(resp *inference.ModelInferResponse, err error, last bool) error {
+			if made != nil && resp != nil {
+				tensors(made, C.TRITONSERVER_TRACE_TENSOR_BACKEND_OUTPUT, resp.GetOutputs(), resp.GetRawOutputContents())
+			}
 			if last {
 				end(err)
 				final = true

@@ -10,9 +10,12 @@ package cbackend
 import "C"
 
 import (
+	"encoding/binary"
+	"strconv"
 	"unsafe"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/tensor"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -174,16 +177,96 @@ func TRITONSERVER_InferenceRequestSetDoubleParameter(r *C.TRITONSERVER_Inference
 	return nil
 }
 
-// AddRawInput: Triton takes the model's one input's name, datatype and
-// shape from its configuration when the request runs; Nereid asks for
-// them here, where the request's model is known only by name.
+// AddRawInput adds the request's one input, whose name, datatype and
+// shape Triton deduces from the model's configuration when the request
+// runs; Nereid deduces them when the request is sent (deduceRaw), from
+// the configuration the constellation serves.
 //
 //export TRITONSERVER_InferenceRequestAddRawInput
 func TRITONSERVER_InferenceRequestAddRawInput(r *C.TRITONSERVER_InferenceRequest, name *C.char) *C.TRITONSERVER_Error {
-	if _, e := blsOf(r); e != nil {
+	b, e := blsOf(r)
+	if e != nil {
 		return e
 	}
-	return newError(tritonerr.Unsupportedf("raw inputs are not supported: add the input with TRITONSERVER_InferenceRequestAddInput"))
+	n := C.GoString(name)
+	if len(b.req.Inputs) > 0 {
+		return newError(tritonerr.InvalidArgf("raw input '%s' can't be added to request with other inputs", n))
+	}
+	b.req.Inputs = append(b.req.Inputs, &inference.ModelInferRequest_InferInputTensor{Name: n})
+	b.req.RawInputContents = append(b.req.RawInputContents, nil)
+	b.raw = n
+	return nil
+}
+
+// deduceRaw gives the raw input the name, datatype and shape of the
+// model's one configured input, as Triton's request normalization does:
+// [1] first when the model batches; a variable-sized dimension (one at
+// most) from the data's size; BYTES data (one element only) prefixed with
+// its 4-byte length.
+func (b *blsRequest) deduceRaw() error {
+	q, ok := b.srv.(ServerQueries)
+	if !ok {
+		return tritonerr.Unsupportedf("raw inputs are not supported: this executor answers no model configuration queries")
+	}
+	version := int64(-1)
+	if v, err := strconv.ParseInt(b.req.GetModelVersion(), 10, 64); err == nil {
+		version = v
+	}
+	cfg, err := modelConfig(q, b.req.GetModelName(), version)
+	if err != nil {
+		return err
+	}
+	return deduceRawInput(b.req, b.raw, cfg)
+}
+
+// deduceRawInput is deduceRaw on the request and configuration given.
+func deduceRawInput(req *inference.ModelInferRequest, raw string, cfg *inference.ModelConfig) error {
+	prefix := ""
+	if req.GetId() != "" {
+		prefix = "[request id: " + req.GetId() + "] "
+	}
+	if len(req.Inputs) != 1 || len(cfg.GetInput()) != 1 {
+		return tritonerr.InvalidArgf("%sRaw request must only have 1 input (found %d) to be deduced but got %d inputs in '%s' model configuration",
+			prefix, len(req.Inputs), len(cfg.GetInput()), req.GetModelName())
+	}
+	in := req.Inputs[0]
+	if in.Name != raw {
+		return tritonerr.InvalidArgf("%sRaw request input '%s' is not found in the request", prefix, raw)
+	}
+	ci := cfg.GetInput()[0]
+	var shape []int64
+	if cfg.GetMaxBatchSize() != 0 {
+		shape = append(shape, 1)
+	}
+	dynamic, count := -1, int64(1)
+	for _, d := range ci.GetDims() {
+		if d == -1 {
+			if dynamic != -1 {
+				return tritonerr.InvalidArgf("%sThe shape of the raw input '%s' can not be deduced because there are more than one variable-sized dimension", prefix, ci.GetName())
+			}
+			dynamic = len(shape)
+		} else {
+			count *= d
+		}
+		shape = append(shape, d)
+	}
+	dt := tensor.FromConfig(ci.GetDataType())
+	data := req.RawInputContents[0]
+	if dt == tensor.Bytes {
+		if dynamic != -1 || count != 1 {
+			return tritonerr.InvalidArgf("%sFor BYTE datatype raw input '%s', the model must have input shape [1]", prefix, ci.GetName())
+		}
+		req.RawInputContents[0] = append(binary.LittleEndian.AppendUint32(nil, uint32(len(data))), data...)
+	} else if dynamic != -1 {
+		size := int64(dt.Size())
+		if count == 0 || size == 0 || int64(len(data))%(count*size) != 0 {
+			return tritonerr.InvalidArgf("%sThe shape of the raw input '%s' can not be deduced because the input byte size %d is not a multiple of the element count %d times the datatype size %d",
+				prefix, ci.GetName(), len(data), count, size)
+		}
+		shape[dynamic] = int64(len(data)) / count / size
+	}
+	in.Name, in.Datatype, in.Shape = ci.GetName(), dt.String(), shape
+	return nil
 }
 
 //export TRITONSERVER_InferenceRequestRemoveInput
@@ -197,6 +280,9 @@ func TRITONSERVER_InferenceRequestRemoveInput(r *C.TRITONSERVER_InferenceRequest
 		if in.Name == n {
 			b.req.Inputs = append(b.req.Inputs[:i], b.req.Inputs[i+1:]...)
 			b.req.RawInputContents = append(b.req.RawInputContents[:i], b.req.RawInputContents[i+1:]...)
+			if n == b.raw {
+				b.raw = ""
+			}
 			return nil
 		}
 	}
@@ -209,7 +295,7 @@ func TRITONSERVER_InferenceRequestRemoveAllInputs(r *C.TRITONSERVER_InferenceReq
 	if e != nil {
 		return e
 	}
-	b.req.Inputs, b.req.RawInputContents = nil, nil
+	b.req.Inputs, b.req.RawInputContents, b.raw = nil, nil, ""
 	return nil
 }
 

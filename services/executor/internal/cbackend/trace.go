@@ -48,6 +48,7 @@ type cTrace struct {
 	h uintptr
 
 	owned bool // by its request: freed with it, never by the backend
+	made  bool // by the backend (TRITONSERVER_InferenceTraceNew): its callbacks hear of the requests that carry it
 
 	mu      sync.Mutex
 	ctx     context.Context // holds the span activities and children hang from
@@ -140,6 +141,12 @@ func (t *cTrace) report(name string, at C.uint64_t) {
 	if n := len(t.open); n > 0 {
 		base = t.open[n-1]
 	}
+	if !base.SpanContext().IsValid() {
+		// A trace the backend made itself has no span to report to.
+		logger.Load().Debug("trace activity dropped: no tracing is on for this trace (a trace made with TRITONSERVER_InferenceTraceNew reports to its own callbacks only)",
+			"trace_id", uint64(t.c.id), "activity", name)
+		return
+	}
 	ts := trace.WithTimestamp(steady(at))
 	switch {
 	case len(name) > len("_START") && strings.HasSuffix(name, "_START"):
@@ -188,6 +195,17 @@ func (t *cTrace) run(ctx context.Context, req *inference.ModelInferRequest) (con
 	t.describe(req.GetModelName(), version, req.GetId())
 	return trace.ContextWithSpan(ctx, span), func(err error) {
 		tracing.End(span, err)
+		if t.made {
+			// The backend's own trace is the backend's: it hears the end
+			// and its release, and deletes it (as in Triton, from the
+			// release callback or after it).
+			t.activity(C.TRITONSERVER_TRACE_REQUEST_END)
+			t.mu.Lock()
+			t.running = false
+			t.mu.Unlock()
+			C.nereid_trace_release(t.c)
+			return
+		}
 		t.free()
 	}, nil
 }
