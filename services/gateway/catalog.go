@@ -523,10 +523,9 @@ type versionView struct {
 	cached bool
 
 	// plan is the step graph of an ensemble version valid against the
-	// catalog, which this gateway runs (ensemble.go); ensDecoupled: a
-	// decoupled step is on its data path.
-	plan         *ensemble.Plan
-	ensDecoupled bool
+	// catalog, which this gateway runs (ensemble.go); its config says
+	// decoupled when a decoupled step is on its data path.
+	plan *ensemble.Plan
 
 	// subject and nodeSubject are bus.InferSubject and, for the gateway's
 	// node, bus.InferNodeSubject of this version, made once per view

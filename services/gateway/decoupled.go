@@ -75,6 +75,9 @@ func (g *Gateway) streamInfer(ctx context.Context, vv *versionView, req *inferen
 }
 
 func (g *Gateway) stream(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, encoded bool, emit func(response) error) error {
+	if vv.plan != nil { // a decoupled ensemble: its steps run from here (ensemble.go)
+		return g.streamEnsemble(ctx, vv, req, emit)
+	}
 	req.ModelVersion = vv.versionString()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // an early return cancels the executor's work

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
@@ -42,8 +44,8 @@ func checkEnsembles(v *view) {
 	if len(ens) == 0 {
 		return
 	}
-	// A failed ensemble fails those composing it: check until nothing
-	// changes.
+	// A failed ensemble fails those composing it, and a decoupled one
+	// makes those composing it decoupled: check until nothing changes.
 	for changed := true; changed; {
 		changed = false
 		for _, vv := range ens {
@@ -52,14 +54,26 @@ func checkEnsembles(v *view) {
 			}
 			decoupled, err := modelconfig.ValidateComposition(vv.config, v.composing)
 			if err != nil {
-				vv.state, vv.reason, vv.plan = stateUnavailable, tritonerr.From(err).Msg, nil
+				vv.state, vv.reason = stateUnavailable, tritonerr.From(err).Msg
 				changed = true
 				continue
 			}
-			if vv.plan == nil {
-				vv.plan = ensemble.Compile(vv.config)
-				vv.ensDecoupled = decoupled
+			if decoupled != isDecoupled(vv) {
+				// As Triton, the ensemble's configuration says whether it
+				// is decoupled (a decoupled step on its data path).
+				cfg := proto.Clone(vv.config).(*inference.ModelConfig)
+				cfg.ModelTransactionPolicy = &inference.ModelTransactionPolicy{Decoupled: decoupled}
+				vv.config = cfg
+				changed = true
 			}
+		}
+	}
+	for _, vv := range ens {
+		if vv.ready() {
+			vv.plan = ensemble.Compile(vv.config, func(model string) bool {
+				c, _ := v.composing(model)
+				return c.Config.GetModelTransactionPolicy().GetDecoupled()
+			})
 		}
 	}
 }
@@ -90,8 +104,9 @@ func (v *view) composing(name string) (modelconfig.Composing, bool) {
 	return c, true
 }
 
-// stepTensor is an ensemble tensor of one request: what a step's input
-// needs, as it came from the client or from the step that wrote it.
+// stepTensor is a value of an ensemble tensor in one request: what a
+// step's input needs, as it came from the client or from the response
+// that wrote it.
 type stepTensor struct {
 	datatype string
 	shape    []int64
@@ -99,44 +114,79 @@ type stepTensor struct {
 	data     []byte
 }
 
-// stepResult is what one step's request came back with.
-type stepResult struct {
-	step int
-	resp *inference.ModelInferResponse
-	err  error
-	took time.Duration
+// stepEvent is what one step's request came back with: a response (resp,
+// or err) and, on the last, final with the time the request took. A
+// decoupled step's request has any number of events before its final one.
+type stepEvent struct {
+	launch ensemble.Launch
+	resp   *inference.ModelInferResponse
+	err    error
+	final  bool
+	took   time.Duration
 }
 
-// inferEnsemble runs a request to an ensemble: it is checked against the
-// ensemble's configuration as Triton normalizes it, then each step starts
-// once the tensors it reads exist, independent steps concurrently, and the
-// outputs the client asked for (all, when none) are returned under the
-// ensemble's names. The first step to fail fails the request with the
-// step's error, as Triton passes it on; the steps still running are
-// cancelled, and so are they when the client's request is.
+// errEnsembleDeadlock is Triton's error when an ensemble that is not
+// decoupled ends without its response.
+func errEnsembleDeadlock(name string) error {
+	return tritonerr.InvalidArgf("in ensemble '%s', unexpected deadlock, at least one output is not set while no more ensemble steps can be made", name)
+}
+
+// inferEnsemble runs a request to an ensemble that is not decoupled and
+// returns its one response (runEnsemble).
 func (g *Gateway) inferEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
 	start := time.Now()
-	resp, batch, compute, err := g.runEnsemble(ctx, vv, req)
+	var out *inference.ModelInferResponse
+	batch, compute, err := g.runEnsemble(ctx, vv, req, func(r response) error {
+		if r.resp != nil {
+			out = r.resp
+		}
+		return nil
+	})
+	if err == nil && out == nil {
+		err = errEnsembleDeadlock(vv.plan.Name)
+	}
 	g.ensStats.record(statsKey{req.GetModelName(), vv.versionString()}, start, batch, compute, err)
-	return resp, err
+	return out, err
 }
 
-func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (*inference.ModelInferResponse, int, time.Duration, error) {
+// streamEnsemble runs a request to a decoupled ensemble, handing each of
+// its responses to emit as it is made, then the final flag (runEnsemble).
+func (g *Gateway) streamEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, emit func(response) error) error {
+	start := time.Now()
+	batch, compute, err := g.runEnsemble(ctx, vv, req, emit)
+	g.ensStats.record(statsKey{req.GetModelName(), vv.versionString()}, start, batch, compute, err)
+	return err
+}
+
+// runEnsemble runs a request to an ensemble: it is checked against the
+// ensemble's configuration as Triton normalizes it, then each step's
+// request starts once the tensors it reads exist, independent ones
+// concurrently, and each set of the outputs the client asked for (all,
+// when none) goes to emit under the ensemble's names as soon as it is
+// complete: once for an ensemble that is not decoupled; for a decoupled
+// one, once per response of a decoupled step that reaches the outputs,
+// the last response final or, when the last request ends without one,
+// the final flag alone (Triton's rules, internal/ensemble). The first step
+// to fail fails the request with the step's error, as Triton passes it
+// on, after the responses already made; the steps still running are
+// cancelled, and so are they when the client's request is or emit fails
+// (whose error is returned).
+func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, emit func(response) error) (int, time.Duration, error) {
 	plan := vv.plan
 	cfg := vv.config
 	r := backend.NewRequest(nil, nil)
 	if err := infer.NormalizeShm(cfg, req, r, shmInputSizes(req)); err != nil {
-		return nil, 0, 0, err
+		return 0, 0, err
 	}
 	batch := max(int(r.BatchSize), 1)
 	var wanted []string
 	for _, o := range req.GetOutputs() {
 		if _, ok, _ := shm.FromParams(o.GetName(), o.GetParameters(), true); ok {
-			return nil, batch, 0, tritonerr.Unsupportedf("output '%s' of ensemble '%s' is requested in shared memory, which ensembles do not support", o.GetName(), plan.Name)
+			return batch, 0, tritonerr.Unsupportedf("output '%s' of ensemble '%s' is requested in shared memory, which ensembles do not support", o.GetName(), plan.Name)
 		}
 		wanted = append(wanted, o.GetName())
 	}
-	tensors := map[string]*stepTensor{}
+	tensors := map[ensemble.Key]*stepTensor{}
 	provided := make([]string, 0, len(req.GetInputs()))
 	raw := req.GetRawInputContents()
 	for i, in := range req.GetInputs() {
@@ -144,80 +194,115 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 		if i < len(raw) {
 			t.data = raw[i]
 		}
-		tensors[in.GetName()] = t
+		tensors[ensemble.Key{Tensor: in.GetName()}] = t
 		provided = append(provided, in.GetName())
+	}
+	if len(wanted) == 0 {
+		wanted = plan.Outputs()
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	run, ready := plan.Start(provided, wanted)
-	results := make(chan stepResult, len(plan.Steps))
+	events := make(chan stepEvent, len(plan.Steps))
 	var wg sync.WaitGroup
 	defer wg.Wait() // every step's request has returned before this does
-	inflight := 0
-	launch := func(steps []int) {
-		for _, i := range steps {
-			sreq := g.stepRequest(req, plan.Steps[i], tensors)
-			inflight++
+	running := 0
+	launch := func(ls []ensemble.Launch) {
+		for _, l := range ls {
+			sreq := g.stepRequest(req, plan.Steps[l.Step], l.Iter, tensors)
+			running++
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				t0 := time.Now()
-				resp, err := g.runStep(ctx, plan.Steps[i], sreq)
-				results <- stepResult{step: i, resp: resp, err: err, took: time.Since(t0)}
+				resp, err := g.runStep(ctx, plan.Steps[l.Step], sreq, func(resp *inference.ModelInferResponse, err error) {
+					events <- stepEvent{launch: l, resp: resp, err: err}
+				})
+				events <- stepEvent{launch: l, resp: resp, err: err, final: true, took: time.Since(t0)}
 			}()
 		}
 	}
 	launch(ready)
 	var firstErr error
 	var compute time.Duration
-	for inflight > 0 {
-		res := <-results
-		inflight--
-		compute += res.took
+	finalSent := false
+	for running > 0 {
+		ev := <-events
+		if ev.final {
+			running--
+			compute += ev.took
+		}
 		if firstErr != nil {
 			continue
 		}
-		if res.err != nil {
-			firstErr = res.err
+		if ev.err != nil {
+			firstErr = ev.err
 			cancel() // the steps still running
 			continue
 		}
-		keepOutputs(plan.Steps[res.step], res.resp, tensors)
-		launch(run.Done(res.step))
+		if ev.resp == nil && !ev.final {
+			continue
+		}
+		pr := run.Response(ev.launch, ev.resp != nil, ev.final)
+		for i, k := range pr.Written {
+			tensors[k] = stepOutput(plan.Steps[ev.launch.Step].Outputs[i].Model, ev.resp)
+		}
+		launch(pr.Launch)
+		if pr.Answer >= 0 {
+			out := ensembleResponse(req, vv, wanted, pr.Answer, tensors)
+			finalSent = pr.Final
+			if err := emit(response{resp: out, final: pr.Final}); err != nil {
+				firstErr = err
+				cancel()
+			}
+		}
+		for _, k := range pr.Drop {
+			delete(tensors, k)
+		}
 	}
 	if firstErr != nil {
-		return nil, batch, compute, firstErr
+		return batch, compute, firstErr
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, batch, compute, tritonerr.From(err)
+		return batch, compute, tritonerr.From(err)
 	}
-	if len(wanted) == 0 {
-		wanted = plan.Outputs()
+	if !finalSent {
+		if err := emit(response{final: true}); err != nil {
+			return batch, compute, err
+		}
 	}
+	return batch, compute, nil
+}
+
+// ensembleResponse is the ensemble's response made of the wanted outputs'
+// values of iteration it; an output no step produced is left out, as
+// Triton does.
+func ensembleResponse(req *inference.ModelInferRequest, vv *versionView, wanted []string, it int, tensors map[ensemble.Key]*stepTensor) *inference.ModelInferResponse {
 	out := &inference.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: vv.versionString(), Id: req.GetId()}
 	for _, name := range wanted {
-		t := tensors[name]
+		t := tensors[ensemble.Key{Tensor: name, Iter: it}]
 		if t == nil {
-			return nil, batch, compute, tritonerr.Internalf("in ensemble '%s', output '%s' was not produced", plan.Name, name)
+			continue
 		}
 		out.Outputs = append(out.Outputs, &inference.ModelInferResponse_InferOutputTensor{Name: name, Datatype: t.datatype, Shape: t.shape})
 		out.RawOutputContents = append(out.RawOutputContents, t.data)
 	}
-	return out, batch, compute, nil
+	return out
 }
 
-// stepRequest is the request of one step: the ensemble request's id and
-// parameters (correlation id and sequence flags, priority, timeout and the
-// client's own), the step's inputs from the ensemble tensors it maps, and
-// every output it maps requested.
-func (g *Gateway) stepRequest(req *inference.ModelInferRequest, s ensemble.Step, tensors map[string]*stepTensor) *inference.ModelInferRequest {
+// stepRequest is the request of one step reading iteration it of its
+// inputs: the ensemble request's id and parameters (correlation id and
+// sequence flags, priority, timeout and the client's own), the step's
+// inputs from the ensemble tensors it maps, and every output it maps
+// requested.
+func (g *Gateway) stepRequest(req *inference.ModelInferRequest, s ensemble.Step, it int, tensors map[ensemble.Key]*stepTensor) *inference.ModelInferRequest {
 	sreq := &inference.ModelInferRequest{ModelName: s.Model, ModelVersion: s.Version, Id: req.GetId()}
 	if len(req.GetParameters()) > 0 {
 		sreq.Parameters = maps.Clone(req.GetParameters()) // forwarding may add its own
 	}
 	for _, b := range s.Inputs {
-		t := tensors[b.Ensemble]
+		t := tensors[ensemble.Key{Tensor: b.Ensemble, Iter: it}]
 		if t == nil {
 			continue // an optional input the request left out
 		}
@@ -234,35 +319,42 @@ func (g *Gateway) stepRequest(req *inference.ModelInferRequest, s ensemble.Step,
 	return sreq
 }
 
-// runStep routes one step's request as a client's request to its model.
-func (g *Gateway) runStep(ctx context.Context, s ensemble.Step, sreq *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+// runStep routes one step's request as a client's request to its model:
+// a decoupled model's responses go to got as they stream (streamInfer),
+// another model's one response is returned (forwardInfer), as is the
+// request's failure.
+func (g *Gateway) runStep(ctx context.Context, s ensemble.Step, sreq *inference.ModelInferRequest, got func(*inference.ModelInferResponse, error)) (*inference.ModelInferResponse, error) {
 	svv, err := g.resolveRequest(s.Model, s.Version)
 	if err != nil {
 		return nil, err
 	}
-	if svv.config.GetModelTransactionPolicy().GetDecoupled() {
-		return nil, tritonerr.Unsupportedf("in ensemble, step model '%s' is decoupled: decoupled steps are not supported yet", s.Model)
+	if isDecoupled(svv) {
+		return nil, g.streamInfer(ctx, svv, sreq, false, func(r response) error {
+			if r.resp != nil || r.err != nil {
+				got(r.resp, r.err)
+			}
+			return nil
+		})
 	}
 	resp, _, err := g.forwardInfer(ctx, svv, sreq, false, nil)
 	return resp, err
 }
 
-// keepOutputs stores a step's outputs under the ensemble tensors they map
-// to; an output the step's response lacks is left absent.
-func keepOutputs(s ensemble.Step, resp *inference.ModelInferResponse, tensors map[string]*stepTensor) {
+// stepOutput is the value a step's response gives its output name; nil
+// (a placeholder) when the response lacks it.
+func stepOutput(name string, resp *inference.ModelInferResponse) *stepTensor {
 	raw := resp.GetRawOutputContents()
 	for i, o := range resp.GetOutputs() {
-		for _, b := range s.Outputs {
-			if b.Model != o.GetName() {
-				continue
-			}
-			t := &stepTensor{datatype: o.GetDatatype(), shape: o.GetShape()}
-			if i < len(raw) {
-				t.data = raw[i]
-			}
-			tensors[b.Ensemble] = t
+		if o.GetName() != name {
+			continue
 		}
+		t := &stepTensor{datatype: o.GetDatatype(), shape: o.GetShape()}
+		if i < len(raw) {
+			t.data = raw[i]
+		}
+		return t
 	}
+	return nil
 }
 
 // ensembleStats are the statistics of the ensembles this gateway ran, as

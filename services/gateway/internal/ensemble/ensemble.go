@@ -1,9 +1,11 @@
 // Package ensemble is the step graph of Triton's ensemble scheduler, as
 // pure decisions: which steps an ensemble request needs (Triton prunes the
 // steps no requested output depends on), which of them can start once the
-// tensors they read exist, and when the request is complete. The gateway
-// runs the steps (each an inference request routed like a client's) and
-// tells a Run what finished; a Run does no I/O and starts no goroutine.
+// tensors they read exist (for each response of a decoupled step
+// separately), when the ensemble answers and when its last response is
+// due. The gateway runs the steps (each an inference request routed like
+// a client's) and tells a Run what came back; a Run does no I/O and starts
+// no goroutine.
 package ensemble
 
 import (
@@ -24,6 +26,9 @@ type Step struct {
 	// model's tensor name.
 	Inputs  []Binding
 	Outputs []Binding
+	// Decoupled: the model answers a request with any number of
+	// responses, each a separate set of outputs.
+	Decoupled bool
 }
 
 // Binding ties a composing model's tensor to an ensemble tensor.
@@ -37,14 +42,20 @@ type Plan struct {
 	// reading it.
 	producer  map[string]int
 	consumers map[string][]int
+	inputs    []string
 	outputs   []string
 }
 
-// Compile makes the plan of an ensemble's (validated) configuration.
-func Compile(cfg *inference.ModelConfig) *Plan {
+// Compile makes the plan of an ensemble's (validated) configuration;
+// decoupled says which composing models are decoupled.
+func Compile(cfg *inference.ModelConfig, decoupled func(model string) bool) *Plan {
 	p := &Plan{Name: cfg.GetName(), producer: map[string]int{}, consumers: map[string][]int{}}
+	for _, in := range cfg.GetInput() {
+		p.inputs = append(p.inputs, in.GetName())
+	}
 	for i, s := range cfg.GetEnsembleScheduling().GetStep() {
-		st := Step{Model: s.GetModelName(), Inputs: bindings(s.GetInputMap()), Outputs: bindings(s.GetOutputMap())}
+		st := Step{Model: s.GetModelName(), Inputs: bindings(s.GetInputMap()), Outputs: bindings(s.GetOutputMap()),
+			Decoupled: decoupled != nil && decoupled(s.GetModelName())}
 		if v := s.GetModelVersion(); v >= 0 {
 			st.Version = strconv.FormatInt(v, 10)
 		}
@@ -87,26 +98,69 @@ func (p *Plan) Outputs() []string { return p.outputs }
 // Consumed reports whether some step reads tensor.
 func (p *Plan) Consumed(tensor string) bool { return len(p.consumers[tensor]) > 0 }
 
-// Run is the progress of one ensemble request through the plan.
+// Run is the progress of one ensemble request through the plan, as
+// Triton's EnsembleContext keeps it: every ensemble tensor holds values by
+// iteration (the request's inputs are iteration 0); a step's request
+// (a Launch) reads one iteration of each of its inputs, and each response
+// of it writes a value of each of its outputs. A decoupled step's
+// responses write successive iterations, each a separate set of tensors
+// that the downstream steps run on separately; a step that is not
+// decoupled writes the iteration it read (Triton counts its responses as
+// they come, which can pair one response's tensor with another's when
+// requests finish out of order; writing the iteration read cannot). The
+// ensemble answers once per iteration for which every wanted output
+// exists.
 type Run struct {
 	plan    *Plan
-	have    map[string]bool
+	wanted  []string
 	needed  []bool
-	started []bool
-	left    int // needed steps not finished
+	readers map[string]int // needed steps reading each tensor, plus one for a wanted output
+	have    map[Key]bool   // values written, present or a placeholder
+	refs    map[Key]int    // readers of a value not yet served
+	next    map[string]int // a decoupled step's next iteration of each output
+	started map[Launch]bool
+	open    int // launches whose final response has not come
+}
+
+// Key names a value of an ensemble tensor: the tensor and its iteration.
+type Key struct {
+	Tensor string
+	Iter   int
+}
+
+// Launch is one request of a step, reading iteration Iter of its inputs.
+type Launch struct{ Step, Iter int }
+
+// Progress is what a step's response changed.
+type Progress struct {
+	// Written are the values the response's outputs go to, in the order
+	// of the step's Outputs (an output the response lacks is a
+	// placeholder there, as in Triton: absent, but written).
+	Written []Key
+	// Launch are the steps' requests that can start now.
+	Launch []Launch
+	// Answer is the iteration of the ensemble response now complete, or
+	// -1: every wanted output has a value of it.
+	Answer int
+	// Final: no request of the run is open any more; the ensemble's
+	// last response (or its final flag alone) is due.
+	Final bool
+	// Drop are the values no launch or response will read again, to
+	// free once the launches and the answer have been made.
+	Drop []Key
 }
 
 // Start begins a request that provides the tensors given (the ensemble
-// inputs it carries) and wants the outputs given (none: all of them). It
-// returns the run and the steps that can start at once, ascending.
-func (p *Plan) Start(provided, wanted []string) (*Run, []int) {
-	r := &Run{plan: p, have: map[string]bool{}, needed: make([]bool, len(p.Steps)), started: make([]bool, len(p.Steps))}
-	for _, t := range provided {
-		r.have[t] = true
-	}
+// inputs it carries; inputs it leaves out count as written but absent,
+// as Triton's optional inputs do) and wants the outputs given (none: all
+// of them). It returns the run and the requests that can start at once,
+// in step order.
+func (p *Plan) Start(provided, wanted []string) (*Run, []Launch) {
 	if len(wanted) == 0 {
 		wanted = p.outputs
 	}
+	r := &Run{plan: p, wanted: wanted, needed: make([]bool, len(p.Steps)), readers: map[string]int{},
+		have: map[Key]bool{}, refs: map[Key]int{}, next: map[string]int{}, started: map[Launch]bool{}}
 	// The steps the wanted outputs depend on, walking back from them.
 	queue := slices.Clone(wanted)
 	seen := map[string]bool{}
@@ -122,44 +176,149 @@ func (p *Plan) Start(provided, wanted []string) (*Run, []int) {
 			continue
 		}
 		r.needed[i] = true
-		r.left++
 		for _, b := range p.Steps[i].Inputs {
 			queue = append(queue, b.Ensemble)
 		}
 	}
-	return r, r.ready()
-}
-
-// Done records that step finished and wrote its outputs, and returns the
-// steps that can start now, ascending.
-func (r *Run) Done(step int) []int {
-	r.left--
-	for _, b := range r.plan.Steps[step].Outputs {
-		r.have[b.Ensemble] = true
+	for t, steps := range p.consumers {
+		for _, i := range steps {
+			if r.needed[i] {
+				r.readers[t]++
+			}
+		}
 	}
-	return r.ready()
+	for _, t := range wanted {
+		r.readers[t]++
+	}
+	var pr Progress
+	for _, t := range slices.Concat(p.inputs, provided) {
+		if k := (Key{t, 0}); !r.have[k] {
+			r.write(k, &pr)
+		}
+	}
+	r.launch(&pr)
+	return r, pr.Launch
 }
 
-// Complete reports whether every needed step has finished.
-func (r *Run) Complete() bool { return r.left == 0 }
+// Response records a response of the request l: with outputs, the step's
+// outputs are written (a response with none, such as a decoupled model's
+// final flag alone, writes nothing); final, the request is over.
+func (r *Run) Response(l Launch, outputs, final bool) Progress {
+	pr := Progress{Answer: -1}
+	if final {
+		r.open--
+	}
+	if outputs {
+		s := r.plan.Steps[l.Step]
+		for _, b := range s.Outputs {
+			it := l.Iter
+			if s.Decoupled {
+				it = r.next[b.Ensemble]
+				r.next[b.Ensemble]++
+			}
+			k := Key{b.Ensemble, it}
+			pr.Written = append(pr.Written, k)
+			r.write(k, &pr)
+		}
+		r.launch(&pr)
+		r.answer(&pr)
+	}
+	pr.Final = r.open == 0
+	return pr
+}
 
-func (r *Run) ready() []int {
-	var out []int
-	for i, s := range r.plan.Steps {
-		if !r.needed[i] || r.started[i] {
+// Open reports whether some request of the run has not ended.
+func (r *Run) Open() bool { return r.open > 0 }
+
+func (r *Run) write(k Key, pr *Progress) {
+	r.have[k] = true
+	r.refs[k] = r.readers[k.Tensor]
+	if r.refs[k] == 0 {
+		delete(r.refs, k)
+		pr.Drop = append(pr.Drop, k)
+	}
+}
+
+func (r *Run) read(k Key, pr *Progress) {
+	if r.refs[k]--; r.refs[k] == 0 {
+		delete(r.refs, k)
+		pr.Drop = append(pr.Drop, k)
+	}
+}
+
+// launch adds to pr the requests whose inputs all have a value written of
+// one iteration, the iterations in order, then the steps.
+func (r *Run) launch(pr *Progress) {
+	var cands []Launch
+	for _, k := range pr.Written {
+		for _, i := range r.plan.consumers[k.Tensor] {
+			cands = append(cands, Launch{i, k.Iter})
+		}
+	}
+	if pr.Written == nil { // the start: every needed step at iteration 0
+		for i := range r.plan.Steps {
+			cands = append(cands, Launch{i, 0})
+		}
+	}
+	slices.SortFunc(cands, func(a, b Launch) int {
+		if a.Iter != b.Iter {
+			return a.Iter - b.Iter
+		}
+		return a.Step - b.Step
+	})
+	for _, l := range cands {
+		if !r.needed[l.Step] || r.started[l] {
 			continue
 		}
 		ok := true
-		for _, b := range s.Inputs {
-			if !r.have[b.Ensemble] {
+		for _, b := range r.plan.Steps[l.Step].Inputs {
+			if !r.have[Key{b.Ensemble, l.Iter}] {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		r.started[l] = true
+		r.open++
+		pr.Launch = append(pr.Launch, l)
+		read := map[string]bool{}
+		for _, b := range r.plan.Steps[l.Step].Inputs {
+			if !read[b.Ensemble] {
+				read[b.Ensemble] = true
+				r.read(Key{b.Ensemble, l.Iter}, pr)
+			}
+		}
+	}
+}
+
+// answer sets pr.Answer when a value just written completes an iteration
+// of the wanted outputs (Triton looks at one such iteration per response).
+func (r *Run) answer(pr *Progress) {
+	for _, k := range pr.Written {
+		if !slices.Contains(r.wanted, k.Tensor) {
+			continue
+		}
+		ok := true
+		for _, t := range r.wanted {
+			if !r.have[Key{t, k.Iter}] {
 				ok = false
 				break
 			}
 		}
 		if ok {
-			r.started[i] = true
-			out = append(out, i)
+			pr.Answer = k.Iter
 		}
 	}
-	return out
+	if pr.Answer < 0 {
+		return
+	}
+	done := map[string]bool{}
+	for _, t := range r.wanted {
+		if !done[t] {
+			done[t] = true
+			r.read(Key{t, pr.Answer}, pr)
+		}
+	}
 }
