@@ -1,0 +1,49 @@
+// Package placement decides which executors hold which models, as pure
+// logic on the model of pkg/seqbatch: a Planner is told what the executors
+// advertise (capacity, GPU, the models their repositories have and the
+// models they hold, with each one's measured footprint, last use and
+// requests in flight), which models the cluster serves (footprint hint,
+// min and max replicas, GPU kind, pinned), and the demand for models placed
+// nowhere; Plan, given the current time, returns the loads and unloads to
+// perform, each with its reason, and the models it cannot place with why.
+// It holds no goroutines, timers or connections; the placement controller
+// (services/sequence-router/placement) performs its decisions over the bus
+// and reports their outcomes back (Done).
+//
+// # Use
+//
+//	p := placement.NewPlanner(placement.Config{})
+//	p.SetModels([]placement.Model{{Name: "simple"}})
+//	p.Observe(now, placement.Executor{ID: "e1", Node: "n1", Capacity: placement.Capacity{Slots: 3}, ...})
+//	plan := p.Plan(now)            // loads and unloads, with reasons
+//	p.Done(now, plan.Actions[0], err) // after performing one
+//	p.Demand(now, "simple")        // a request found it placed nowhere
+//	p.Gone(now, "e1")              // the executor stopped heartbeating
+//
+// # The rules
+//
+//   - A model is wanted on MinReplicas executors (default 1) and never on
+//     more than MaxReplicas (default: no bound). Replicas go first to nodes
+//     holding none of the model's replicas, then by best fit: the executor
+//     left with the least free capacity that still fits the model, so large
+//     models find room later.
+//   - Capacity is bytes (the sum of the footprints held), slots (the count
+//     of models held), or both; an executor that advertises neither is not
+//     bounded. A model's footprint is the largest an executor measured for
+//     it, remembered after it unloads, else its configuration's hint, else
+//     Config.DefaultFootprint.
+//   - A model whose instance_group asks for KIND_GPU is placed only on
+//     executors with a GPU; only executors whose repository has the model
+//     can load it; draining executors receive nothing.
+//   - Without demand, models are placed only in free capacity: the planner
+//     never evicts a model to place one nobody asked for (that would
+//     thrash). A model with demand (Demand: a request found it placed
+//     nowhere) is placed first, and when no executor has room, the least
+//     recently used models of one executor are evicted to make room: never
+//     a model with requests in flight, never a pinned one, never a sequence
+//     model, never one loaded or used within Config.MinResidency, never
+//     another model with demand.
+//   - A load or unload in flight counts as done until its outcome arrives
+//     (Done) or Config.ActionTimeout passes; a load that failed on an
+//     executor is not tried there again for Config.RetryAfter.
+package placement

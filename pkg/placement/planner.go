@@ -1,0 +1,709 @@
+package placement
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// HoldState is the state of a model on an executor.
+type HoldState uint8
+
+// The states of a holding, from the executor's catalog.
+const (
+	// Ready: the model serves there.
+	Ready HoldState = iota
+	// Loading: a load is under way; it takes its room already.
+	Loading
+	// Failed: the model is listed there but not loaded (a failed load,
+	// unloaded); it takes no room.
+	Failed
+)
+
+// Holding is one model an executor lists.
+type Holding struct {
+	Model string
+	State HoldState
+	// Footprint is the memory the load took, as the executor measured it;
+	// 0 when unknown.
+	Footprint uint64
+	// LastUse is the last request's time, or the load's when none came.
+	LastUse time.Time
+	// Inflight counts the requests the executor handles for the model now.
+	Inflight int
+}
+
+// Executor is what an executor advertises.
+type Executor struct {
+	ID, Node string
+	// Generation and Revision order the executor's reports: an
+	// observation older than one already seen is ignored.
+	Generation, Revision uint64
+	Capacity             Capacity
+	GPU                  bool
+	Draining             bool
+	// Repository lists the models its model repository has: those it can
+	// load.
+	Repository []string
+	Holds      []Holding
+}
+
+// Config holds the planner's cluster-wide settings.
+type Config struct {
+	// MinReplicas is the default of Model.MinReplicas; 0 is 1.
+	MinReplicas int
+	// MaxReplicas is the default of Model.MaxReplicas; 0 is unbounded.
+	MaxReplicas int
+	// DefaultFootprint is the footprint of a model never measured and
+	// without a hint.
+	DefaultFootprint uint64
+	// ActionTimeout is how long a load or unload counts as under way
+	// without an outcome; default 2 minutes.
+	ActionTimeout time.Duration
+	// RetryAfter is how long a failed load is not tried on the same
+	// executor again; default 30 seconds.
+	RetryAfter time.Duration
+	// DemandTTL is how long a demand for a model lasts without being
+	// renewed (its requests time out meanwhile); default 1 minute.
+	DemandTTL time.Duration
+	// MinResidency protects a model loaded or used less than this long ago
+	// from eviction; default 0.
+	MinResidency time.Duration
+}
+
+// Action is what a decision does.
+type Action uint8
+
+// The actions.
+const (
+	Load Action = iota
+	Unload
+)
+
+func (a Action) String() string {
+	if a == Load {
+		return "load"
+	}
+	return "unload"
+}
+
+// Reason is why a decision was taken.
+type Reason uint8
+
+// The reasons.
+const (
+	// BelowMinReplicas: fewer executors hold the model than its
+	// min_replicas, and one has room.
+	BelowMinReplicas Reason = iota + 1
+	// OnDemand: a request wants the model and no executor holds it.
+	OnDemand
+	// Evicted: the least recently used model without traffic on its
+	// executor makes room for a model on demand (Decision.For).
+	Evicted
+	// AboveMaxReplicas: more executors hold the model than its
+	// max_replicas.
+	AboveMaxReplicas
+	// NotServed: the cluster no longer serves the model.
+	NotServed
+)
+
+func (r Reason) String() string {
+	switch r {
+	case BelowMinReplicas:
+		return "below min_replicas"
+	case OnDemand:
+		return "on demand"
+	case Evicted:
+		return "least recently used, evicted"
+	case AboveMaxReplicas:
+		return "above max_replicas"
+	case NotServed:
+		return "no longer served"
+	}
+	return "unknown"
+}
+
+// Decision is one load or unload.
+type Decision struct {
+	Action   Action
+	Model    string
+	Executor string
+	Reason   Reason
+	// For is the model an eviction makes room for.
+	For string
+	// Footprint is what the planner counts the model to take.
+	Footprint uint64
+}
+
+func (d Decision) String() string {
+	s := fmt.Sprintf("%s %s on %s: %s", d.Action, d.Model, d.Executor, d.Reason)
+	if d.For != "" {
+		s += " for " + d.For
+	}
+	return s
+}
+
+// Why is why a model waits unplaced (or below its min_replicas).
+type Why uint8
+
+// The reasons a model waits.
+const (
+	// NoExecutor: no live executor's repository has the model.
+	NoExecutor Why = iota + 1
+	// NoGPUExecutor: the model needs a GPU and no executor that has it has one.
+	NoGPUExecutor
+	// NoCapacity: no executor has room, and the model has no demand that
+	// would evict another.
+	NoCapacity
+	// NothingEvictable: the model has demand, but no executor can make
+	// room by evicting models without traffic.
+	NothingEvictable
+)
+
+func (w Why) String() string {
+	switch w {
+	case NoExecutor:
+		return "no executor has the model in its repository"
+	case NoGPUExecutor:
+		return "the model needs a GPU and no executor that has it has one"
+	case NoCapacity:
+		return "no executor has room for it"
+	case NothingEvictable:
+		return "no executor can make room: every model there has traffic, is pinned or is wanted"
+	}
+	return "unknown"
+}
+
+// Waiting is a model the plan leaves short of its min_replicas.
+type Waiting struct {
+	Model    string
+	Replicas int // executors holding it, loads under way included
+	Why      Why
+	Demanded bool
+}
+
+// Plan is what Planner.Plan decides: actions in the order to perform them
+// (an executor's unloads before its load), and the models left waiting.
+type Plan struct {
+	Actions []Decision
+	Waiting []Waiting
+}
+
+type opKey struct{ model, executor string }
+
+type op struct {
+	action Action
+	at     time.Time
+}
+
+// Planner keeps what placement knows; see the package comment.
+type Planner struct {
+	cfg        Config
+	executors  map[string]*Executor
+	models     map[string]Model
+	footprints map[string]uint64 // measured, remembered after unloads
+	ops        map[opKey]op      // decided, outcome not yet known
+	failed     map[opKey]time.Time
+	demand     map[string]time.Time
+}
+
+// NewPlanner returns a planner with cfg's defaults filled.
+func NewPlanner(cfg Config) *Planner {
+	if cfg.MinReplicas <= 0 {
+		cfg.MinReplicas = 1
+	}
+	if cfg.ActionTimeout <= 0 {
+		cfg.ActionTimeout = 2 * time.Minute
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = 30 * time.Second
+	}
+	if cfg.DemandTTL <= 0 {
+		cfg.DemandTTL = time.Minute
+	}
+	return &Planner{cfg: cfg, executors: map[string]*Executor{}, models: map[string]Model{},
+		footprints: map[string]uint64{}, ops: map[opKey]op{}, failed: map[opKey]time.Time{}, demand: map[string]time.Time{}}
+}
+
+// SetModels replaces the set of models the cluster serves.
+func (p *Planner) SetModels(models []Model) {
+	p.models = make(map[string]Model, len(models))
+	for _, m := range models {
+		p.models[m.Name] = m
+	}
+}
+
+// Models returns the models the cluster serves, by name.
+func (p *Planner) Models() []Model {
+	out := make([]Model, 0, len(p.models))
+	for _, m := range p.models {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Model) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Observe records an executor's report, unless one newer was seen. It
+// remembers the footprints it measured, and settles the actions its report
+// shows done.
+func (p *Planner) Observe(now time.Time, e Executor) {
+	if old := p.executors[e.ID]; old != nil && (e.Generation < old.Generation || e.Generation == old.Generation && e.Revision < old.Revision) {
+		return
+	}
+	e.Repository = slices.Clone(e.Repository)
+	e.Holds = slices.Clone(e.Holds)
+	p.executors[e.ID] = &e
+	held := map[string]bool{}
+	for _, h := range e.Holds {
+		if h.Footprint > p.footprints[h.Model] {
+			p.footprints[h.Model] = h.Footprint
+		}
+		if h.State == Ready {
+			held[h.Model] = true
+			delete(p.demand, h.Model)
+		}
+	}
+	for k, o := range p.ops {
+		if k.executor != e.ID {
+			continue
+		}
+		if (o.action == Load && held[k.model]) || (o.action == Unload && !held[k.model] && !holdsLoading(&e, k.model)) {
+			delete(p.ops, k)
+		}
+	}
+}
+
+func holdsLoading(e *Executor, model string) bool {
+	for _, h := range e.Holds {
+		if h.Model == model && h.State == Loading {
+			return true
+		}
+	}
+	return false
+}
+
+// Gone forgets an executor (it withdrew, or stopped heartbeating): its
+// models count as held nowhere there.
+func (p *Planner) Gone(_ time.Time, id string) {
+	delete(p.executors, id)
+	for k := range p.ops {
+		if k.executor == id {
+			delete(p.ops, k)
+		}
+	}
+}
+
+// Executors returns the executors known, by id.
+func (p *Planner) Executors() []Executor {
+	out := make([]Executor, 0, len(p.executors))
+	for _, e := range p.executors {
+		out = append(out, *e)
+	}
+	slices.SortFunc(out, func(a, b Executor) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Demand records that a request wants model, which no executor holds: the
+// next Plan places it first, evicting if it must. A demand lasts
+// Config.DemandTTL from its last renewal, or until an executor holds the
+// model.
+func (p *Planner) Demand(now time.Time, model string) { p.demand[model] = now }
+
+// Demanded reports whether model has a live demand.
+func (p *Planner) Demanded(now time.Time, model string) bool {
+	at, ok := p.demand[model]
+	return ok && now.Sub(at) < p.cfg.DemandTTL
+}
+
+// Footprint is what the planner counts model to take: the largest
+// footprint measured, else the hint, else Config.DefaultFootprint.
+func (p *Planner) Footprint(model string) uint64 {
+	if f := p.footprints[model]; f > 0 {
+		return f
+	}
+	if h := p.models[model].FootprintHint; h > 0 {
+		return h
+	}
+	return p.cfg.DefaultFootprint
+}
+
+// RememberFootprint seeds a measured footprint (a controller taking over
+// reads them back from its store).
+func (p *Planner) RememberFootprint(model string, n uint64) {
+	if n > p.footprints[model] {
+		p.footprints[model] = n
+	}
+}
+
+// Footprints returns the measured footprints, by model.
+func (p *Planner) Footprints() map[string]uint64 {
+	out := make(map[string]uint64, len(p.footprints))
+	for k, v := range p.footprints {
+		out[k] = v
+	}
+	return out
+}
+
+// Done records the outcome of a decision performed: a failed load is not
+// tried on that executor again for Config.RetryAfter; a successful one
+// counts as under way until the executor's report shows it (Observe).
+func (p *Planner) Done(now time.Time, d Decision, err error) {
+	k := opKey{d.Model, d.Executor}
+	if err != nil {
+		delete(p.ops, k)
+		if d.Action == Load {
+			p.failed[k] = now
+		}
+	}
+}
+
+// Under returns the actions decided whose outcome is not known yet.
+func (p *Planner) Under() int { return len(p.ops) }
+
+// holder is a model on an executor during planning.
+type holder struct {
+	footprint uint64
+	lastUse   time.Time
+	inflight  int
+	settled   bool // ready and no action under way
+}
+
+type execState struct {
+	e     *Executor
+	bytes uint64
+	held  map[string]*holder
+	repo  map[string]bool
+}
+
+func (s *execState) fits(c Capacity, f uint64) bool {
+	if c.Slots > 0 && len(s.held)+1 > c.Slots {
+		return false
+	}
+	return c.Bytes == 0 || s.bytes+f <= c.Bytes
+}
+
+// free is how much room s leaves after taking f, for best fit: slots
+// first, then bytes; unbounded dimensions count as all the room there is.
+func (s *execState) free(f uint64) (int, uint64) {
+	c := s.e.Capacity
+	slots, bytes := int(^uint(0)>>1), ^uint64(0)
+	if c.Slots > 0 {
+		slots = c.Slots - len(s.held) - 1
+	}
+	if c.Bytes > 0 {
+		bytes = c.Bytes - s.bytes - f
+	}
+	return slots, bytes
+}
+
+func (s *execState) add(model string, f uint64, now time.Time) {
+	s.held[model] = &holder{footprint: f, lastUse: now}
+	s.bytes += f
+}
+
+func (s *execState) remove(model string) {
+	if h := s.held[model]; h != nil {
+		s.bytes -= min(h.footprint, s.bytes)
+		delete(s.held, model)
+	}
+}
+
+// Plan decides what to load and unload now.
+func (p *Planner) Plan(now time.Time) Plan {
+	for k, o := range p.ops {
+		if now.Sub(o.at) >= p.cfg.ActionTimeout {
+			delete(p.ops, k)
+		}
+	}
+	for k, at := range p.failed {
+		if now.Sub(at) >= p.cfg.RetryAfter {
+			delete(p.failed, k)
+		}
+	}
+	for m, at := range p.demand {
+		if now.Sub(at) >= p.cfg.DemandTTL {
+			delete(p.demand, m)
+		}
+	}
+
+	states := p.states(now)
+	ids := make([]string, 0, len(states))
+	for id := range states {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	replicas := func(model string) []string {
+		var out []string
+		for _, id := range ids {
+			if states[id].held[model] != nil {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+
+	var plan Plan
+	decide := func(d Decision) {
+		plan.Actions = append(plan.Actions, d)
+		p.ops[opKey{d.Model, d.Executor}] = op{action: d.Action, at: now}
+		s := states[d.Executor]
+		if d.Action == Load {
+			s.add(d.Model, d.Footprint, now)
+		} else {
+			s.remove(d.Model)
+		}
+	}
+
+	// Models no longer served, and replicas beyond max_replicas, least
+	// recently used first.
+	for _, id := range ids {
+		s := states[id]
+		for _, name := range sortedKeys(s.held) {
+			if _, ok := p.models[name]; !ok && s.held[name].settled && s.held[name].inflight == 0 {
+				decide(Decision{Action: Unload, Model: name, Executor: id, Reason: NotServed, Footprint: s.held[name].footprint})
+			}
+		}
+	}
+	for _, m := range p.Models() {
+		maxR := cmp.Or(m.MaxReplicas, p.cfg.MaxReplicas)
+		if maxR == 0 {
+			continue
+		}
+		have := replicas(m.Name)
+		if len(have) <= maxR {
+			continue
+		}
+		var spare []string
+		for _, id := range have {
+			if h := states[id].held[m.Name]; h.settled && h.inflight == 0 {
+				spare = append(spare, id)
+			}
+		}
+		slices.SortStableFunc(spare, func(a, b string) int {
+			return states[a].held[m.Name].lastUse.Compare(states[b].held[m.Name].lastUse)
+		})
+		for _, id := range spare[:min(len(spare), len(have)-maxR)] {
+			decide(Decision{Action: Unload, Model: m.Name, Executor: id, Reason: AboveMaxReplicas, Footprint: states[id].held[m.Name].footprint})
+		}
+	}
+
+	// Models short of min_replicas: those with demand first (oldest
+	// demand first), then pinned ones, then by name.
+	type need struct {
+		m        Model
+		demanded bool
+		at       time.Time
+	}
+	var needs []need
+	for _, m := range p.Models() {
+		minR := cmp.Or(m.MinReplicas, p.cfg.MinReplicas)
+		if maxR := cmp.Or(m.MaxReplicas, p.cfg.MaxReplicas); maxR > 0 {
+			minR = min(minR, maxR)
+		}
+		if len(replicas(m.Name)) >= minR {
+			continue
+		}
+		n := need{m: m, demanded: p.Demanded(now, m.Name)}
+		n.at = p.demand[m.Name]
+		needs = append(needs, n)
+	}
+	slices.SortStableFunc(needs, func(a, b need) int {
+		switch {
+		case a.demanded != b.demanded:
+			if a.demanded {
+				return -1
+			}
+			return 1
+		case a.demanded:
+			return a.at.Compare(b.at)
+		case a.m.Pinned != b.m.Pinned:
+			if a.m.Pinned {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.m.Name, b.m.Name)
+	})
+	for _, n := range needs {
+		m := n.m
+		f := p.Footprint(m.Name)
+		minR := cmp.Or(m.MinReplicas, p.cfg.MinReplicas)
+		if maxR := cmp.Or(m.MaxReplicas, p.cfg.MaxReplicas); maxR > 0 {
+			minR = min(minR, maxR)
+		}
+		for {
+			have := replicas(m.Name)
+			if len(have) >= minR {
+				break
+			}
+			nodes := map[string]bool{}
+			for _, id := range have {
+				nodes[states[id].e.Node] = true
+			}
+			var cands []*execState
+			why := NoExecutor
+			for _, id := range ids {
+				s := states[id]
+				if !s.repo[m.Name] || s.held[m.Name] != nil || s.e.Draining {
+					continue
+				}
+				if _, failed := p.failed[opKey{m.Name, id}]; failed {
+					continue
+				}
+				if m.GPU && !s.e.GPU {
+					why = NoGPUExecutor
+					continue
+				}
+				cands = append(cands, s)
+			}
+			if len(cands) == 0 {
+				plan.Waiting = append(plan.Waiting, Waiting{Model: m.Name, Replicas: len(have), Why: why, Demanded: n.demanded})
+				break
+			}
+			reason := BelowMinReplicas
+			if n.demanded && len(have) == 0 {
+				reason = OnDemand
+			}
+			if s := bestFit(cands, nodes, f); s != nil {
+				decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: reason, Footprint: f})
+				continue
+			}
+			if reason != OnDemand {
+				plan.Waiting = append(plan.Waiting, Waiting{Model: m.Name, Replicas: len(have), Why: NoCapacity, Demanded: n.demanded})
+				break
+			}
+			s, victims := p.evictFor(now, cands, f)
+			if s == nil {
+				plan.Waiting = append(plan.Waiting, Waiting{Model: m.Name, Replicas: len(have), Why: NothingEvictable, Demanded: true})
+				break
+			}
+			for _, v := range victims {
+				decide(Decision{Action: Unload, Model: v, Executor: s.e.ID, Reason: Evicted, For: m.Name, Footprint: s.held[v].footprint})
+			}
+			decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: OnDemand, Footprint: f})
+		}
+	}
+	return plan
+}
+
+// states is every executor's holdings with the actions under way counted
+// as done.
+func (p *Planner) states(now time.Time) map[string]*execState {
+	out := make(map[string]*execState, len(p.executors))
+	for id, e := range p.executors {
+		s := &execState{e: e, held: map[string]*holder{}, repo: map[string]bool{}}
+		for _, r := range e.Repository {
+			s.repo[r] = true
+		}
+		for _, h := range e.Holds {
+			if h.State == Failed {
+				continue
+			}
+			f := h.Footprint
+			if f == 0 {
+				f = p.Footprint(h.Model)
+			}
+			s.held[h.Model] = &holder{footprint: f, lastUse: h.LastUse, inflight: h.Inflight, settled: h.State == Ready}
+			s.bytes += f
+		}
+		out[id] = s
+	}
+	for k, o := range p.ops {
+		s := out[k.executor]
+		if s == nil {
+			continue
+		}
+		if o.action == Unload {
+			s.remove(k.model)
+		} else if h := s.held[k.model]; h != nil {
+			h.settled = false
+		} else {
+			s.add(k.model, p.Footprint(k.model), o.at)
+			s.held[k.model].settled = false
+		}
+	}
+	return out
+}
+
+// bestFit picks, among the executors with room for f, one on a node
+// without a replica if any, then the one left with the least room (slots,
+// then bytes), then by id.
+func bestFit(cands []*execState, nodes map[string]bool, f uint64) *execState {
+	var best *execState
+	better := func(a, b *execState) bool {
+		if an, bn := nodes[a.e.Node], nodes[b.e.Node]; an != bn {
+			return !an
+		}
+		as, ab := a.free(f)
+		bs, bb := b.free(f)
+		if as != bs {
+			return as < bs
+		}
+		if ab != bb {
+			return ab < bb
+		}
+		return a.e.ID < b.e.ID
+	}
+	for _, s := range cands {
+		if s.fits(s.e.Capacity, f) && (best == nil || better(s, best)) {
+			best = s
+		}
+	}
+	return best
+}
+
+// evictFor finds the executor whose least recently used evictable models
+// make room for f, preferring the one whose victim was used longest ago,
+// and returns it with the victims, least recently used first.
+func (p *Planner) evictFor(now time.Time, cands []*execState, f uint64) (*execState, []string) {
+	var best *execState
+	var bestVictims []string
+	var bestAge time.Time
+	for _, s := range cands {
+		var evictable []string
+		for name, h := range s.held {
+			m := p.models[name]
+			if !h.settled || h.inflight > 0 || m.Pinned || m.Sequence || p.Demanded(now, name) ||
+				(p.cfg.MinResidency > 0 && now.Sub(h.lastUse) < p.cfg.MinResidency) {
+				continue
+			}
+			evictable = append(evictable, name)
+		}
+		slices.SortFunc(evictable, func(a, b string) int {
+			if c := s.held[a].lastUse.Compare(s.held[b].lastUse); c != 0 {
+				return c
+			}
+			return cmp.Compare(a, b)
+		})
+		trial := &execState{e: s.e, bytes: s.bytes, held: map[string]*holder{}}
+		for k, v := range s.held {
+			trial.held[k] = v
+		}
+		var victims []string
+		for _, v := range evictable {
+			if trial.fits(s.e.Capacity, f) {
+				break
+			}
+			trial.remove(v)
+			victims = append(victims, v)
+		}
+		if !trial.fits(s.e.Capacity, f) || len(victims) == 0 {
+			continue
+		}
+		age := s.held[victims[0]].lastUse
+		if best == nil || age.Before(bestAge) {
+			best, bestVictims, bestAge = s, victims, age
+		}
+	}
+	return best, bestVictims
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,404 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1000, 0)
+
+// cluster simulates executors that do what the planner decides.
+type cluster struct {
+	t        *testing.T
+	p        *Planner
+	execs    map[string]*Executor
+	measured map[string]uint64 // footprint an executor measures at load
+	failing  map[opKey]bool
+}
+
+func newCluster(t *testing.T, cfg Config, models ...Model) *cluster {
+	c := &cluster{t: t, p: NewPlanner(cfg), execs: map[string]*Executor{}, measured: map[string]uint64{}, failing: map[opKey]bool{}}
+	c.p.SetModels(models)
+	return c
+}
+
+func (c *cluster) observe(now time.Time, id string) {
+	e := c.execs[id]
+	e.Revision++
+	c.p.Observe(now, *e)
+}
+
+func (c *cluster) holding(id, model string) *Holding {
+	for i := range c.execs[id].Holds {
+		if c.execs[id].Holds[i].Model == model {
+			return &c.execs[id].Holds[i]
+		}
+	}
+	c.t.Fatalf("%s holds no %s", id, model)
+	return nil
+}
+
+// apply performs a plan's actions as an executor would.
+func (c *cluster) apply(now time.Time, plan Plan) {
+	for _, d := range plan.Actions {
+		e := c.execs[d.Executor]
+		if e == nil {
+			c.p.Done(now, d, errors.New("executor gone"))
+			continue
+		}
+		switch {
+		case d.Action == Unload:
+			e.Holds = slices.DeleteFunc(e.Holds, func(h Holding) bool { return h.Model == d.Model })
+			c.observe(now, d.Executor)
+			c.p.Done(now, d, nil)
+		case c.failing[opKey{d.Model, d.Executor}]:
+			c.p.Done(now, d, errors.New("load failed"))
+		default:
+			e.Holds = append(e.Holds, Holding{Model: d.Model, State: Ready, Footprint: c.measured[d.Model], LastUse: now})
+			c.observe(now, d.Executor)
+			c.p.Done(now, d, nil)
+		}
+	}
+}
+
+// planString writes a plan compactly: "+m@e/why" loads, "-m@e/why"
+// unloads ("lru>x": evicted for x), "?m:why" waiting models.
+func planString(plan Plan) string {
+	short := map[Reason]string{BelowMinReplicas: "min", OnDemand: "demand", Evicted: "lru", AboveMaxReplicas: "max", NotServed: "gone"}
+	waits := map[Why]string{NoExecutor: "none", NoGPUExecutor: "gpu", NoCapacity: "full", NothingEvictable: "stuck"}
+	var parts []string
+	for _, d := range plan.Actions {
+		s := "+"
+		if d.Action == Unload {
+			s = "-"
+		}
+		s += d.Model + "@" + d.Executor + "/" + short[d.Reason]
+		if d.For != "" {
+			s += ">" + d.For
+		}
+		parts = append(parts, s)
+	}
+	for _, w := range plan.Waiting {
+		parts = append(parts, "?"+w.Model+":"+waits[w.Why])
+	}
+	return strings.Join(parts, " ")
+}
+
+// step is one event, at t0 plus at seconds:
+//
+//   - "exec" "ID NODE CAPACITY REPO [gpu] [drain]": an executor reports
+//     (CAPACITY as --model-capacity, "-" for none; REPO the models of its
+//     repository, comma-separated);
+//   - "hold" "ID MODEL": ID loaded MODEL by itself;
+//   - "use" "ID MODEL": a request to MODEL on ID now;
+//   - "inflight" "ID MODEL N": N requests in flight;
+//   - "measure" "MODEL BYTES": what an executor measures when it loads MODEL;
+//   - "fail" "MODEL ID": loads of MODEL on ID fail;
+//   - "demand" "MODEL"; "gone" "ID";
+//   - "plan": want is planString's; the actions are then performed;
+//   - "plan-hold": the same, but nothing is performed (outcomes unknown).
+type step struct {
+	at   int
+	do   string
+	arg  string
+	want string
+}
+
+func run(t *testing.T, c *cluster, steps []step) {
+	t.Helper()
+	for i, s := range steps {
+		now := t0.Add(time.Duration(s.at) * time.Second)
+		f := strings.Fields(s.arg)
+		switch s.do {
+		case "exec":
+			e := &Executor{ID: f[0], Node: f[1], Generation: 1}
+			if f[2] != "-" {
+				capa, err := ParseCapacity(f[2])
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.Capacity = capa
+			}
+			e.Repository = strings.Split(f[3], ",")
+			e.GPU = slices.Contains(f, "gpu")
+			e.Draining = slices.Contains(f, "drain")
+			if old := c.execs[f[0]]; old != nil {
+				e.Holds, e.Revision = old.Holds, old.Revision
+			}
+			c.execs[f[0]] = e
+			c.observe(now, f[0])
+		case "hold":
+			c.execs[f[0]].Holds = append(c.execs[f[0]].Holds, Holding{Model: f[1], State: Ready, LastUse: now})
+			c.observe(now, f[0])
+		case "use":
+			c.holding(f[0], f[1]).LastUse = now
+			c.observe(now, f[0])
+		case "inflight":
+			n, _ := strconv.Atoi(f[2])
+			c.holding(f[0], f[1]).Inflight = n
+			c.observe(now, f[0])
+		case "measure":
+			n, err := ParseBytes(f[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.measured[f[0]] = n
+		case "fail":
+			c.failing[opKey{f[0], f[1]}] = true
+		case "demand":
+			c.p.Demand(now, f[0])
+		case "gone":
+			delete(c.execs, f[0])
+			c.p.Gone(now, f[0])
+		case "plan", "plan-hold":
+			plan := c.p.Plan(now)
+			if got := planString(plan); got != s.want {
+				t.Fatalf("step %d (%ds %s): plan = %q, want %q", i, s.at, s.do, got, s.want)
+			}
+			if s.do == "plan" {
+				c.apply(now, plan)
+			}
+		default:
+			t.Fatalf("step %d: unknown event %q", i, s.do)
+		}
+	}
+}
+
+func names(prefix string, n int) []Model {
+	var out []Model
+	for i := range n {
+		out = append(out, Model{Name: fmt.Sprintf("%s%d", prefix, i)})
+	}
+	return out
+}
+
+const ten = "m0,m1,m2,m3,m4,m5,m6,m7,m8,m9"
+
+func TestPlanner(t *testing.T) {
+	gpuModel := Model{Name: "g", GPU: true}
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		models []Model
+		steps  []step
+	}{{
+		name:   "packs by slots, spreads over nodes, leaves the rest waiting without demand",
+		models: names("m", 10),
+		steps: []step{
+			{0, "exec", "e1 n1 slots=3 " + ten, ""},
+			{0, "exec", "e2 n2 slots=3 " + ten, ""},
+			{0, "exec", "e3 n3 slots=3 " + ten, ""},
+			// Best fit: the executor left with the least room, so one
+			// fills before the next is used.
+			{0, "plan", "", "+m0@e1/min +m1@e1/min +m2@e1/min +m3@e2/min +m4@e2/min +m5@e2/min +m6@e3/min +m7@e3/min +m8@e3/min ?m9:full"},
+			{1, "plan", "", "?m9:full"},
+		},
+	}, {
+		name:   "on demand: the least recently used model without traffic is evicted",
+		models: names("m", 4),
+		steps: []step{
+			{0, "exec", "e1 n1 slots=3 m0,m1,m2,m3", ""},
+			{0, "plan", "", "+m0@e1/min +m1@e1/min +m2@e1/min ?m3:full"},
+			{5, "use", "e1 m0", ""},
+			{6, "use", "e1 m2", ""},
+			{7, "inflight", "e1 m1 1", ""}, // m1 is the oldest, but busy
+			{8, "demand", "m3", ""},
+			{8, "plan", "", "-m0@e1/lru>m3 +m3@e1/demand"},
+			// Placed: the demand is over; m0 waits for room.
+			{9, "plan", "", "?m0:full"},
+			{10, "inflight", "e1 m1 0", ""},
+			{11, "demand", "m0", ""},
+			{11, "plan", "", "-m1@e1/lru>m0 +m0@e1/demand"},
+		},
+	}, {
+		name:   "never evicts a pinned, sequence or demanded model, nor one with requests in flight",
+		models: []Model{{Name: "pin", Pinned: true}, {Name: "seq", Sequence: true}, {Name: "busy"}, {Name: "x"}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=3 pin,seq,busy,x", ""},
+			{0, "plan", "", "+pin@e1/min +busy@e1/min +seq@e1/min ?x:full"},
+			{1, "inflight", "e1 busy 2", ""},
+			{2, "demand", "x", ""},
+			{2, "plan", "", "?x:stuck"},
+			{3, "inflight", "e1 busy 0", ""},
+			{4, "plan", "", "-busy@e1/lru>x +x@e1/demand"},
+			{5, "plan", "", "?busy:full"},
+		},
+	}, {
+		name:   "the eviction goes to the executor whose victim was used longest ago",
+		models: names("m", 5),
+		steps: []step{
+			{0, "exec", "e1 n1 slots=2 m0,m1,m2,m3,m4", ""},
+			{0, "exec", "e2 n2 slots=2 m0,m1,m2,m3,m4", ""},
+			{0, "plan", "", "+m0@e1/min +m1@e1/min +m2@e2/min +m3@e2/min ?m4:full"},
+			{3, "use", "e1 m0", ""},
+			{3, "use", "e1 m1", ""},
+			{4, "use", "e2 m3", ""},
+			{5, "demand", "m4", ""},
+			{5, "plan", "", "-m2@e2/lru>m4 +m4@e2/demand"},
+			// The victim waits for room, or for a request of its own.
+			{6, "plan", "", "?m2:full"},
+		},
+	}, {
+		name:   "packs by bytes with measured footprints, remembered after unload",
+		models: []Model{{Name: "big", FootprintHint: 1 << 30}, {Name: "a"}, {Name: "b"}, {Name: "c"}},
+		cfg:    Config{DefaultFootprint: 1 << 20},
+		steps: []step{
+			{0, "measure", "big 3GiB", ""},
+			{0, "exec", "e1 n1 4GiB big,a,b,c", ""},
+			{0, "exec", "e2 n2 2GiB big,a,b,c", ""},
+			// The hint (1GiB) fits e2 best; the load measures 3GiB.
+			{0, "plan", "", "+a@e2/min +b@e2/min +big@e2/min +c@e2/min"},
+		},
+	}, {
+		name:   "a measured footprint larger than the hint moves the next placement",
+		models: []Model{{Name: "big", FootprintHint: 1 << 30}, {Name: "small", FootprintHint: 1 << 30}},
+		steps: []step{
+			{0, "measure", "big 3GiB", ""},
+			{0, "exec", "e1 n1 4GiB big", ""},
+			{0, "plan", "", "+big@e1/min ?small:none"},
+			{1, "exec", "e2 n2 2GiB big,small", ""},
+			{1, "gone", "e1", ""},
+			// 3GiB measured on e1 no longer fits e2's 2GiB.
+			{2, "plan", "", "+small@e2/min ?big:full"},
+		},
+	}, {
+		name:   "GPU models only on executors with a GPU",
+		models: []Model{gpuModel, {Name: "c"}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=4 g,c", ""},
+			{0, "plan", "", "+c@e1/min ?g:gpu"},
+			{1, "exec", "e2 n2 slots=4 g,c gpu", ""},
+			{1, "plan", "", "+g@e2/min"},
+		},
+	}, {
+		name:   "replicas spread across nodes first, within min and max",
+		models: []Model{{Name: "r", MinReplicas: 3, MaxReplicas: 3}},
+		steps: []step{
+			{0, "exec", "a1 nA slots=3 r", ""},
+			{0, "exec", "a2 nA slots=1 r", ""},
+			{0, "exec", "b1 nB slots=3 r", ""},
+			// a2 fits best but nA is taken by then: b1 comes first.
+			{0, "plan", "", "+r@a2/min +r@b1/min +r@a1/min"},
+			{1, "plan", "", ""},
+		},
+	}, {
+		name:   "a model's parameters override the cluster's replicas; replicas above max are unloaded, least recently used first",
+		cfg:    Config{MaxReplicas: 1},
+		models: []Model{{Name: "r", MinReplicas: 2, MaxReplicas: 3}, {Name: "one"}},
+		steps: []step{
+			{0, "exec", "e1 n1 - r,one", ""},
+			{0, "exec", "e2 n2 - r,one", ""},
+			{0, "exec", "e3 n3 - r,one", ""},
+			{0, "plan", "", "+one@e1/min +r@e1/min +r@e2/min"},
+			{1, "hold", "e2 one", ""},
+			{2, "hold", "e3 one", ""},
+			{3, "use", "e1 one", ""},
+			{3, "inflight", "e2 one 1", ""},
+			// One replica at most (the cluster's default): e2 is the
+			// least recently used, but busy, so it is the one kept.
+			{4, "plan", "", "-one@e3/max -one@e1/max"},
+			{5, "inflight", "e2 one 0", ""},
+			{5, "plan", "", ""},
+		},
+	}, {
+		name:   "an executor's loss: its models go where there is room",
+		models: names("m", 4),
+		steps: []step{
+			{0, "exec", "e1 n1 slots=2 m0,m1,m2,m3", ""},
+			{0, "exec", "e2 n2 slots=4 m0,m1,m2,m3", ""},
+			{0, "plan", "", "+m0@e1/min +m1@e1/min +m2@e2/min +m3@e2/min"},
+			{5, "gone", "e1", ""},
+			{5, "plan", "", "+m0@e2/min +m1@e2/min"},
+		},
+	}, {
+		name:   "a failed load is not retried on that executor before RetryAfter",
+		cfg:    Config{RetryAfter: 10 * time.Second},
+		models: []Model{{Name: "m"}},
+		steps: []step{
+			{0, "fail", "m e1", ""},
+			{0, "exec", "e1 n1 slots=3 m", ""},
+			{0, "plan", "", "+m@e1/min"},
+			{1, "plan", "", "?m:none"},
+			{8, "plan", "", "?m:none"},
+			{9, "exec", "e2 n2 slots=3 m", ""},
+			{9, "plan", "", "+m@e2/min"},
+		},
+	}, {
+		name:   "a load under way counts until its outcome, or until ActionTimeout",
+		cfg:    Config{ActionTimeout: 30 * time.Second},
+		models: []Model{{Name: "m"}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=1 m", ""},
+			{0, "plan-hold", "", "+m@e1/min"},
+			{10, "plan", "", ""},
+			{30, "plan", "", "+m@e1/min"},
+		},
+	}, {
+		name:   "draining executors and models not in an executor's repository",
+		models: []Model{{Name: "a"}, {Name: "b"}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=3 a,b drain", ""},
+			{0, "exec", "e2 n2 slots=3 a", ""},
+			{0, "plan", "", "+a@e2/min ?b:none"},
+		},
+	}, {
+		name:   "a demand expires after DemandTTL; min residency protects fresh loads",
+		cfg:    Config{DemandTTL: 5 * time.Second, MinResidency: 10 * time.Second},
+		models: names("m", 2),
+		steps: []step{
+			{0, "exec", "e1 n1 slots=1 m0,m1", ""},
+			{0, "plan", "", "+m0@e1/min ?m1:full"},
+			{1, "demand", "m1", ""},
+			{1, "plan", "", "?m1:stuck"},
+			{6, "plan", "", "?m1:full"},
+			{12, "demand", "m1", ""},
+			{12, "plan", "", "-m0@e1/lru>m1 +m1@e1/demand"},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			run(t, newCluster(t, tc.cfg, tc.models...), tc.steps)
+		})
+	}
+}
+
+// TestNotServedUnload: an executor holding a model the cluster stopped
+// serving unloads it once no request is in flight.
+func TestNotServedUnload(t *testing.T) {
+	c := newCluster(t, Config{}, Model{Name: "a"})
+	c.execs["e1"] = &Executor{ID: "e1", Node: "n1", Repository: []string{"a", "old"},
+		Holds: []Holding{{Model: "old", State: Ready, LastUse: t0, Inflight: 1}}}
+	c.observe(t0, "e1")
+	run(t, c, []step{
+		{0, "plan", "", "+a@e1/min"},
+		{1, "inflight", "e1 old 0", ""},
+		{1, "plan", "", "-old@e1/gone"},
+	})
+}
+
+// TestObserveIgnoresOlderReports: a report older than one already seen
+// (a catalog fetched before a load, answered after it) changes nothing.
+func TestObserveIgnoresOlderReports(t *testing.T) {
+	p := NewPlanner(Config{})
+	p.SetModels([]Model{{Name: "a"}})
+	p.Observe(t0, Executor{ID: "e1", Node: "n1", Revision: 5, Repository: []string{"a"}, Holds: []Holding{{Model: "a", State: Ready}}})
+	p.Observe(t0, Executor{ID: "e1", Node: "n1", Revision: 4, Repository: []string{"a"}})
+	if got := planString(p.Plan(t0)); got != "" {
+		t.Fatalf("plan = %q, want nothing (a is held)", got)
+	}
+	p.Observe(t0, Executor{ID: "e1", Node: "n1", Generation: 1, Revision: 1, Repository: []string{"a"}})
+	if got := planString(p.Plan(t0)); got != "+a@e1/min" {
+		t.Fatalf("plan after a restart = %q, want +a@e1/min", got)
+	}
+}
+
+func TestDecisionString(t *testing.T) {
+	d := Decision{Action: Unload, Model: "m0", Executor: "e1", Reason: Evicted, For: "m3"}
+	if got, want := d.String(), "unload m0 on e1: least recently used, evicted for m3"; got != want {
+		t.Fatalf("%q, want %q", got, want)
+	}
+}
