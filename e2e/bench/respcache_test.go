@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -24,8 +26,16 @@ import (
 //   - 64 B, gRPC unary, c=1: a local cache hit against the same request
 //     uncached (target p50 <= 0.6x), and a Redis cache hit (a real
 //     redis-server) against it (target p50 <= 1.0x);
-//   - 16 MiB (the identity's output is its input), gRPC unary, c=1: a local
-//     hit against the uncached request (target req/s >= 2x).
+//   - a 16 MiB output from a 64 B input (the identity's output_repeat
+//     parameter repeats the input 262144 times), gRPC unary, c=1: a local
+//     hit, which skips the executor's writing of the output and its
+//     transfer over the bus, against the uncached request (target req/s
+//     >= 2x). The request is small as in the 64 B pairs: what differs is
+//     the output only. The output rides the bus (hand-off off), as from
+//     an executor on another node; the same pair with the executor's
+//     output handed over in this process (hand-off as slices, the
+//     standalone server's and a co-located executor's path, where the
+//     uncached request transfers nothing either) is reported beside it.
 
 const (
 	uncachedModel = "identity_uncached"
@@ -37,11 +47,16 @@ func init() {
 		comparison{"respcache-local-hit-64B-grpc-unary/c1", "respcache-uncached-64B-grpc-unary/c1", latency, 0.6, 0},
 		comparison{"respcache-redis-hit-64B-grpc-unary/c1", "respcache-uncached-redis-64B-grpc-unary/c1", latency, 1.0, 0},
 		comparison{"respcache-local-hit-16MiB-grpc-unary/c1", "respcache-uncached-16MiB-grpc-unary/c1", throughput, 2.0, 0},
+		comparison{"respcache-local-hit-16MiB-handoff-grpc-unary/c1", "respcache-uncached-16MiB-handoff-grpc-unary/c1", throughput, 0, 0},
 	)
 }
 
-// cacheServer starts a standalone server with cache and the two models.
-func cacheServer(b *testing.B, cache respcache.Config) string {
+// largeRepeat makes the 64 B input a 16 MiB output.
+const largeRepeat = large / small
+
+// cacheServer starts a standalone server with cache and the two models,
+// whose configurations get extra (parameters) added.
+func cacheServer(b *testing.B, cache respcache.Config, extra string, handoff int) string {
 	b.Helper()
 	src, err := RepoDir()
 	if err != nil {
@@ -56,7 +71,7 @@ func cacheServer(b *testing.B, cache respcache.Config) string {
 		if err := os.MkdirAll(filepath.Join(repo, name, "1"), 0o755); err != nil {
 			b.Fatal(err)
 		}
-		text := strings.Replace(string(cfgText), fmt.Sprintf("name: %q", Model), fmt.Sprintf("name: %q", name), 1)
+		text := strings.Replace(string(cfgText), fmt.Sprintf("name: %q", Model), fmt.Sprintf("name: %q", name), 1) + extra
 		if name == cachedModel {
 			text += "\nresponse_cache { enable: true }\n"
 		}
@@ -73,6 +88,7 @@ func cacheServer(b *testing.B, cache respcache.Config) string {
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.InProcessBus = false
 	cfg.ResponseCache = cache
+	cfg.HandoffThreshold = handoff
 	s, stop, err := runStandalone(cfg, uncachedModel, cachedModel)
 	if err != nil {
 		b.Fatal(err)
@@ -89,8 +105,16 @@ func BenchmarkResponseCache(b *testing.B) {
 		measurePair(b, baseKey, key, 1, warm,
 			InferUnary(c, modelRequest(uncachedModel, payload)), InferUnary(c, modelRequest(cachedModel, payload)))
 	}
+	// repeated: 64 B in, 16 MiB out, checked against the repeated input.
+	repeated := func(b *testing.B, addr, baseKey, key string) {
+		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, addr))
+		payload := FP32Payload(small)
+		want := bytes.Repeat(payload, largeRepeat)
+		measurePair(b, baseKey, key, 1, warmLarge,
+			inferUnaryWant(c, modelRequest(uncachedModel, payload), want), inferUnaryWant(c, modelRequest(cachedModel, payload), want))
+	}
 	b.Run("local-hit-vs-uncached/64B/c=1", func(b *testing.B) {
-		pair(b, cacheServer(b, local), "respcache-uncached-64B-grpc-unary/c1", "respcache-local-hit-64B-grpc-unary/c1", small, warmSmall)
+		pair(b, cacheServer(b, local, "", 0), "respcache-uncached-64B-grpc-unary/c1", "respcache-local-hit-64B-grpc-unary/c1", small, warmSmall)
 	})
 	b.Run("redis-hit-vs-uncached/64B/c=1", func(b *testing.B) {
 		rdb := redistest.Plain(b)
@@ -99,9 +123,27 @@ func BenchmarkResponseCache(b *testing.B) {
 		cache := respcache.Config{Kind: respcache.KindRedis, Prefix: respcache.DefaultPrefix,
 			Redis: respcache.RedisConfig{Host: host, Port: p, ConnectTimeout: respcache.DefaultRedisTimeout,
 				SocketTimeout: respcache.DefaultRedisTimeout, WaitTimeout: respcache.DefaultWaitTimeout}}
-		pair(b, cacheServer(b, cache), "respcache-uncached-redis-64B-grpc-unary/c1", "respcache-redis-hit-64B-grpc-unary/c1", small, warmSmall)
+		pair(b, cacheServer(b, cache, "", 0), "respcache-uncached-redis-64B-grpc-unary/c1", "respcache-redis-hit-64B-grpc-unary/c1", small, warmSmall)
 	})
+	repeat := fmt.Sprintf("parameters { key: \"output_repeat\" value { string_value: \"%d\" } }\n", largeRepeat)
 	b.Run("local-hit-vs-uncached/16MiB/c=1", func(b *testing.B) {
-		pair(b, cacheServer(b, local), "respcache-uncached-16MiB-grpc-unary/c1", "respcache-local-hit-16MiB-grpc-unary/c1", large, warmLarge)
+		repeated(b, cacheServer(b, local, repeat, -1), "respcache-uncached-16MiB-grpc-unary/c1", "respcache-local-hit-16MiB-grpc-unary/c1")
 	})
+	b.Run("local-hit-vs-uncached/16MiB-handoff/c=1", func(b *testing.B) {
+		repeated(b, cacheServer(b, local, repeat, 0), "respcache-uncached-16MiB-handoff-grpc-unary/c1", "respcache-local-hit-16MiB-handoff-grpc-unary/c1")
+	})
+}
+
+// inferUnaryWant calls ModelInfer and checks the answer's one output
+// against want.
+func inferUnaryWant(c inference.GRPCInferenceServiceClient, req *inference.ModelInferRequest, want []byte) Worker {
+	return func(int) (Op, func(), error) {
+		return func(full bool) error {
+			resp, err := c.ModelInfer(context.Background(), req)
+			if err != nil {
+				return err
+			}
+			return checkInferResponse(resp, want, full)
+		}, nil, nil
+	}
 }

@@ -86,6 +86,11 @@ type Config struct {
 	// models this process does not serve still go over NATS. Default on;
 	// off measures the constellation's path in one process.
 	InProcessBus bool
+	// HandoffThreshold is the gateway's (gateway.Config): with InProcessBus
+	// off, tensors this large or larger reach the executor of this process
+	// as slices rather than over NATS; negative sends them over NATS, as to
+	// an executor on another node (benchmarks).
+	HandoffThreshold int
 	// RedisURL moves the router's and registry's state, and the durable
 	// sequence states of models with state_durability "redis", to Redis.
 	RedisURL string
@@ -314,6 +319,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Version:          version.Version,
 		HTTPMaxInputSize: s.cfg.HTTPMaxInputSize,
 		AllowClientShm:   s.cfg.AllowClientShm,
+		HandoffThreshold: s.cfg.HandoffThreshold,
 		Limits:           s.cfg.Limits,
 		HTTPTLS:          s.cfg.HTTPTLS,
 		GRPCTLS:          s.cfg.GRPCTLS,

@@ -327,6 +327,61 @@ func TestIdentityFP32Repo(t *testing.T) {
 	}
 }
 
+// output_repeat makes a small input a large output: each row of the last
+// dimension repeated, shapes and batches kept apart.
+func TestIdentityOutputRepeat(t *testing.T) {
+	cfg := parseConfig(t, `name: "big" backend: "identity" max_batch_size: 4
+		input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1, -1 ] } ]
+		output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1, -1 ] } ]
+		parameters { key: "output_repeat" value { string_value: "3" } }`)
+	inst, rec, err := load(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resps := run(t, cfg, inst, [][]tin{
+		{{"INPUT0", "INT32", []int64{1, 2, 2}, tensor.AppendInt32s(nil, 1, 2, 3, 4)}},
+		{{"INPUT0", "INT32", []int64{1, 1, 1}, tensor.AppendInt32s(nil, 7)}},
+		{{"INPUT0", "INT32", []int64{1, 0, 5}, nil}},
+	})
+	want := []struct {
+		shape  []int64
+		values []int32
+	}{
+		{[]int64{1, 2, 6}, []int32{1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4}},
+		{[]int64{1, 1, 3}, []int32{7, 7, 7}},
+		{[]int64{1, 0, 15}, nil},
+	}
+	for k, w := range want {
+		o := output(t, resps[k], "OUTPUT0")
+		if o.DataType != tensor.Int32 || !slices.Equal(o.Shape, w.shape) || !slices.Equal(tensor.Int32s(o.Data), w.values) {
+			t.Errorf("request %d: OUTPUT0 %v %v %v, want %v %v", k, o.DataType, o.Shape, tensor.Int32s(o.Data), w.shape, w.values)
+		}
+	}
+	if !slices.Equal(rec.reqs, []bool{true, true, true}) {
+		t.Errorf("stats %v", rec.reqs)
+	}
+
+	// 64 bytes in, 16 MiB out: the response cache's benchmark model.
+	big := parseConfig(t, `name: "big" backend: "identity" max_batch_size: 8
+		input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+		output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+		parameters { key: "output_repeat" value { string_value: "262144" } }`)
+	if inst, _, err = load(t, big); err != nil {
+		t.Fatal(err)
+	}
+	in := tensor.AppendFloat32s(nil, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+	o := output(t, run(t, big, inst, [][]tin{{{"INPUT0", "FP32", []int64{1, 16}, in}}})[0], "OUTPUT0")
+	if !slices.Equal(o.Shape, []int64{1, 16 * 262144}) || !bytes.Equal(o.Data, bytes.Repeat(in, 262144)) {
+		t.Errorf("16 MiB OUTPUT0: shape %v, %d bytes", o.Shape, len(o.Data))
+	}
+	// An output past the bound is refused, not allocated.
+	r := run(t, big, inst, [][]tin{{{"INPUT0", "FP32", []int64{1, 1025}, make([]byte, 4100)}}})[0]
+	if r.Err == nil || r.Err.Kind != tritonerr.InvalidArg ||
+		r.Err.Msg != "identity backend: input 'INPUT0' repeated 262144 times would be 1074790400 bytes, more than 1073741824 (output_repeat)" {
+		t.Errorf("an output of 1 GiB: %v", r.Err)
+	}
+}
+
 func TestModelLoadErrors(t *testing.T) {
 	tests := []struct {
 		name, cfg, want string
@@ -347,6 +402,12 @@ func TestModelLoadErrors(t *testing.T) {
 		{"identity delay", `name: "m" backend: "identity" input [ { name: "A" data_type: TYPE_INT32 dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]
 			parameters { key: "execute_delay_ms" value { string_value: "soon" } }`,
 			"identity backend: model 'm': parameter 'execute_delay_ms' must be a number of milliseconds, got 'soon'", tritonerr.InvalidArg},
+		{"identity repeat zero", `name: "m" backend: "identity" input [ { name: "A" data_type: TYPE_INT32 dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [-1] } ]
+			parameters { key: "output_repeat" value { string_value: "0" } }`,
+			"identity backend: model 'm': parameter 'output_repeat' must be a positive number, got '0'", tritonerr.InvalidArg},
+		{"identity repeat bytes", `name: "m" backend: "identity" input [ { name: "A" data_type: TYPE_STRING dims: [1] } ] output [ { name: "B" data_type: TYPE_STRING dims: [-1] } ]
+			parameters { key: "output_repeat" value { string_value: "2" } }`,
+			"identity backend: model 'm': parameter 'output_repeat' does not take the BYTES input 'A'", tritonerr.InvalidArg},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,8 +13,12 @@
 //     position in the config (INPUTn -> OUTPUTn), for any datatype and
 //     shape, bytes unchanged (BYTES elements keep embedded NUL bytes). The
 //     model parameter execute_delay_ms delays each execution, which tests
-//     and benchmarks use to make batching observable. This serves Triton's
-//     simple_identity.
+//     and benchmarks use to make batching observable. The model parameter
+//     output_repeat (a positive number n; not for BYTES inputs) makes each
+//     output its input with every row of the last dimension written n
+//     times in a row (shape [.., k] becomes [.., k*n]; at most 1 GiB), a
+//     large output from a small input, as the response cache's benchmark
+//     needs. This serves Triton's simple_identity.
 //
 //   - "implicit_state": an INT32 accumulator kept in the server's implicit
 //     state (OUTPUT_STATE = INPUT + INPUT_STATE, OUTPUT = OUTPUT_STATE), with
