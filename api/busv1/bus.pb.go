@@ -120,7 +120,13 @@ type ExecutorCatalog struct {
 	ExplicitControl bool `protobuf:"varint,6,opt,name=explicit_control,json=explicitControl,proto3" json:"explicit_control,omitempty"`
 	// The executor drains (admin API): it takes no new work, so its READY
 	// versions are not served by it. Changing it makes a new revision.
-	Draining      bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
+	// The executor runs under placement (--placement): it loads only the
+	// models the placement controller tells it to (bus.ExecutorPlaceSubject),
+	// and lists the others of its repository by name.
+	Placement bool `protobuf:"varint,8,opt,name=placement,proto3" json:"placement,omitempty"`
+	// What the executor may hold and has, for placement (pkg/placement).
+	Capacity      *ExecutorCapacity `protobuf:"bytes,9,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -204,6 +210,92 @@ func (x *ExecutorCatalog) GetDraining() bool {
 	return false
 }
 
+func (x *ExecutorCatalog) GetPlacement() bool {
+	if x != nil {
+		return x.Placement
+	}
+	return false
+}
+
+func (x *ExecutorCatalog) GetCapacity() *ExecutorCapacity {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+// An executor's capacity for models. Zero fields do not bound.
+type ExecutorCapacity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// --model-capacity: bytes of model footprint and model slots.
+	Bytes uint64 `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Slots uint32 `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`
+	// The host's memory (MemTotal), for reference.
+	HostMemoryBytes uint64 `protobuf:"varint,3,opt,name=host_memory_bytes,json=hostMemoryBytes,proto3" json:"host_memory_bytes,omitempty"`
+	// The memory of each GPU the executor owns (NVML); empty without a GPU.
+	GpuMemoryBytes []uint64 `protobuf:"varint,4,rep,packed,name=gpu_memory_bytes,json=gpuMemoryBytes,proto3" json:"gpu_memory_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ExecutorCapacity) Reset() {
+	*x = ExecutorCapacity{}
+	mi := &file_busv1_bus_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorCapacity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorCapacity) ProtoMessage() {}
+
+func (x *ExecutorCapacity) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorCapacity.ProtoReflect.Descriptor instead.
+func (*ExecutorCapacity) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ExecutorCapacity) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ExecutorCapacity) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *ExecutorCapacity) GetHostMemoryBytes() uint64 {
+	if x != nil {
+		return x.HostMemoryBytes
+	}
+	return 0
+}
+
+func (x *ExecutorCapacity) GetGpuMemoryBytes() []uint64 {
+	if x != nil {
+		return x.GpuMemoryBytes
+	}
+	return nil
+}
+
 type ModelVersionState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -220,13 +312,22 @@ type ModelVersionState struct {
 	// gateway may run it again elsewhere. False for a Triton C backend,
 	// whose fault ends the process.
 	FaultsContained bool `protobuf:"varint,6,opt,name=faults_contained,json=faultsContained,proto3" json:"faults_contained,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The memory the executor's process grew by while this version loaded
+	// (resident set size); 0 when unknown or not loaded.
+	FootprintBytes uint64 `protobuf:"varint,7,opt,name=footprint_bytes,json=footprintBytes,proto3" json:"footprint_bytes,omitempty"`
+	// When the version last received a request, or loaded if it received
+	// none (ms since the epoch); 0 when not loaded. Refreshed in every
+	// catalog answer without changing the revision.
+	LastUsedUnixMs int64 `protobuf:"varint,8,opt,name=last_used_unix_ms,json=lastUsedUnixMs,proto3" json:"last_used_unix_ms,omitempty"`
+	// Requests the version handles now.
+	Inflight      uint32 `protobuf:"varint,9,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelVersionState) Reset() {
 	*x = ModelVersionState{}
-	mi := &file_busv1_bus_proto_msgTypes[2]
+	mi := &file_busv1_bus_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +339,7 @@ func (x *ModelVersionState) String() string {
 func (*ModelVersionState) ProtoMessage() {}
 
 func (x *ModelVersionState) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[2]
+	mi := &file_busv1_bus_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +352,7 @@ func (x *ModelVersionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersionState.ProtoReflect.Descriptor instead.
 func (*ModelVersionState) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{2}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ModelVersionState) GetName() string {
@@ -296,6 +397,27 @@ func (x *ModelVersionState) GetFaultsContained() bool {
 	return false
 }
 
+func (x *ModelVersionState) GetFootprintBytes() uint64 {
+	if x != nil {
+		return x.FootprintBytes
+	}
+	return 0
+}
+
+func (x *ModelVersionState) GetLastUsedUnixMs() int64 {
+	if x != nil {
+		return x.LastUsedUnixMs
+	}
+	return 0
+}
+
+func (x *ModelVersionState) GetInflight() uint32 {
+	if x != nil {
+		return x.Inflight
+	}
+	return 0
+}
+
 type CatalogRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -304,7 +426,7 @@ type CatalogRequest struct {
 
 func (x *CatalogRequest) Reset() {
 	*x = CatalogRequest{}
-	mi := &file_busv1_bus_proto_msgTypes[3]
+	mi := &file_busv1_bus_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +438,7 @@ func (x *CatalogRequest) String() string {
 func (*CatalogRequest) ProtoMessage() {}
 
 func (x *CatalogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[3]
+	mi := &file_busv1_bus_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +451,7 @@ func (x *CatalogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatalogRequest.ProtoReflect.Descriptor instead.
 func (*CatalogRequest) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{3}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{4}
 }
 
 // Answered with a StatisticsReply.
@@ -343,7 +465,7 @@ type StatisticsRequest struct {
 
 func (x *StatisticsRequest) Reset() {
 	*x = StatisticsRequest{}
-	mi := &file_busv1_bus_proto_msgTypes[4]
+	mi := &file_busv1_bus_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -355,7 +477,7 @@ func (x *StatisticsRequest) String() string {
 func (*StatisticsRequest) ProtoMessage() {}
 
 func (x *StatisticsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[4]
+	mi := &file_busv1_bus_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -368,7 +490,7 @@ func (x *StatisticsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatisticsRequest.ProtoReflect.Descriptor instead.
 func (*StatisticsRequest) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{4}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StatisticsRequest) GetName() string {
@@ -414,7 +536,7 @@ type StatisticsReply struct {
 
 func (x *StatisticsReply) Reset() {
 	*x = StatisticsReply{}
-	mi := &file_busv1_bus_proto_msgTypes[5]
+	mi := &file_busv1_bus_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +548,7 @@ func (x *StatisticsReply) String() string {
 func (*StatisticsReply) ProtoMessage() {}
 
 func (x *StatisticsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[5]
+	mi := &file_busv1_bus_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +561,7 @@ func (x *StatisticsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatisticsReply.ProtoReflect.Descriptor instead.
 func (*StatisticsReply) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{5}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StatisticsReply) GetModelStats() []*inference.ModelStatistics {
@@ -498,7 +620,7 @@ type BackendMetricFamily struct {
 
 func (x *BackendMetricFamily) Reset() {
 	*x = BackendMetricFamily{}
-	mi := &file_busv1_bus_proto_msgTypes[6]
+	mi := &file_busv1_bus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +632,7 @@ func (x *BackendMetricFamily) String() string {
 func (*BackendMetricFamily) ProtoMessage() {}
 
 func (x *BackendMetricFamily) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[6]
+	mi := &file_busv1_bus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +645,7 @@ func (x *BackendMetricFamily) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendMetricFamily.ProtoReflect.Descriptor instead.
 func (*BackendMetricFamily) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{6}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BackendMetricFamily) GetName() string {
@@ -571,7 +693,7 @@ type BackendMetric struct {
 
 func (x *BackendMetric) Reset() {
 	*x = BackendMetric{}
-	mi := &file_busv1_bus_proto_msgTypes[7]
+	mi := &file_busv1_bus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +705,7 @@ func (x *BackendMetric) String() string {
 func (*BackendMetric) ProtoMessage() {}
 
 func (x *BackendMetric) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[7]
+	mi := &file_busv1_bus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +718,7 @@ func (x *BackendMetric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendMetric.ProtoReflect.Descriptor instead.
 func (*BackendMetric) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{7}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BackendMetric) GetLabels() []*BackendMetricLabel {
@@ -651,7 +773,7 @@ type BackendMetricLabel struct {
 
 func (x *BackendMetricLabel) Reset() {
 	*x = BackendMetricLabel{}
-	mi := &file_busv1_bus_proto_msgTypes[8]
+	mi := &file_busv1_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +785,7 @@ func (x *BackendMetricLabel) String() string {
 func (*BackendMetricLabel) ProtoMessage() {}
 
 func (x *BackendMetricLabel) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[8]
+	mi := &file_busv1_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +798,7 @@ func (x *BackendMetricLabel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendMetricLabel.ProtoReflect.Descriptor instead.
 func (*BackendMetricLabel) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{8}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BackendMetricLabel) GetName() string {
@@ -711,7 +833,7 @@ type GpuMetrics struct {
 
 func (x *GpuMetrics) Reset() {
 	*x = GpuMetrics{}
-	mi := &file_busv1_bus_proto_msgTypes[9]
+	mi := &file_busv1_bus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +845,7 @@ func (x *GpuMetrics) String() string {
 func (*GpuMetrics) ProtoMessage() {}
 
 func (x *GpuMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[9]
+	mi := &file_busv1_bus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +858,7 @@ func (x *GpuMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuMetrics.ProtoReflect.Descriptor instead.
 func (*GpuMetrics) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{9}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GpuMetrics) GetUuid() string {
@@ -811,7 +933,7 @@ type VersionMetrics struct {
 
 func (x *VersionMetrics) Reset() {
 	*x = VersionMetrics{}
-	mi := &file_busv1_bus_proto_msgTypes[10]
+	mi := &file_busv1_bus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +945,7 @@ func (x *VersionMetrics) String() string {
 func (*VersionMetrics) ProtoMessage() {}
 
 func (x *VersionMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[10]
+	mi := &file_busv1_bus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +958,7 @@ func (x *VersionMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionMetrics.ProtoReflect.Descriptor instead.
 func (*VersionMetrics) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{10}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *VersionMetrics) GetName() string {
@@ -911,7 +1033,7 @@ type LatencySummary struct {
 
 func (x *LatencySummary) Reset() {
 	*x = LatencySummary{}
-	mi := &file_busv1_bus_proto_msgTypes[11]
+	mi := &file_busv1_bus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +1045,7 @@ func (x *LatencySummary) String() string {
 func (*LatencySummary) ProtoMessage() {}
 
 func (x *LatencySummary) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[11]
+	mi := &file_busv1_bus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1058,7 @@ func (x *LatencySummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencySummary.ProtoReflect.Descriptor instead.
 func (*LatencySummary) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{11}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LatencySummary) GetFamily() string {
@@ -985,7 +1107,7 @@ type FirstResponseHistogram struct {
 
 func (x *FirstResponseHistogram) Reset() {
 	*x = FirstResponseHistogram{}
-	mi := &file_busv1_bus_proto_msgTypes[12]
+	mi := &file_busv1_bus_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1119,7 @@ func (x *FirstResponseHistogram) String() string {
 func (*FirstResponseHistogram) ProtoMessage() {}
 
 func (x *FirstResponseHistogram) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[12]
+	mi := &file_busv1_bus_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1132,7 @@ func (x *FirstResponseHistogram) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstResponseHistogram.ProtoReflect.Descriptor instead.
 func (*FirstResponseHistogram) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{12}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FirstResponseHistogram) GetName() string {
@@ -1077,7 +1199,7 @@ type ModelControlRequest struct {
 
 func (x *ModelControlRequest) Reset() {
 	*x = ModelControlRequest{}
-	mi := &file_busv1_bus_proto_msgTypes[13]
+	mi := &file_busv1_bus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1211,7 @@ func (x *ModelControlRequest) String() string {
 func (*ModelControlRequest) ProtoMessage() {}
 
 func (x *ModelControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[13]
+	mi := &file_busv1_bus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1224,7 @@ func (x *ModelControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelControlRequest.ProtoReflect.Descriptor instead.
 func (*ModelControlRequest) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{13}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ModelControlRequest) GetName() string {
@@ -1161,7 +1283,7 @@ type ModelControlReply struct {
 
 func (x *ModelControlReply) Reset() {
 	*x = ModelControlReply{}
-	mi := &file_busv1_bus_proto_msgTypes[14]
+	mi := &file_busv1_bus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1295,7 @@ func (x *ModelControlReply) String() string {
 func (*ModelControlReply) ProtoMessage() {}
 
 func (x *ModelControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[14]
+	mi := &file_busv1_bus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1308,7 @@ func (x *ModelControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelControlReply.ProtoReflect.Descriptor instead.
 func (*ModelControlReply) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{14}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ModelControlReply) GetExecutorId() string {
@@ -1232,7 +1354,7 @@ type ExecutorDrainRequest struct {
 
 func (x *ExecutorDrainRequest) Reset() {
 	*x = ExecutorDrainRequest{}
-	mi := &file_busv1_bus_proto_msgTypes[15]
+	mi := &file_busv1_bus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1366,7 @@ func (x *ExecutorDrainRequest) String() string {
 func (*ExecutorDrainRequest) ProtoMessage() {}
 
 func (x *ExecutorDrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[15]
+	mi := &file_busv1_bus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1379,7 @@ func (x *ExecutorDrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorDrainRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorDrainRequest) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{15}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExecutorDrainRequest) GetStart() bool {
@@ -1274,6 +1396,108 @@ func (x *ExecutorDrainRequest) GetUndrain() bool {
 	return false
 }
 
+// A gateway's request to the placement controller (bus.PlacementSubject):
+// a request wants model, which no executor holds. Answered with
+// PlacementDemandReply once an executor holds it READY, or when it cannot
+// be placed (the request's deadline bounds the wait).
+type PlacementDemand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementDemand) Reset() {
+	*x = PlacementDemand{}
+	mi := &file_busv1_bus_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementDemand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementDemand) ProtoMessage() {}
+
+func (x *PlacementDemand) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementDemand.ProtoReflect.Descriptor instead.
+func (*PlacementDemand) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PlacementDemand) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+type PlacementDemandReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The executors the model was placed on; empty when it was not.
+	Executors []string `protobuf:"bytes,1,rep,name=executors,proto3" json:"executors,omitempty"`
+	// Why it was not placed (pkg/placement's Why), empty when it was.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementDemandReply) Reset() {
+	*x = PlacementDemandReply{}
+	mi := &file_busv1_bus_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementDemandReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementDemandReply) ProtoMessage() {}
+
+func (x *PlacementDemandReply) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementDemandReply.ProtoReflect.Descriptor instead.
+func (*PlacementDemandReply) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PlacementDemandReply) GetExecutors() []string {
+	if x != nil {
+		return x.Executors
+	}
+	return nil
+}
+
+func (x *PlacementDemandReply) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_busv1_bus_proto protoreflect.FileDescriptor
 
 const file_busv1_bus_proto_rawDesc = "" +
@@ -1287,7 +1511,7 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x1a\n" +
 	"\bwithdraw\x18\x04 \x01(\bR\bwithdraw\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"\x83\x02\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\"\xde\x02\n" +
 	"\x0fExecutorCatalog\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x12\n" +
@@ -1298,14 +1522,24 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x06models\x18\x04 \x03(\v2 .nereid.bus.v1.ModelVersionStateR\x06models\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\x12)\n" +
 	"\x10explicit_control\x18\x06 \x01(\bR\x0fexplicitControl\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining\"\xca\x01\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\x12\x1c\n" +
+	"\tplacement\x18\b \x01(\bR\tplacement\x12;\n" +
+	"\bcapacity\x18\t \x01(\v2\x1f.nereid.bus.v1.ExecutorCapacityR\bcapacity\"\x94\x01\n" +
+	"\x10ExecutorCapacity\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x04R\x05bytes\x12\x14\n" +
+	"\x05slots\x18\x02 \x01(\rR\x05slots\x12*\n" +
+	"\x11host_memory_bytes\x18\x03 \x01(\x04R\x0fhostMemoryBytes\x12(\n" +
+	"\x10gpu_memory_bytes\x18\x04 \x03(\x04R\x0egpuMemoryBytes\"\xba\x02\n" +
 	"\x11ModelVersionState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12.\n" +
 	"\x06config\x18\x05 \x01(\v2\x16.inference.ModelConfigR\x06config\x12)\n" +
-	"\x10faults_contained\x18\x06 \x01(\bR\x0ffaultsContained\"\x10\n" +
+	"\x10faults_contained\x18\x06 \x01(\bR\x0ffaultsContained\x12'\n" +
+	"\x0ffootprint_bytes\x18\a \x01(\x04R\x0efootprintBytes\x12)\n" +
+	"\x11last_used_unix_ms\x18\b \x01(\x03R\x0elastUsedUnixMs\x12\x1a\n" +
+	"\binflight\x18\t \x01(\rR\binflight\"\x10\n" +
 	"\x0eCatalogRequest\"A\n" +
 	"\x11StatisticsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -1388,7 +1622,12 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\acatalog\x18\x04 \x01(\v2\x1e.nereid.bus.v1.ExecutorCatalogR\acatalog\"F\n" +
 	"\x14ExecutorDrainRequest\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\bR\x05start\x12\x18\n" +
-	"\aundrain\x18\x02 \x01(\bR\aundrainB-Z+github.com/nereid-io/nereid/api/busv1;busv1b\x06proto3"
+	"\aundrain\x18\x02 \x01(\bR\aundrain\"'\n" +
+	"\x0fPlacementDemand\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"L\n" +
+	"\x14PlacementDemandReply\x12\x1c\n" +
+	"\texecutors\x18\x01 \x03(\tR\texecutors\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reasonB-Z+github.com/nereid-io/nereid/api/busv1;busv1b\x06proto3"
 
 var (
 	file_busv1_bus_proto_rawDescOnce sync.Once
@@ -1402,48 +1641,52 @@ func file_busv1_bus_proto_rawDescGZIP() []byte {
 	return file_busv1_bus_proto_rawDescData
 }
 
-var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_busv1_bus_proto_goTypes = []any{
 	(*ExecutorHeartbeat)(nil),         // 0: nereid.bus.v1.ExecutorHeartbeat
 	(*ExecutorCatalog)(nil),           // 1: nereid.bus.v1.ExecutorCatalog
-	(*ModelVersionState)(nil),         // 2: nereid.bus.v1.ModelVersionState
-	(*CatalogRequest)(nil),            // 3: nereid.bus.v1.CatalogRequest
-	(*StatisticsRequest)(nil),         // 4: nereid.bus.v1.StatisticsRequest
-	(*StatisticsReply)(nil),           // 5: nereid.bus.v1.StatisticsReply
-	(*BackendMetricFamily)(nil),       // 6: nereid.bus.v1.BackendMetricFamily
-	(*BackendMetric)(nil),             // 7: nereid.bus.v1.BackendMetric
-	(*BackendMetricLabel)(nil),        // 8: nereid.bus.v1.BackendMetricLabel
-	(*GpuMetrics)(nil),                // 9: nereid.bus.v1.GpuMetrics
-	(*VersionMetrics)(nil),            // 10: nereid.bus.v1.VersionMetrics
-	(*LatencySummary)(nil),            // 11: nereid.bus.v1.LatencySummary
-	(*FirstResponseHistogram)(nil),    // 12: nereid.bus.v1.FirstResponseHistogram
-	(*ModelControlRequest)(nil),       // 13: nereid.bus.v1.ModelControlRequest
-	(*ModelControlReply)(nil),         // 14: nereid.bus.v1.ModelControlReply
-	(*ExecutorDrainRequest)(nil),      // 15: nereid.bus.v1.ExecutorDrainRequest
-	nil,                               // 16: nereid.bus.v1.LatencySummary.WindowEntry
-	nil,                               // 17: nereid.bus.v1.ModelControlRequest.FilesEntry
-	(*inference.ModelConfig)(nil),     // 18: inference.ModelConfig
-	(*inference.ModelStatistics)(nil), // 19: inference.ModelStatistics
+	(*ExecutorCapacity)(nil),          // 2: nereid.bus.v1.ExecutorCapacity
+	(*ModelVersionState)(nil),         // 3: nereid.bus.v1.ModelVersionState
+	(*CatalogRequest)(nil),            // 4: nereid.bus.v1.CatalogRequest
+	(*StatisticsRequest)(nil),         // 5: nereid.bus.v1.StatisticsRequest
+	(*StatisticsReply)(nil),           // 6: nereid.bus.v1.StatisticsReply
+	(*BackendMetricFamily)(nil),       // 7: nereid.bus.v1.BackendMetricFamily
+	(*BackendMetric)(nil),             // 8: nereid.bus.v1.BackendMetric
+	(*BackendMetricLabel)(nil),        // 9: nereid.bus.v1.BackendMetricLabel
+	(*GpuMetrics)(nil),                // 10: nereid.bus.v1.GpuMetrics
+	(*VersionMetrics)(nil),            // 11: nereid.bus.v1.VersionMetrics
+	(*LatencySummary)(nil),            // 12: nereid.bus.v1.LatencySummary
+	(*FirstResponseHistogram)(nil),    // 13: nereid.bus.v1.FirstResponseHistogram
+	(*ModelControlRequest)(nil),       // 14: nereid.bus.v1.ModelControlRequest
+	(*ModelControlReply)(nil),         // 15: nereid.bus.v1.ModelControlReply
+	(*ExecutorDrainRequest)(nil),      // 16: nereid.bus.v1.ExecutorDrainRequest
+	(*PlacementDemand)(nil),           // 17: nereid.bus.v1.PlacementDemand
+	(*PlacementDemandReply)(nil),      // 18: nereid.bus.v1.PlacementDemandReply
+	nil,                               // 19: nereid.bus.v1.LatencySummary.WindowEntry
+	nil,                               // 20: nereid.bus.v1.ModelControlRequest.FilesEntry
+	(*inference.ModelConfig)(nil),     // 21: inference.ModelConfig
+	(*inference.ModelStatistics)(nil), // 22: inference.ModelStatistics
 }
 var file_busv1_bus_proto_depIdxs = []int32{
-	2,  // 0: nereid.bus.v1.ExecutorCatalog.models:type_name -> nereid.bus.v1.ModelVersionState
-	18, // 1: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
-	19, // 2: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
-	12, // 3: nereid.bus.v1.StatisticsReply.first_response:type_name -> nereid.bus.v1.FirstResponseHistogram
-	10, // 4: nereid.bus.v1.StatisticsReply.metrics:type_name -> nereid.bus.v1.VersionMetrics
-	9,  // 5: nereid.bus.v1.StatisticsReply.gpus:type_name -> nereid.bus.v1.GpuMetrics
-	6,  // 6: nereid.bus.v1.StatisticsReply.backend_metrics:type_name -> nereid.bus.v1.BackendMetricFamily
-	7,  // 7: nereid.bus.v1.BackendMetricFamily.metrics:type_name -> nereid.bus.v1.BackendMetric
-	8,  // 8: nereid.bus.v1.BackendMetric.labels:type_name -> nereid.bus.v1.BackendMetricLabel
-	11, // 9: nereid.bus.v1.VersionMetrics.summaries:type_name -> nereid.bus.v1.LatencySummary
-	16, // 10: nereid.bus.v1.LatencySummary.window:type_name -> nereid.bus.v1.LatencySummary.WindowEntry
-	17, // 11: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
-	1,  // 12: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	3,  // 0: nereid.bus.v1.ExecutorCatalog.models:type_name -> nereid.bus.v1.ModelVersionState
+	2,  // 1: nereid.bus.v1.ExecutorCatalog.capacity:type_name -> nereid.bus.v1.ExecutorCapacity
+	21, // 2: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
+	22, // 3: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
+	13, // 4: nereid.bus.v1.StatisticsReply.first_response:type_name -> nereid.bus.v1.FirstResponseHistogram
+	11, // 5: nereid.bus.v1.StatisticsReply.metrics:type_name -> nereid.bus.v1.VersionMetrics
+	10, // 6: nereid.bus.v1.StatisticsReply.gpus:type_name -> nereid.bus.v1.GpuMetrics
+	7,  // 7: nereid.bus.v1.StatisticsReply.backend_metrics:type_name -> nereid.bus.v1.BackendMetricFamily
+	8,  // 8: nereid.bus.v1.BackendMetricFamily.metrics:type_name -> nereid.bus.v1.BackendMetric
+	9,  // 9: nereid.bus.v1.BackendMetric.labels:type_name -> nereid.bus.v1.BackendMetricLabel
+	12, // 10: nereid.bus.v1.VersionMetrics.summaries:type_name -> nereid.bus.v1.LatencySummary
+	19, // 11: nereid.bus.v1.LatencySummary.window:type_name -> nereid.bus.v1.LatencySummary.WindowEntry
+	20, // 12: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
+	1,  // 13: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_busv1_bus_proto_init() }
@@ -1457,7 +1700,7 @@ func file_busv1_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_busv1_bus_proto_rawDesc), len(file_busv1_bus_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

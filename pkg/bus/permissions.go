@@ -97,7 +97,13 @@ var routes = []Route{
 	// Executors read it as well, for the model queries of their backends.
 	{Pattern: HeartbeatSubject, Publishers: ex, Subscribers: []Role{RoleGateway, RoleSequenceRouter, RoleExecutor}},
 	{Pattern: SolicitSubject, Publishers: gw, Subscribers: ex},
-	{Pattern: execPrefix + "*.catalog", Publishers: []Role{RoleGateway, RoleExecutor}, Subscribers: ex, Repliers: ex},
+	// The placement controller (in the sequence router's binary) reads
+	// the catalogs too.
+	{Pattern: execPrefix + "*.catalog", Publishers: []Role{RoleGateway, RoleExecutor, RoleSequenceRouter}, Subscribers: ex, Repliers: ex},
+	// Placement: the controller tells one executor to load or unload;
+	// gateways ask it to place a model no executor holds.
+	{Pattern: execPrefix + "*.place", Publishers: rt, Subscribers: ex, Repliers: ex},
+	{Pattern: PlacementSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
 	{Pattern: execPrefix + "*.stats", Publishers: gw, Subscribers: ex, Repliers: ex},
 	// The admin API: a gateway asks an executor for its state and tells
 	// it to drain; gateways and sequence routers announce themselves to

@@ -36,6 +36,8 @@ var subjectExamples = map[string]string{
 	"ExecutorStatsSubject":           ExecutorStatsSubject("e1"),
 	"ExecutorStatusSubject":          ExecutorStatusSubject("e1"),
 	"ExecutorDrainSubject":           ExecutorDrainSubject("e1"),
+	"ExecutorPlaceSubject":           ExecutorPlaceSubject("e1"),
+	"PlacementSubject":               PlacementSubject,
 	"GatewayPresenceSubject":         GatewayPresenceSubject,
 	"ResponseCacheInvalidateSubject": ResponseCacheInvalidateSubject,
 	"RouterPresenceSubject":          RouterPresenceSubject,

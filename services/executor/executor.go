@@ -57,6 +57,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/opsmetrics"
+	"github.com/nereid-io/nereid/pkg/placement"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/settingbus"
@@ -163,6 +164,13 @@ type Config struct {
 	// executor's, as Triton's are a server's.
 	RateLimit          RateLimitMode
 	RateLimitResources []RateLimitResource
+	// Placement (--placement) puts the executor under the placement
+	// controller: it loads no model at start and loads and unloads what
+	// the controller tells it (placement.go). Only with ControlNone.
+	Placement bool
+	// Capacity is --model-capacity: the footprint bytes and model slots it
+	// advertises to the placement controller; zero bounds nothing.
+	Capacity placement.Capacity
 }
 
 // Executor serves a model repository over NATS.
@@ -243,6 +251,9 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.ControlMode == ControlExplicit && slices.Contains(cfg.Models, LoadAll) && len(cfg.Models) > 1 {
 		// tritonserver's startup check, word for word.
 		return nil, errors.New("executor: Wildcard model name '*' must be the ONLY startup model if specified at all.")
+	}
+	if cfg.Placement && cfg.ControlMode != ControlNone && cfg.ControlMode != "" {
+		return nil, fmt.Errorf("executor: --placement works with --model-control-mode none only for now, not %s", cfg.ControlMode)
 	}
 	if cfg.ID == "" {
 		var b [8]byte
@@ -411,6 +422,13 @@ func (e *Executor) Run(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	subs = append(subs, statsSub)
+	if e.cfg.Placement {
+		placeSub, err := bc.Handle(bus.ExecutorPlaceSubject(e.cfg.ID), "", e.handlePlace)
+		if err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+		subs = append(subs, placeSub)
+	}
 	adminSubs, err := e.serveAdmin(bc)
 	if err != nil {
 		return err
@@ -529,7 +547,9 @@ func (e *Executor) load(ctx context.Context) error {
 		byName[m.Name] = m
 	}
 	names := e.cfg.Models
-	if (len(names) == 0 && e.cfg.ControlMode != ControlExplicit) || slices.Contains(names, LoadAll) {
+	if e.cfg.Placement {
+		names = []string{} // the placement controller decides (placement.go)
+	} else if (len(names) == 0 && e.cfg.ControlMode != ControlExplicit) || slices.Contains(names, LoadAll) {
 		names = nil
 		for _, m := range found {
 			names = append(names, m.Name)
@@ -629,16 +649,23 @@ func (e *Executor) catalog() *busv1.ExecutorCatalog {
 	defer e.modelsMu.RUnlock()
 	cat := &busv1.ExecutorCatalog{ExecutorId: e.cfg.ID, Node: e.cfg.Node, Generation: e.generation, Revision: e.revision.Load(),
 		ExplicitControl: e.cfg.ControlMode == ControlExplicit, Draining: e.draining.Load()}
+	if e.cfg.Placement {
+		cat.Placement, cat.Capacity = true, e.capacity()
+	}
 	known := map[string]bool{}
 	for _, mv := range e.models {
 		known[mv.name] = true
 		if onDisk[mv.name] > 1 && mv.state != StateReady {
 			continue // listed below as a duplicate
 		}
-		cat.Models = append(cat.Models, &busv1.ModelVersionState{
+		st := &busv1.ModelVersionState{
 			Name: mv.name, Version: mv.vstr, State: mv.state, Reason: mv.reason, Config: mv.cfg,
 			FaultsContained: mv.state == StateReady && !mv.native(),
-		})
+		}
+		if e.cfg.Placement {
+			mv.placementState(st)
+		}
+		cat.Models = append(cat.Models, st)
 	}
 	names := make([]string, 0, len(onDisk))
 	for n := range onDisk {

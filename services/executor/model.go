@@ -52,6 +52,11 @@ type modelVersion struct {
 	stats     *stats
 	// inflight counts the requests being handled (admin API, drain).
 	inflight atomic.Int64
+	// footprint is the memory its load took and loadedAt when (ms since
+	// the epoch), measured for loads the placement controller asked for
+	// (placement.go); 0 otherwise.
+	footprint atomic.Uint64
+	loadedAt  atomic.Int64
 	sub      *bus.Subscription
 	nodeSub  *bus.Subscription
 	devSubs  []*bus.Subscription

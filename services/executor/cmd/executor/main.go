@@ -18,6 +18,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/opsmetrics"
+	"github.com/nereid-io/nereid/pkg/placement"
 	"github.com/nereid-io/nereid/pkg/probe"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
@@ -41,6 +42,13 @@ func main() {
 	tritonflag.BoolVar(fs, &exitOnError, "exit-on-error", true, "exit when a model named at start fails to load, as tritonserver does (false: it is listed UNAVAILABLE with the reason and the others serve)")
 	tritonflag.BoolVar(fs, &allowUploadedCode, "allow-uploaded-code", false, "let a repository load run code that arrives in the request: backend libraries, other shared libraries and Python files among its file: parameters (default false: such a load is refused, and an uploaded model's backend library comes from --backend-directory only)")
 	uploadBudget := fs.Int64("model-upload-budget", executor.DefaultUploadBudget, "bytes of temporary storage that the files of load requests (file: parameters) may take at once on this executor; -1: unbounded")
+	var placed bool
+	tritonflag.BoolVar(fs, &placed, "placement", false, "run under the placement controller (docs/placement.md): load no model at start, load and unload what the controller tells this executor; with --model-control-mode none")
+	var capacity placement.Capacity
+	fs.Func("model-capacity", "what this executor may hold under --placement: bytes of model footprint (4GiB), model slots (slots=3) or both (slots=3,4GiB); default unbounded", func(v string) (err error) {
+		capacity, err = placement.ParseCapacity(v)
+		return err
+	})
 	fs.Func("model-control-mode", "none, poll or explicit (Triton's model control modes; default none)", func(v string) (err error) {
 		mode, err = executor.ParseControlMode(v)
 		return err
@@ -80,6 +88,7 @@ func main() {
 		Trace:               trace.Config(),
 		DisableAutoComplete: strictCfg || noAutoComplete, ExitOnError: exitOnError, ID: *id, Node: *node, Logger: log, Logging: logs,
 		BackendDirectory: *backendDir, BackendConfig: backendConfig, ServerLibrary: *serverLib, AllowUploadedCode: allowUploadedCode, UploadBudget: *uploadBudget,
+		Placement: placed, Capacity: capacity,
 		RedisURL: *redisURL, RedisAuth: redisAuth, Metrics: metricsCfg,
 		RateLimit: rateLimit.Mode, RateLimitResources: rateLimit.Resources,
 	}); err != nil {

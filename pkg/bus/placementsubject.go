@@ -1,0 +1,17 @@
+package bus
+
+// ExecutorPlaceSubject is where executor id, started under placement
+// (--placement), answers busv1.ModelControlRequest from the placement
+// controller with busv1.ModelControlReply: it loads or unloads the model on
+// itself alone, whatever its model control mode, and records nothing in
+// the loaded-model set (the controller's decisions are not the repository
+// API's): "nereid.v1.exec.<Token(id)>.place".
+func ExecutorPlaceSubject(id string) string {
+	return execPrefix + Token(id) + ".place"
+}
+
+// PlacementSubject is where the placement controller leading the cluster
+// answers busv1.PlacementDemand from gateways (a request for a model that
+// no executor holds) with busv1.PlacementDemandReply once the model is
+// placed or cannot be: "nereid.v1.placement.demand".
+const PlacementSubject = Prefix + ".placement.demand"

@@ -1,0 +1,134 @@
+package executor
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// Under placement (Config.Placement) the executor loads nothing at start:
+// it lists its repository's models by name, advertises its capacity, and
+// loads and unloads what the placement controller tells it on
+// bus.ExecutorPlaceSubject, measuring each load's footprint. Its model
+// control mode stays Triton's for clients.
+
+// handlePlace serves the controller's ModelControlRequest: load or unload
+// one model on this executor, then answer with the outcome and the
+// catalog, as handleControl does for the repository API.
+func (e *Executor) handlePlace(_ context.Context, data []byte) (proto.Message, error) {
+	var req busv1.ModelControlRequest
+	if err := proto.Unmarshal(data, &req); err != nil {
+		return nil, tritonerr.InvalidArgf("malformed placement request: %v", err)
+	}
+	e.controlMu.Lock()
+	var err error
+	if req.GetLoad() {
+		before := residentBytes()
+		if err = e.loadModel(e.execCtx, &req); err == nil {
+			e.measured(req.GetName(), residentBytes()-min(before, residentBytes()))
+		}
+		e.log.Info("placement: load", "model", req.GetName(), "err", err)
+	} else {
+		e.unloadModel(req.GetName())
+		e.log.Info("placement: unload", "model", req.GetName())
+	}
+	e.controlMu.Unlock()
+	reply := &busv1.ModelControlReply{ExecutorId: e.cfg.ID, Catalog: e.catalog()}
+	if err != nil {
+		te := tritonerr.From(err)
+		reply.ErrorKind, reply.Error = te.Kind.String(), te.Msg
+	}
+	return reply, nil
+}
+
+// measured records the memory a load of model took, shared by its READY
+// versions that have no footprint yet (those that kept serving through a
+// reload keep theirs).
+func (e *Executor) measured(model string, grew uint64) {
+	now := time.Now()
+	var fresh []*modelVersion
+	for _, mv := range e.snapshot() {
+		if mv.name == model && mv.state == StateReady && mv.loadedAt.Load() == 0 {
+			fresh = append(fresh, mv)
+		}
+	}
+	for _, mv := range fresh {
+		mv.footprint.Store(grew / uint64(len(fresh)))
+		mv.loadedAt.Store(now.UnixMilli())
+	}
+	if len(fresh) > 0 {
+		e.changed()
+	}
+}
+
+// placementState fills the placement fields of a version's catalog entry:
+// footprint, last use (the load's time when no request came) and requests
+// in flight.
+func (mv *modelVersion) placementState(s *busv1.ModelVersionState) {
+	if mv.state != StateReady {
+		return
+	}
+	s.FootprintBytes = mv.footprint.Load()
+	last := mv.loadedAt.Load()
+	if mv.stats != nil {
+		mv.stats.mu.Lock()
+		last = max(last, int64(mv.stats.lastInference))
+		mv.stats.mu.Unlock()
+	}
+	s.LastUsedUnixMs = last
+	s.Inflight = uint32(max(mv.inflight.Load(), 0))
+}
+
+// capacity is what the executor advertises: --model-capacity, the host's
+// memory and its GPUs' (NVML; none without a GPU).
+func (e *Executor) capacity() *busv1.ExecutorCapacity {
+	c := &busv1.ExecutorCapacity{Bytes: e.cfg.Capacity.Bytes, Slots: uint32(e.cfg.Capacity.Slots), HostMemoryBytes: hostMemory()}
+	for _, g := range e.gpus.Read() {
+		c.GpuMemoryBytes = append(c.GpuMemoryBytes, uint64(g.MemoryTotal))
+	}
+	return c
+}
+
+// residentBytes is the process's resident set size (Linux; 0 elsewhere).
+func residentBytes() uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * uint64(os.Getpagesize())
+}
+
+// hostMemory is MemTotal from /proc/meminfo (Linux; 0 elsewhere).
+func hostMemory() uint64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}

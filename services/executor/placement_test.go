@@ -1,0 +1,114 @@
+package executor
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/placement"
+	"github.com/nereid-io/nereid/pkg/placementbus"
+)
+
+func placedState(cat *busv1.ExecutorCatalog, name string) *busv1.ModelVersionState {
+	for _, m := range cat.GetModels() {
+		if m.GetName() == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// TestPlacementLoadUnload: an executor under placement loads nothing at
+// start, advertises its capacity, and loads and unloads what it is told on
+// its place subject, with the load's footprint, last use and requests in
+// flight in its catalog.
+func TestPlacementLoadUnload(t *testing.T) {
+	url := startNATS(t)
+	client, err := bus.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, url: url, client: client}
+	h.ex, h.stop = runExecutor(t, url, Config{RepositoryPath: exampleRepo, ID: "ex-p", Node: "node-a",
+		Placement: true, Capacity: placement.Capacity{Slots: 3, Bytes: 1 << 30}})
+	cat := h.catalog()
+	if !cat.GetPlacement() || cat.GetCapacity().GetSlots() != 3 || cat.GetCapacity().GetBytes() != 1<<30 || cat.GetCapacity().GetHostMemoryBytes() == 0 {
+		t.Fatalf("catalog placement %v capacity %v", cat.GetPlacement(), cat.GetCapacity())
+	}
+	if len(cat.GetCapacity().GetGpuMemoryBytes()) != 0 {
+		t.Errorf("GPU memory %v on a machine without GPU", cat.GetCapacity().GetGpuMemoryBytes())
+	}
+	for _, m := range cat.GetModels() {
+		if m.GetState() != "" {
+			t.Errorf("model %s is %s at start under placement, want listed by name only", m.GetName(), m.GetState())
+		}
+	}
+	if placedState(cat, "simple") == nil {
+		t.Fatal("simple is not listed")
+	}
+	if _, err := h.infer("simple", simpleRequest()); err == nil {
+		t.Fatal("simple answered before it was placed")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	x := placementbus.NewExecutors(client)
+	before := time.Now()
+	cat, err = x.Load(ctx, "ex-p", "simple")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := placedState(cat, "simple")
+	if st.GetState() != StateReady || st.GetLastUsedUnixMs() < before.UnixMilli() || st.GetInflight() != 0 {
+		t.Fatalf("after the load: %v", st)
+	}
+	if _, err := h.infer("simple", simpleRequest()); err != nil {
+		t.Fatal(err)
+	}
+	if got := placedState(h.catalog(), "simple").GetLastUsedUnixMs(); got < st.GetLastUsedUnixMs() {
+		t.Errorf("last use %d went back from %d after a request", got, st.GetLastUsedUnixMs())
+	}
+
+	if _, err := x.Load(ctx, "ex-p", "no_such_model"); err == nil {
+		t.Error("loading a model not in the repository succeeded")
+	}
+	cat, err = x.Unload(ctx, "ex-p", "simple")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := placedState(cat, "simple"); st.GetState() != StateUnavailable || st.GetLastUsedUnixMs() != 0 {
+		t.Fatalf("after the unload: %v", st)
+	}
+}
+
+// TestPlacementNotWithoutIt: an executor without --placement does not
+// serve the place subject, advertises no capacity and loads its repository.
+func TestPlacementNotWithoutIt(t *testing.T) {
+	h := start(t, exampleRepo, "simple")
+	cat := h.catalog()
+	if cat.GetPlacement() || cat.GetCapacity() != nil || placedState(cat, "simple").GetState() != StateReady {
+		t.Fatalf("catalog: placement %v capacity %v simple %v", cat.GetPlacement(), cat.GetCapacity(), placedState(cat, "simple"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := placementbus.NewExecutors(h.client).Unload(ctx, "ex-1", "simple"); err == nil {
+		t.Fatal("an executor without placement answered a placement request")
+	}
+}
+
+func TestPlacementNeedsControlModeNone(t *testing.T) {
+	_, err := New(Config{Conn: connect(t, startNATS(t)), RepositoryPath: exampleRepo, Placement: true, ControlMode: ControlExplicit})
+	if err == nil {
+		t.Fatal("placement with explicit model control: no error")
+	}
+}
+
+func simpleRequest() *inference.ModelInferRequest {
+	return request("", []tin{
+		{"INPUT0", "INT32", []int64{1, 16}, int32s(func(i int) int32 { return int32(i) })},
+		{"INPUT1", "INT32", []int64{1, 16}, int32s(func(int) int32 { return 1 })},
+	})
+}
