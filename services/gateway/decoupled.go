@@ -4,7 +4,6 @@ import (
 	"context"
 	"google.golang.org/grpc/mem"
 
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/nereid-io/nereid/api/busv1"
@@ -56,13 +55,7 @@ func isDecoupled(vv *versionView) bool {
 // A request the trace settings select is traced from here to the final
 // response.
 func (g *Gateway) streamInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, encoded bool, emit func(response) error) error {
-	var span trace.Span
-	if g.tracing(req.GetModelName()) {
-		ctx, span = g.tracer.StartRequest(ctx, req.GetModelName(), clientCarrier(ctx), "InferRequest")
-		if span != nil {
-			span.SetAttributes(tracing.AttrModelVersion.String(vv.versionString()), tracing.AttrRequestID.String(req.GetId()))
-		}
-	}
+	ctx, span := g.startRequestSpan(ctx, vv, req)
 	ctx, verbose := g.logRequest(ctx, vv, req)
 	err := g.stream(ctx, vv, req, encoded, emit)
 	if verbose {

@@ -201,7 +201,7 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 		wanted = plan.Outputs()
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(ensembleStep(ctx)) // traced steps: under the request's span
 	defer cancel()
 	run, ready := plan.Start(provided, wanted)
 	events := make(chan stepEvent, len(plan.Steps))

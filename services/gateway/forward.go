@@ -3,8 +3,6 @@ package gateway
 import (
 	"context"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/handoff"
@@ -25,13 +23,7 @@ import (
 // when not nil, is a fresh forwarding the caller allocated with the
 // request (a gRPC request's, grpcRequest); nil: one is allocated.
 func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool, fw *forwarding) (resp *inference.ModelInferResponse, enc *encodedResponse, err error) {
-	var span trace.Span
-	if g.tracing(req.GetModelName()) {
-		ctx, span = g.tracer.StartRequest(ctx, req.GetModelName(), clientCarrier(ctx), "InferRequest")
-		if span != nil {
-			span.SetAttributes(tracing.AttrModelVersion.String(vv.versionString()), tracing.AttrRequestID.String(req.GetId()))
-		}
-	}
+	ctx, span := g.startRequestSpan(ctx, vv, req)
 	ctx, file := g.startFileTrace(ctx, vv, req) // Triton's trace file (tritontrace.go)
 	ctx, verbose := g.logRequest(ctx, vv, req)
 	if vv.plan != nil { // an ensemble: its steps run from here (ensemble.go)

@@ -5,15 +5,46 @@ import (
 	"net/http"
 
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
+	"github.com/nereid-io/nereid/pkg/tracing"
 )
 
 // tracing reports whether requests for model may be traced at all: the
 // one check an untraced request pays.
 func (g *Gateway) tracing(model string) bool {
 	return g.tracer != nil && g.trace.Level(model) != tracesetting.LevelOff
+}
+
+// startRequestSpan starts the span of a request the trace settings select:
+// under the client's trace context when it sends one. A step of an
+// ensemble request (ensembleStep) is traced when the ensemble's request
+// is, whatever the step model's settings, with its span under the
+// request's, as Triton spawns a child trace per step. nil: not traced.
+func (g *Gateway) startRequestSpan(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (context.Context, trace.Span) {
+	var span trace.Span
+	switch {
+	case ctx.Value(ensembleStepKey{}) != nil:
+		ctx, span = g.tracer.StartChild(ctx, req.GetModelName(), "InferRequest")
+	case g.tracing(req.GetModelName()):
+		ctx, span = g.tracer.StartRequest(ctx, req.GetModelName(), clientCarrier(ctx), "InferRequest")
+	}
+	if span != nil {
+		span.SetAttributes(tracing.AttrModelVersion.String(vv.versionString()), tracing.AttrRequestID.String(req.GetId()))
+	}
+	return ctx, span
+}
+
+// ensembleStepKey marks the context of an ensemble's step request
+// (ensembleStep).
+type ensembleStepKey struct{}
+
+// ensembleStep is ctx for the requests of an ensemble's steps.
+func ensembleStep(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ensembleStepKey{}, true)
 }
 
 type httpHeaderKey struct{}

@@ -1,0 +1,133 @@
+package ensemble
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/e2e/constellation"
+)
+
+// gatewaySpans are the gateway's spans of a trace, once n have arrived.
+func gatewaySpans(t *testing.T, rcv *constellation.OTLPReceiver, traceID string, n int) []constellation.Span {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var out []constellation.Span
+		for _, s := range rcv.Trace(traceID) {
+			if s.Service == "nereid-gateway" {
+				out = append(out, s)
+			}
+		}
+		if len(out) >= n {
+			time.Sleep(300 * time.Millisecond) // none more comes
+			return rcv.Trace(traceID)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trace %s: %d gateway spans, want %d: %+v", traceID, len(out), n, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// children are the models of the gateway spans whose parent is id, sorted.
+func children(spans []constellation.Span, id string) []string {
+	var out []string
+	for _, s := range spans {
+		if s.Service == "nereid-gateway" && s.ParentID == id {
+			out = append(out, s.Attributes["triton.model_name"])
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func spanOf(t *testing.T, spans []constellation.Span, model, parent string) constellation.Span {
+	t.Helper()
+	for _, s := range spans {
+		if s.Service == "nereid-gateway" && s.Attributes["triton.model_name"] == model && s.ParentID == parent {
+			return s
+		}
+	}
+	t.Fatalf("no gateway span of %s under %s: %+v", model, parent, spans)
+	return constellation.Span{}
+}
+
+// TestEnsembleTraceSpans: a traced ensemble request has one span per step
+// request under the request's span, as Triton spawns a child trace per
+// step: nested_ensemble over HTTP with the client's traceparent (its step
+// simple_ensemble under it, and simple under that), and repeat_pipeline
+// over a gRPC stream (identity_int32, repeat_int32, and identity_int32
+// once per response of repeat_int32).
+func TestEnsembleTraceSpans(t *testing.T) {
+	rcv := constellation.StartOTLPReceiver(t)
+	c := constellation.NewCluster(t)
+	c.Executor(constellation.RepoPath(t, "e2e/ensemble/testdata/exa"), "ex-a")
+	c.Executor(constellation.RepoPath(t, "e2e/ensemble/testdata/exb"), "ex-b")
+	g := c.Gateway("--trace-config", "mode=opentelemetry", "--trace-config", "opentelemetry,url="+rcv.Addr,
+		"--trace-config", "opentelemetry,bsp_schedule_delay=20", "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1")
+	waitReady(t, g, "simple", "nested_ensemble", "repeat_int32", "repeat_pipeline")
+
+	const traceID, client = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	body := `{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"INT32","data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},` +
+		`{"name":"INPUT1","shape":[1,16],"datatype":"INT32","data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}`
+	req, _ := http.NewRequest(http.MethodPost, g.HTTP()+"/v2/models/nested_ensemble/infer", bytes.NewBufferString(body))
+	req.Header.Set("traceparent", "00-"+traceID+"-"+client+"-01")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("nested_ensemble: %d", r.StatusCode)
+	}
+	spans := gatewaySpans(t, rcv, traceID, 3)
+	root := spanOf(t, spans, "nested_ensemble", client)
+	inner := spanOf(t, spans, "simple_ensemble", root.ID)
+	spanOf(t, spans, "simple", inner.ID)
+	if got := children(spans, root.ID); !slices.Equal(got, []string{"simple_ensemble"}) {
+		t.Errorf("steps under nested_ensemble's span: %v", got)
+	}
+	if got := children(spans, client); !slices.Equal(got, []string{"nested_ensemble"}) {
+		t.Errorf("spans under the client's: %v, want the request's alone", got)
+	}
+
+	conn, err := grpc.NewClient(g.GRPC(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const streamTrace, streamClient = "cccccccccccccccccccccccccccccccc", "dddddddddddddddd"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := inference.NewGRPCInferenceServiceClient(conn).ModelStreamInfer(
+		metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+streamTrace+"-"+streamClient+"-01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Send(&inference.ModelInferRequest{ModelName: "repeat_pipeline", Inputs: []*inference.ModelInferRequest_InferInputTensor{
+		{Name: "IN", Datatype: "INT32", Shape: []int64{2}, Contents: &inference.InferTensorContents{IntContents: []int32{5, 6}}},
+		{Name: "DELAY", Datatype: "UINT32", Shape: []int64{2}, Contents: &inference.InferTensorContents{UintContents: []uint32{0, 0}}},
+		{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}, Contents: &inference.InferTensorContents{UintContents: []uint32{0}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r, err := st.Recv(); err != nil || r.GetErrorMessage() != "" {
+			t.Fatalf("stream: %v %v", r, err)
+		}
+	}
+	spans = gatewaySpans(t, rcv, streamTrace, 5)
+	root = spanOf(t, spans, "repeat_pipeline", streamClient)
+	if got, want := children(spans, root.ID), []string{"identity_int32", "identity_int32", "identity_int32", "repeat_int32"}; !slices.Equal(got, want) {
+		t.Errorf("steps under repeat_pipeline's span: %v, want %v", got, want)
+	}
+}
