@@ -43,9 +43,10 @@ type Cache struct {
 
 	mu  sync.Mutex
 	lru *LRU // local; nil for redis
-	// gens are the local cache's model generations (model → *atomic.Uint64):
-	// a reload increments the model's, so entries stored for the
-	// generation before it are never found again.
+	// gens are the models' generations (model → *atomic.Uint64): a reload
+	// increments the model's, so entries stored for the generation before
+	// it are never found again. The local cache's are its own; a Redis
+	// cache's are the last it saw in Redis, which every lookup checks.
 	gens sync.Map
 
 	redis *redisStore
@@ -189,11 +190,13 @@ func (c *Cache) Lookup(ctx context.Context, req *inference.ModelInferRequest, ve
 		if err != nil {
 			return l
 		}
-		v, gen, err := c.redis.lookup(ctx, model, version, k)
+		g := c.gen(model)
+		v, gen, err := c.redis.lookup(ctx, model, version, g.Load(), k)
 		if err != nil {
 			c.failed(OpLookup, err)
 			return l
 		}
+		g.Store(gen)
 		c.succeeded()
 		l.key, l.gen, l.store = k, gen, true
 		l.Entry, l.Hit = v, v != nil
@@ -328,9 +331,12 @@ func (c *Cache) Invalidate(ctx context.Context, model string) {
 		c.lru.Drop(model)
 		c.mu.Unlock()
 	case c.redis != nil:
-		if err := c.redis.invalidate(ctx, model); err != nil {
+		gen, err := c.redis.invalidate(ctx, model)
+		if err != nil {
 			c.failed(OpInvalidate, err)
+			return
 		}
+		c.gen(model).Store(gen)
 	}
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/inference"
@@ -150,5 +152,87 @@ func TestRedisDownServesUncached(t *testing.T) {
 	}
 	if l := c.Lookup(context.Background(), baseRequest(), "1"); l.Hit || c.Counts().Bypassed.Load() != 1 {
 		t.Fatalf("during the backoff: bypassed %d", c.Counts().Bypassed.Load())
+	}
+}
+
+// commandCalls is how many times Redis ran each command since the last
+// CONFIG RESETSTAT (INFO commandstats).
+func commandCalls(t *testing.T, rdb *redis.Client) map[string]int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		calls[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.Atoi(n)
+	}
+	return calls
+}
+
+// A Redis lookup is one plain MGET (no script) of the model's generation
+// and the entry of the generation last seen, and a generation another
+// cache moved on is seen at once: the stale entry is never answered, the
+// new generation's is.
+func TestRedisLookupOneMGet(t *testing.T) {
+	a, addr := redisCache(t, 0)
+	b, err := New(Config{Kind: KindRedis, Prefix: DefaultPrefix, Redis: RedisConfig{Host: addr.host, Port: addr.port, WaitTimeout: time.Second}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: net.JoinHostPort(addr.host, strconv.Itoa(addr.port))})
+	defer rdb.Close()
+	ctx := context.Background()
+	store := func(c *Cache, value byte) {
+		t.Helper()
+		l := c.Lookup(ctx, baseRequest(), "1")
+		if l.Hit {
+			t.Fatal("hit before the store")
+		}
+		resp := encodedResponse(t, "")
+		resp[len(resp)-4] = value // the raw output's first byte
+		c.Store(&l, resp, true)
+		c.Flush(ctx)
+	}
+	hit := func(c *Cache) (byte, bool) {
+		t.Helper()
+		l := c.Lookup(ctx, baseRequest(), "1")
+		if !l.Hit {
+			return 0, false
+		}
+		var got inference.ModelInferResponse
+		if err := proto.Unmarshal(l.Entry, &got); err != nil {
+			t.Fatal(err)
+		}
+		return got.RawOutputContents[0][0], true
+	}
+
+	store(a, 7)
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if v, ok := hit(b); !ok || v != 7 {
+			t.Fatalf("the other cache: hit %v, value %d", ok, v)
+		}
+	}
+	calls := commandCalls(t, rdb)
+	if calls["mget"] != 3 || calls["evalsha"]+calls["eval"]+calls["get"] != 0 {
+		t.Errorf("three hits ran %v, want 3 MGET and nothing else", calls)
+	}
+
+	a.Invalidate(ctx, "m") // a reload elsewhere: b's generation is stale
+	if _, ok := hit(b); ok {
+		t.Fatal("hit of the generation before the reload")
+	}
+	store(a, 9)
+	if v, ok := hit(b); !ok || v != 9 {
+		t.Fatalf("after the reload: hit %v, value %d, want the new entry", ok, v)
 	}
 }

@@ -13,9 +13,10 @@
 //     bytes only.
 //   - LRU: the local cache's pure core, bounded by bytes, with a TTL, the
 //     clock passed in.
-//   - Redis: the shared store, one round trip per lookup (a script reads the
-//     model's generation and the entry together), a key prefix per model and
-//     version, entries written with a TTL.
+//   - Redis: the shared store, one round trip per lookup (one MGET reads
+//     the model's generation and the entry of the generation last seen;
+//     a second GET only when a reload moved the generation), a key prefix
+//     per model and version, entries written with a TTL.
 //   - Cache: what a gateway holds: the store, the generations, the stores
 //     still pending (bounded in bytes, written by one goroutine after the
 //     response has gone) and the failures of the shared store, which never

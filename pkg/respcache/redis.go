@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -30,14 +31,6 @@ type redisStore struct {
 	prefix string
 	ttl    time.Duration
 }
-
-// lookupScript reads a model's generation and the entry of that
-// generation in one round trip: { generation, entry or nil }.
-var lookupScript = redis.NewScript(`
-local g = redis.call('GET', KEYS[1])
-if not g then g = '0' end
-return {g, redis.call('GET', ARGV[1] .. g .. ':' .. ARGV[2])}
-`)
 
 func newRedisStore(c Config) (*redisStore, error) {
 	r := c.Redis
@@ -122,26 +115,46 @@ func (s *redisStore) versionPrefix(model, version string) string {
 	return s.prefix + modelPart(model) + ":" + version + ":"
 }
 
-func (s *redisStore) lookup(ctx context.Context, model, version string, k Key) (value []byte, gen uint64, err error) {
-	res, err := lookupScript.Run(ctx, s.rdb, []string{s.genKey(model)}, s.versionPrefix(model, version), hex.EncodeToString(k[:])).Slice()
+// lookup reads the entry of k under the model's generation the caller
+// believes current (gen) together with the generation Redis holds, in one
+// MGET: a plain command, cheaper than a script, and as exact, as both keys
+// are read at one instant. Only when the generation moved (a reload, seen
+// here for the first time) does a second GET read the entry of the new
+// one. cur is the generation the entry (or its absence) belongs to.
+func (s *redisStore) lookup(ctx context.Context, model, version string, gen uint64, k Key) (value []byte, cur uint64, err error) {
+	res, err := s.rdb.MGet(ctx, s.genKey(model), s.entryKey(model, version, gen, k)).Result()
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(res) == 0 {
-		return nil, 0, errors.New("empty reply to the lookup script")
+	if len(res) != 2 {
+		return nil, 0, fmt.Errorf("%d values in the reply to a lookup, want 2", len(res))
 	}
-	gs, _ := res[0].(string)
-	gen, err = strconv.ParseUint(gs, 10, 64)
-	if err != nil {
-		return nil, 0, fmt.Errorf("bad generation %q", gs)
-	}
-	if len(res) > 1 {
-		if v, ok := res[1].(string); ok {
-			return []byte(v), gen, nil
+	cur = 0 // no generation key: the model was never reloaded (or Redis lost it)
+	if g, ok := res[0].(string); ok {
+		if cur, err = strconv.ParseUint(g, 10, 64); err != nil {
+			return nil, 0, fmt.Errorf("bad generation %q", g)
 		}
 	}
-	return nil, gen, nil
+	if cur != gen {
+		v, err := s.rdb.Get(ctx, s.entryKey(model, version, cur, k)).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			return nil, cur, nil
+		case err != nil:
+			return nil, 0, err
+		}
+		return bytesOf(v), cur, nil
+	}
+	if v, ok := res[1].(string); ok {
+		return bytesOf(v), cur, nil
+	}
+	return nil, cur, nil
 }
+
+// bytesOf is v's bytes without a copy: entries are never written to
+// (WithID copies before it adds an id), so sharing the string's memory is
+// safe, and a large entry is not copied once more on every hit.
+func bytesOf(v string) []byte { return unsafe.Slice(unsafe.StringData(v), len(v)) }
 
 func (s *redisStore) entryKey(model, version string, gen uint64, k Key) string {
 	return s.versionPrefix(model, version) + strconv.FormatUint(gen, 10) + ":" + hex.EncodeToString(k[:])
@@ -151,6 +164,8 @@ func (s *redisStore) insert(ctx context.Context, model, version string, gen uint
 	return s.rdb.Set(ctx, s.entryKey(model, version, gen, k), value, s.ttl).Err()
 }
 
-func (s *redisStore) invalidate(ctx context.Context, model string) error {
-	return s.rdb.Incr(ctx, s.genKey(model)).Err()
+// invalidate moves the model's generation on and returns the new one.
+func (s *redisStore) invalidate(ctx context.Context, model string) (uint64, error) {
+	g, err := s.rdb.Incr(ctx, s.genKey(model)).Result()
+	return uint64(g), err
 }
