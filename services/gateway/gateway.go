@@ -121,6 +121,13 @@ type Config struct {
 	// refuses an admin endpoint whose callers nothing authenticates
 	// (checkAdminExposure).
 	AdminAddr, AdminHTTPAddr string
+	// Placement (--placement) is on when executors run under the placement
+	// controller: an inference request for a model the catalog lists but
+	// no executor holds asks the controller to place it and waits, up to
+	// PlacementWait (default DefaultPlacementWait) or its deadline, instead
+	// of failing (placement.go).
+	Placement     bool
+	PlacementWait time.Duration
 	// ResponseCache is tritonserver's --cache-config: the response cache
 	// of the models whose configuration enables response_cache, in this
 	// gateway's memory or shared in Redis (respcache.go). Zero: none.

@@ -178,7 +178,7 @@ func (g *Gateway) inferGRPC(ctx context.Context, req *inference.ModelInferReques
 	// Large inputs the codec decoded, when forwarding did not take them (a
 	// request refused before it is sent).
 	defer func() { handoff.TakeRegion(req).Release() }()
-	vv, err := g.resolveRequest(req.GetModelName(), req.GetModelVersion())
+	vv, err := g.resolveInfer(ctx, req.GetModelName(), req.GetModelVersion())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -30,7 +30,7 @@ func (g *Gateway) handleInfer(w http.ResponseWriter, r *http.Request) {
 // (httpHandler reads them without the mux).
 func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v string) {
 	front := g.httpFileFront(name) // nil unless name may be traced into Triton's trace file
-	vv, err := g.resolveRequest(name, v)
+	vv, err := g.resolveInfer(r.Context(), name, v)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -52,6 +52,8 @@ func main() {
 	logFlags.Register(fs)
 	var edge gateway.EdgeFlags
 	edge.Register(fs)
+	var placed bool
+	tritonflag.BoolVar(fs, &placed, "placement", false, "executors run under the placement controller (docs/placement.md): a request for a model no executor holds waits for the controller to place it")
 	var auth natsconn.Auth
 	auth.Register(fs)
 	_ = fs.Parse(os.Args[1:])
@@ -88,6 +90,7 @@ func main() {
 		Logging: logs,
 
 		MetricsConstellation: *metricsConstellation,
+		Placement:            placed,
 	}
 	err := edge.Apply(&cfg)
 	if err == nil {

@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -16,10 +17,13 @@ import (
 	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/natsconn"
 	"github.com/nereid-io/nereid/pkg/opsmetrics"
+	"github.com/nereid-io/nereid/pkg/placement"
 	"github.com/nereid-io/nereid/pkg/probe"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
+	"github.com/nereid-io/nereid/pkg/tritonflag"
 	seqrouter "github.com/nereid-io/nereid/services/sequence-router"
+	"github.com/nereid-io/nereid/services/sequence-router/placer"
 )
 
 func main() {
@@ -31,6 +35,10 @@ func main() {
 	maxBacklog := fs.Int("max-sequence-backlog", 0, "sequences that may wait for a slot per model (0: unbounded, as Triton)")
 	leaseTTL := fs.Duration("lease-ttl", seqrouter.DefaultLeaseTTL, "how long the active router's lease outlives it (takeover time)")
 	id := fs.String("id", "", "router id in the lease (default random)")
+	var placed bool
+	tritonflag.BoolVar(fs, &placed, "placement", false, "also run the placement controller (docs/placement.md): leader-elected in --redis-url, it decides which executors started with --placement load which models")
+	minReplicas := fs.Int("placement-min-replicas", 1, "under --placement, executors each model should be on (a model's nereid_min_replicas parameter overrides it)")
+	maxReplicas := fs.Int("placement-max-replicas", 0, "under --placement, executors each model may be on at most (0: no bound; a model's nereid_max_replicas parameter overrides it)")
 	var logFlags logsetting.Flags
 	logFlags.Register(fs)
 	var auth natsconn.Auth
@@ -50,15 +58,20 @@ func main() {
 	logs, log := logFlags.MustBuild("nereid-sequence-router")
 	fdlimit.RaiseAndReport(log) // connections need descriptors: as many as the system allows
 	cfg.Logging = logs
+	var pcfg *placer.Config
+	if placed {
+		pcfg = &placer.Config{RedisURL: *redisURL, RedisAuth: redisAuth, ID: *id, LeaseTTL: *leaseTTL,
+			Planner: placement.Config{MinReplicas: *minReplicas, MaxReplicas: *maxReplicas}}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, log, auth, *natsURL, *probeAddr, *metricsPort, cfg); err != nil {
+	if err := run(ctx, log, auth, *natsURL, *probeAddr, *metricsPort, cfg, pcfg); err != nil {
 		fmt.Fprintln(os.Stderr, "nereid-sequence-router:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, auth natsconn.Auth, natsURL, probeAddr string, metricsPort int, cfg seqrouter.Config) error {
+func run(ctx context.Context, log *slog.Logger, auth natsconn.Auth, natsURL, probeAddr string, metricsPort int, cfg seqrouter.Config, pcfg *placer.Config) error {
 	opts, err := auth.Options(bus.RoleSequenceRouter)
 	if err != nil {
 		return err
@@ -83,5 +96,20 @@ func run(ctx context.Context, log *slog.Logger, auth natsconn.Auth, natsURL, pro
 		return fmt.Errorf("--metrics-port: %w", err)
 	}
 	defer m.Close()
-	return svc.Run(ctx)
+	if pcfg == nil {
+		return svc.Run(ctx)
+	}
+	pcfg.Conn, pcfg.Logger = nc, log
+	ctl, err := placer.New(*pcfg)
+	if err != nil {
+		return err
+	}
+	// The controller stops with the router: either ending ends both.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	placed := make(chan error, 1)
+	go func() { placed <- ctl.Run(ctx); cancel() }()
+	err = svc.Run(ctx)
+	cancel()
+	return errors.Join(err, <-placed)
 }

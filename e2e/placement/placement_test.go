@@ -1,0 +1,191 @@
+// Package placement is the e2e suite of model placement (docs/placement.md):
+// real nats-server, redis-server, sequence routers running the placement
+// controller, executors of small capacity and a gateway, all binaries.
+package placement
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nereid-io/nereid/e2e/constellation"
+)
+
+const models = 10
+
+// repo writes m0..m9: Triton's "simple" (built-in addsub backend) under ten
+// names.
+func repo(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile(constellation.RepoPath(t, "deploy/model_repository/simple/config.pbtxt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for i := range models {
+		name := fmt.Sprintf("m%d", i)
+		if err := os.MkdirAll(filepath.Join(dir, name, "1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg := strings.Replace(string(src), `name: "simple"`, `name: "`+name+`"`, 1)
+		if err := os.WriteFile(filepath.Join(dir, name, "config.pbtxt"), []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+type env struct {
+	c       *constellation.Cluster
+	g       *constellation.Gateway
+	redis   string
+	repo    string
+	routers []*constellation.Proc
+	execs   map[string]*constellation.Proc
+}
+
+func (e *env) router(t *testing.T, id string) *constellation.Proc {
+	p := constellation.Start(t, id, e.c.Bin.Path("nereid-sequence-router"), "--nats-url", e.c.NATSURL, "--redis-url", e.redis,
+		"--lease-ttl", "2s", "--id", id, "--placement", "true")
+	e.routers = append(e.routers, p)
+	return p
+}
+
+func (e *env) executor(id, node string) *constellation.Proc {
+	p := e.c.Executor(e.repo, id, "--node", node, "--placement", "true", "--model-capacity", "slots=3")
+	e.execs[id] = p
+	return p
+}
+
+func ready(g *constellation.Gateway, model string) bool {
+	r, err := http.Get(g.HTTP() + "/v2/models/" + model + "/ready")
+	if err != nil {
+		return false
+	}
+	r.Body.Close()
+	return r.StatusCode == http.StatusOK
+}
+
+func readyCount(g *constellation.Gateway) int {
+	n := 0
+	for i := range models {
+		if ready(g, fmt.Sprintf("m%d", i)) {
+			n++
+		}
+	}
+	return n
+}
+
+const simpleBody = `{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},` +
+	`{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}`
+
+// infer runs model once over HTTP and fails the test unless it answers 200
+// with OUTPUT0 = INPUT0 + 1.
+func infer(t *testing.T, g *constellation.Gateway, model string) {
+	t.Helper()
+	c := &http.Client{Timeout: 40 * time.Second}
+	r, err := c.Post(g.HTTP()+"/v2/models/"+model+"/infer", "application/json", strings.NewReader(simpleBody))
+	if err != nil {
+		t.Fatalf("%s: %v", model, err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]`)) {
+		t.Fatalf("%s: %d %s", model, r.StatusCode, body)
+	}
+}
+
+func logged(p *constellation.Proc, s string) bool { return strings.Contains(p.Output(), s) }
+
+// TestPlacement: 3 executors of 3 slots each and 10 models. Nine are
+// placed at start (three per executor), the tenth waits; every model
+// answers (the tenth on demand, evicting the least recently used model of
+// an executor); an evicted model answers again; an executor killed: its
+// models answer again from the others; the leading controller killed: its
+// standby takes over and places on demand.
+func TestPlacement(t *testing.T) {
+	e := &env{c: constellation.NewCluster(t), repo: repo(t), execs: map[string]*constellation.Proc{}}
+	e.redis, _ = constellation.Redis(t)
+	lead := e.router(t, "router0")
+	for i := range 3 {
+		e.executor(fmt.Sprintf("exec%d", i), fmt.Sprintf("node%d", i))
+	}
+	e.g = e.c.Gateway("--placement", "true")
+
+	if !constellation.WaitFor(30*time.Second, func() bool { return readyCount(e.g) == 9 }) {
+		t.Fatalf("%d models ready, want 9 (3 executors x 3 slots)\nrouter:\n%s", readyCount(e.g), lead.Output())
+	}
+	for id, p := range e.execs {
+		if n := strings.Count(p.Output(), "placement: load"); n != 3 {
+			t.Errorf("%s loaded %d models, want 3", id, n)
+		}
+	}
+	if !logged(lead, "placement: models waiting") || !logged(lead, "no executor has room for it") {
+		t.Errorf("the controller does not say why the tenth model waits:\n%s", lead.Output())
+	}
+
+	t.Run("every model answers; the unplaced one on demand, evicting the least recently used", func(t *testing.T) {
+		for i := range models {
+			infer(t, e.g, fmt.Sprintf("m%d", i))
+		}
+		if !logged(lead, `reason="on demand"`) || !logged(lead, `reason="least recently used, evicted"`) {
+			t.Fatalf("no on-demand placement or eviction in the controller's log:\n%s", lead.Output())
+		}
+		if n := readyCount(e.g); n > 9 {
+			t.Fatalf("%d models ready on 9 slots", n)
+		}
+	})
+
+	t.Run("an evicted model answers again", func(t *testing.T) {
+		evicted := ""
+		for i := range models {
+			if m := fmt.Sprintf("m%d", i); !ready(e.g, m) {
+				evicted = m
+			}
+		}
+		if evicted == "" {
+			t.Fatal("no model is unplaced after ten models on nine slots")
+		}
+		infer(t, e.g, evicted)
+		if !ready(e.g, evicted) {
+			t.Fatalf("%s answered but is not ready", evicted)
+		}
+	})
+
+	t.Run("an executor killed: its models answer from the others", func(t *testing.T) {
+		e.execs["exec0"].Kill()
+		if !constellation.WaitFor(15*time.Second, func() bool { return logged(lead, "placement: executor gone") }) {
+			t.Fatalf("the controller did not notice exec0's loss:\n%s", lead.Output())
+		}
+		for i := range models {
+			infer(t, e.g, fmt.Sprintf("m%d", i))
+		}
+		if n := readyCount(e.g); n > 6 {
+			t.Fatalf("%d models ready on the 6 slots left", n)
+		}
+	})
+
+	t.Run("the leading controller killed: the standby places on demand", func(t *testing.T) {
+		standby := e.router(t, "router1")
+		time.Sleep(time.Second) // standing by: the lease is router0's
+		if logged(standby, "placement: leading") {
+			t.Fatalf("the standby leads while the leader lives:\n%s", standby.Output())
+		}
+		lead.Kill()
+		if !constellation.WaitFor(15*time.Second, func() bool { return logged(standby, "placement: leading") }) {
+			t.Fatalf("the standby did not take over:\n%s", standby.Output())
+		}
+		for i := range models {
+			infer(t, e.g, fmt.Sprintf("m%d", i))
+		}
+		if !logged(standby, `reason="on demand"`) {
+			t.Fatalf("the new leader placed nothing on demand:\n%s", standby.Output())
+		}
+	})
+}

@@ -1,0 +1,443 @@
+// Package placer is the placement controller: the I/O around pkg/placement.
+// It runs inside the sequence router's binary (--placement true), shares
+// its Redis and its NATS role, and is leader-elected with a lease on the
+// model of the router's per-model leases (pkg/failover): one controller of
+// the cluster leads, the others wait to take over when its lease lapses.
+//
+// The leader learns executors from their heartbeats, reads the catalog of
+// each executor started under placement every Config.Interval, gives what
+// they report to a placement.Planner, performs its decisions by telling
+// executors to load or unload (placementbus.Executors) and logs each with
+// its reason. Gateways ask it to place a model that no executor holds
+// (placementbus.Controller.Demand); the answer waits until an executor
+// holds it READY. Footprints measured are kept in Redis, so a controller
+// taking over knows them.
+//
+// The service is a library: New(Config), Run(ctx), Ready().
+package placer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/failover"
+	"github.com/nereid-io/nereid/pkg/placement"
+	"github.com/nereid-io/nereid/pkg/placementbus"
+	"github.com/nereid-io/nereid/pkg/redisconn"
+)
+
+// Defaults of Config.
+const (
+	DefaultLeaseTTL = 3 * time.Second
+	DefaultInterval = time.Second
+)
+
+// Config configures a controller.
+type Config struct {
+	// Conn is the NATS connection (required); the controller does not
+	// close it.
+	Conn *nats.Conn
+	// RedisURL is the sequence router's Redis (required): the lease and
+	// the footprints live there.
+	RedisURL  string
+	RedisAuth redisconn.Options
+	// ID names the controller in the lease; default: random.
+	ID string
+	// LeaseTTL is how long the leader's lease outlives it.
+	LeaseTTL time.Duration
+	// Interval is how often the leader reads the catalogs and plans.
+	Interval time.Duration
+	// Planner are the planner's cluster-wide settings.
+	Planner placement.Config
+	Logger  *slog.Logger
+}
+
+// Controller is a placement controller.
+type Controller struct {
+	cfg   Config
+	log   *slog.Logger
+	ready chan struct{}
+
+	bus   *bus.Conn
+	st    *store
+	execs *placementbus.Executors
+
+	mu       sync.Mutex
+	planner  *placement.Planner // nil unless leading
+	heard    map[string]time.Time
+	waiters  map[string][]chan []string
+	leading  bool
+	poke     chan struct{}
+	lastWait string
+}
+
+// New checks cfg and fills its defaults.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("placement: Config.Conn is required")
+	}
+	if cfg.RedisURL == "" {
+		return nil, errors.New("placement: the controller needs Redis (--redis-url): its lease and state live there")
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ID == "" {
+		cfg.ID = "placement-" + time.Now().Format("150405.000000000")
+	}
+	return &Controller{cfg: cfg, log: cfg.Logger.With("service", "placement", "controller", cfg.ID), ready: make(chan struct{}),
+		heard: map[string]time.Time{}, waiters: map[string][]chan []string{}, poke: make(chan struct{}, 1)}, nil
+}
+
+// Ready is closed once the controller runs (leading or standing by).
+func (c *Controller) Ready() <-chan struct{} { return c.ready }
+
+// Leading reports whether this controller leads the cluster's placement.
+func (c *Controller) Leading() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leading
+}
+
+// Run serves until ctx ends, then gives its lease back.
+func (c *Controller) Run(ctx context.Context) error {
+	rdb, err := redisconn.Open(ctx, c.cfg.RedisURL, c.cfg.RedisAuth)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	c.st = &store{rdb: rdb}
+	bc, err := bus.New(c.cfg.Conn, bus.WithLogger(c.log))
+	if err != nil {
+		return err
+	}
+	defer bc.Close()
+	c.bus, c.execs = bc, placementbus.NewExecutors(bc)
+	hb, err := bc.Subscribe(bus.HeartbeatSubject, c.heartbeat)
+	if err != nil {
+		return err
+	}
+	defer hb.Unsubscribe()
+	close(c.ready)
+
+	var lease *failover.Lease
+	var demand *bus.Subscription
+	stepDown := func(r failover.Reason) {
+		if demand != nil {
+			_ = demand.Unsubscribe()
+			demand = nil
+		}
+		c.mu.Lock()
+		c.leading, c.planner = false, nil
+		for m, ws := range c.waiters {
+			for _, w := range ws {
+				close(w)
+			}
+			delete(c.waiters, m)
+		}
+		c.mu.Unlock()
+		if r.Releases() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL/4)
+			_ = c.st.release(rctx, c.cfg.ID, lease.Epoch())
+			cancel()
+		}
+		c.log.Info("placement: stepped down", "reason", r.String())
+		lease = nil
+	}
+	tick := time.NewTicker(c.cfg.Interval)
+	defer tick.Stop()
+	for {
+		if lease == nil {
+			lease = c.tryLead(ctx)
+			if lease != nil {
+				if demand, err = bc.HandleDelegated(bus.PlacementSubject, "placement", c.handleDemand); err != nil {
+					c.log.Error("placement: cannot serve demands", "err", err)
+				}
+			}
+		}
+		if lease != nil {
+			now := time.Now()
+			if due := lease.NextRenewal(now); !due.IsZero() && !due.After(now) {
+				lease.Renewing(now)
+				rctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+				a, err := c.st.renew(rctx, c.cfg.ID, lease.Epoch(), c.cfg.LeaseTTL)
+				cancel()
+				if err != nil && ctx.Err() == nil {
+					c.log.Warn("placement: lease renewal", "err", err)
+				}
+				if r := lease.Renewal(now, a); r != failover.NoReason {
+					stepDown(r)
+				}
+			}
+			if lease != nil {
+				if r := lease.Check(time.Now()); r != failover.NoReason {
+					stepDown(r)
+				} else if lease.State(time.Now()) == failover.Serving {
+					c.round(ctx, lease.Epoch())
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if lease != nil {
+				stepDown(failover.Shutdown)
+			}
+			return nil
+		case <-tick.C:
+		case <-c.poke:
+		}
+	}
+}
+
+// tryLead takes the lease if nobody holds it, and starts planning with
+// the footprints the previous leader kept.
+func (c *Controller) tryLead(ctx context.Context) *failover.Lease {
+	sent := time.Now()
+	actx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+	epoch, err := c.st.acquire(actx, c.cfg.ID, c.cfg.LeaseTTL)
+	cancel()
+	if err != nil || epoch == 0 {
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("placement: cannot take the lease", "err", err)
+		}
+		return nil
+	}
+	p := placement.NewPlanner(c.cfg.Planner)
+	fctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+	kept, err := c.st.footprints(fctx)
+	cancel()
+	if err != nil {
+		c.log.Warn("placement: cannot read the footprints kept", "err", err)
+	}
+	for m, n := range kept {
+		p.RememberFootprint(m, n)
+	}
+	c.mu.Lock()
+	c.planner, c.leading = p, true
+	c.mu.Unlock()
+	c.log.Info("placement: leading", "epoch", epoch, "footprints_known", len(kept))
+	return failover.NewLease(c.cfg.LeaseTTL, epoch, sent)
+}
+
+func (c *Controller) heartbeat(_ context.Context, data []byte) {
+	var hb busv1.ExecutorHeartbeat
+	if proto.Unmarshal(data, &hb) != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if hb.GetWithdraw() {
+		delete(c.heard, hb.GetExecutorId())
+		if c.planner != nil {
+			c.planner.Gone(time.Now(), hb.GetExecutorId())
+		}
+		c.pokeLocked()
+		return
+	}
+	c.heard[hb.GetExecutorId()] = time.Now()
+}
+
+func (c *Controller) pokeLocked() {
+	select {
+	case c.poke <- struct{}{}:
+	default:
+	}
+}
+
+// round reads every live executor's catalog, plans, and performs the plan.
+func (c *Controller) round(ctx context.Context, epoch uint64) {
+	now := time.Now()
+	c.mu.Lock()
+	var live []string
+	for id, at := range c.heard {
+		if now.Sub(at) > bus.HeartbeatExpiry {
+			delete(c.heard, id)
+			if c.planner != nil {
+				c.planner.Gone(now, id)
+				c.log.Info("placement: executor gone", "executor", id)
+			}
+			continue
+		}
+		live = append(live, id)
+	}
+	c.mu.Unlock()
+	slices.Sort(live)
+	models := map[string]placement.Model{}
+	for _, id := range live {
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.Interval)
+		cat, err := c.execs.Catalog(rctx, id)
+		cancel()
+		if err != nil || !cat.GetPlacement() {
+			continue
+		}
+		for _, m := range cat.GetModels() {
+			if _, ok := models[m.GetName()]; !ok || m.GetConfig() != nil {
+				pm := placement.Model{Name: m.GetName()}
+				if m.GetConfig() != nil {
+					if got, err := placement.ModelFrom(m.GetConfig()); err == nil {
+						pm = got
+					}
+				}
+				models[m.GetName()] = pm
+			}
+		}
+		c.observe(time.Now(), cat)
+	}
+	c.mu.Lock()
+	p := c.planner
+	if p == nil {
+		c.mu.Unlock()
+		return
+	}
+	p.SetModels(slices.Collect(maps.Values(models)))
+	before := p.Footprints()
+	plan := p.Plan(time.Now())
+	c.mu.Unlock()
+	for _, d := range plan.Actions {
+		c.log.Info("placement: decision", "action", d.Action.String(), "model", d.Model, "executor", d.Executor, "reason", d.Reason.String(), "for", d.For)
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		var cat *busv1.ExecutorCatalog
+		var err error
+		if d.Action == placement.Load {
+			cat, err = c.execs.Load(rctx, d.Executor, d.Model)
+		} else {
+			cat, err = c.execs.Unload(rctx, d.Executor, d.Model)
+		}
+		cancel()
+		if err != nil {
+			c.log.Warn("placement: decision failed", "action", d.Action.String(), "model", d.Model, "executor", d.Executor, "err", err)
+		}
+		if cat != nil {
+			c.observe(time.Now(), cat)
+		}
+		c.mu.Lock()
+		if c.planner == p {
+			p.Done(time.Now(), d, err)
+		}
+		c.mu.Unlock()
+	}
+	var waits []string
+	for _, w := range plan.Waiting {
+		waits = append(waits, w.Model+": "+w.Why.String())
+	}
+	if joined := strings.Join(waits, "; "); joined != c.lastWait {
+		c.log.Info("placement: models waiting", "waiting", joined)
+		c.lastWait = joined
+	}
+	if after := p.Footprints(); !maps.Equal(before, after) {
+		wctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+		if err := c.st.saveFootprints(wctx, c.cfg.ID, epoch, after); err != nil {
+			c.log.Warn("placement: saving footprints", "err", err)
+		}
+		cancel()
+	}
+}
+
+// observe gives an executor's catalog to the planner, and answers the
+// demands it satisfies.
+func (c *Controller) observe(now time.Time, cat *busv1.ExecutorCatalog) {
+	e := placement.Executor{ID: cat.GetExecutorId(), Node: cat.GetNode(), Generation: cat.GetGeneration(), Revision: cat.GetRevision(),
+		Capacity: placement.Capacity{Bytes: cat.GetCapacity().GetBytes(), Slots: int(cat.GetCapacity().GetSlots())},
+		GPU:      len(cat.GetCapacity().GetGpuMemoryBytes()) > 0, Draining: cat.GetDraining()}
+	byModel := map[string]*placement.Holding{}
+	var order []string
+	for _, m := range cat.GetModels() {
+		if !slices.Contains(e.Repository, m.GetName()) {
+			e.Repository = append(e.Repository, m.GetName())
+		}
+		var st placement.HoldState
+		switch m.GetState() {
+		case bus.StateReady:
+			st = placement.Ready
+		case bus.StateLoading:
+			st = placement.Loading
+		default:
+			continue
+		}
+		h := byModel[m.GetName()]
+		if h == nil {
+			h = &placement.Holding{Model: m.GetName(), State: st}
+			byModel[m.GetName()] = h
+			order = append(order, m.GetName())
+		} else if st == placement.Loading {
+			h.State = placement.Loading
+		}
+		h.Footprint += m.GetFootprintBytes()
+		h.Inflight += int(m.GetInflight())
+		if t := time.UnixMilli(m.GetLastUsedUnixMs()); m.GetLastUsedUnixMs() > 0 && t.After(h.LastUse) {
+			h.LastUse = t
+		}
+	}
+	for _, name := range order {
+		e.Holds = append(e.Holds, *byModel[name])
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.planner == nil {
+		return
+	}
+	c.planner.Observe(now, e)
+	for _, h := range e.Holds {
+		if h.State != placement.Ready {
+			continue
+		}
+		for _, w := range c.waiters[h.Model] {
+			w <- []string{e.ID}
+			close(w)
+		}
+		delete(c.waiters, h.Model)
+	}
+}
+
+// handleDemand serves a gateway's PlacementDemand: the model gets demand,
+// a round starts at once, and the answer waits until an executor holds
+// the model READY or the request's deadline.
+func (c *Controller) handleDemand(ctx context.Context, _, reply string, data []byte) {
+	var d busv1.PlacementDemand
+	if err := proto.Unmarshal(data, &d); err != nil || d.GetModel() == "" {
+		c.bus.ReplyError(reply, errors.New("malformed placement demand"))
+		return
+	}
+	w := make(chan []string, 1)
+	c.mu.Lock()
+	if c.planner == nil {
+		c.mu.Unlock()
+		_ = c.bus.Reply(ctx, reply, &busv1.PlacementDemandReply{Reason: "this controller does not lead placement"})
+		return
+	}
+	c.planner.Demand(time.Now(), d.GetModel())
+	c.waiters[d.GetModel()] = append(c.waiters[d.GetModel()], w)
+	c.pokeLocked()
+	c.mu.Unlock()
+	c.log.Info("placement: demand", "model", d.GetModel())
+	select {
+	case ids, ok := <-w:
+		if !ok {
+			_ = c.bus.Reply(context.WithoutCancel(ctx), reply, &busv1.PlacementDemandReply{Reason: "the controller stepped down"})
+			return
+		}
+		_ = c.bus.Reply(context.WithoutCancel(ctx), reply, &busv1.PlacementDemandReply{Executors: ids})
+	case <-ctx.Done():
+		c.mu.Lock()
+		c.waiters[d.GetModel()] = slices.DeleteFunc(c.waiters[d.GetModel()], func(x chan []string) bool { return x == w })
+		c.mu.Unlock()
+		_ = c.bus.Reply(context.WithoutCancel(ctx), reply, &busv1.PlacementDemandReply{Reason: "not placed before the request's deadline"})
+	}
+}
