@@ -1,0 +1,68 @@
+package placer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nereid-io/nereid/pkg/failover"
+	"github.com/nereid-io/nereid/pkg/redisconn/redistest"
+)
+
+// TestStoreLease holds the Redis lease to failover.Record's rules: one
+// holder, renewals by the holder only, a lapsed lease taken with a newer
+// epoch, the old holder's renewal then refused, a release letting the next
+// controller in at once; and footprints written only by the holder.
+func TestStoreLease(t *testing.T) {
+	ctx := context.Background()
+	s := &store{rdb: redistest.Plain(t)}
+	ttl := 300 * time.Millisecond
+
+	e1, err := s.acquire(ctx, "a", ttl)
+	if err != nil || e1 == 0 {
+		t.Fatalf("a acquires: %d, %v", e1, err)
+	}
+	if e, _ := s.acquire(ctx, "b", ttl); e != 0 {
+		t.Fatalf("b acquired epoch %d while a holds the lease", e)
+	}
+	if a, _ := s.renew(ctx, "a", e1, ttl); a != failover.Renewed {
+		t.Fatalf("a's renewal: %v", a)
+	}
+	if a, _ := s.renew(ctx, "b", e1, ttl); a != failover.Taken {
+		t.Fatalf("b's renewal of a's lease: %v", a)
+	}
+	if err := s.saveFootprints(ctx, "a", e1, map[string]uint64{"m": 42}); err != nil {
+		t.Fatal(err)
+	}
+
+	time.Sleep(ttl + 100*time.Millisecond) // a's lease lapses
+	e2, err := s.acquire(ctx, "b", ttl)
+	if err != nil || e2 <= e1 {
+		t.Fatalf("b takes the lapsed lease: epoch %d after %d, %v", e2, e1, err)
+	}
+	if a, _ := s.renew(ctx, "a", e1, ttl); a != failover.Taken {
+		t.Fatalf("a's late renewal: %v, want taken", a)
+	}
+	if err := s.saveFootprints(ctx, "a", e1, map[string]uint64{"m": 1}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.footprints(ctx)
+	if err != nil || got["m"] != 42 {
+		t.Fatalf("footprints after a fenced-off write: %v, %v; want m=42", got, err)
+	}
+
+	if err := s.release(ctx, "b", e2); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := s.renew(ctx, "b", e2, ttl); a != failover.Restored {
+		t.Fatalf("renewal after release with no newer epoch: %v, want restored", a)
+	}
+	_ = s.release(ctx, "b", e2)
+	e3, err := s.acquire(ctx, "c", ttl)
+	if err != nil || e3 <= e2 {
+		t.Fatalf("c after b's release: epoch %d, %v", e3, err)
+	}
+	if a, _ := s.renew(ctx, "b", e2, ttl); a != failover.Taken {
+		t.Fatalf("b's renewal once c holds: %v", a)
+	}
+}
