@@ -10,17 +10,14 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/e2e/constellation"
-	"github.com/nereid-io/nereid/pkg/bus"
 )
 
 // lostBound is how long after its executor is killed a step in flight on
@@ -28,46 +25,6 @@ import (
 // room for a loaded machine (as e2e/stateless's inflightBound), far below
 // the gateway's deadline.
 const lostBound = 20 * time.Second
-
-// watchInFlight counts the requests executors hold, as the gateway's
-// liveness probes and the executors' unasked reports name them (as
-// e2e/stateless does).
-func watchInFlight(t *testing.T, c *constellation.Cluster) (count func() int) {
-	t.Helper()
-	probed := map[string]bool{}
-	var mu sync.Mutex
-	obs := c.ConnectAs(bus.RoleExecutor)
-	if _, err := obs.Subscribe(bus.AliveSubject, func(m *nats.Msg) {
-		mu.Lock()
-		defer mu.Unlock()
-		for data := m.Data; len(data) >= len(bus.ProbeID("")); data = data[len(bus.ProbeID("")):] {
-			probed[string(data[:len(bus.ProbeID(""))])] = true
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	inboxes := c.ConnectAs(bus.RoleGateway)
-	if _, err := inboxes.Subscribe(bus.InboxPrefix(bus.RoleGateway)+".>", func(m *nats.Msg) {
-		if m.Header.Get(bus.HeaderAlive) != "" {
-			mu.Lock()
-			defer mu.Unlock()
-			id := bus.ProbeID(m.Subject)
-			probed[string(id[:])] = true
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for _, nc := range []*nats.Conn{obs, inboxes} {
-		if err := nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(probed)
-	}
-}
 
 func int32sOf(v []int32) []byte {
 	b := make([]byte, 0, 4*len(v))
@@ -104,7 +61,7 @@ func TestEnsembleStepExecutorKilled(t *testing.T) {
 			t.Fatalf("%s never became ready: %v\n%s\n%s", m, err, ens.Output(), slow.Output())
 		}
 	}
-	inFlight := watchInFlight(t, c)
+	inFlight := c.WatchInFlight()
 
 	conn, err := grpc.NewClient(g.GRPC(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

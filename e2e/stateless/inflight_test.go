@@ -6,14 +6,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/nereid-io/nereid/e2e/constellation"
-	"github.com/nereid-io/nereid/pkg/bus"
 )
 
 // inflightBound is how long after its executor is killed a request in
@@ -42,7 +38,7 @@ func TestExecutorKilledInFlight(t *testing.T) {
 		t.Fatalf("stuck never became ready: %v\n%s", err, ex.Output())
 	}
 
-	inFlight := watchInFlight(t, c)
+	inFlight := c.WatchInFlight()
 
 	// Two requests run (two instances), four wait in the queue.
 	const n = 6
@@ -98,48 +94,4 @@ func TestExecutorKilledInFlight(t *testing.T) {
 	}
 	t.Logf("executor killed with %d requests in flight (2 running, 4 queued): %d failed as lost, the last %v after the kill",
 		n, lost, slowest.Round(time.Millisecond))
-}
-
-// watchInFlight follows the liveness traffic of the requests the gateways
-// of c wait for, by request (bus.ProbeID of its reply subject): their
-// probes, as an executor hears them, and the executors' word that they
-// hold them, as the gateways' inboxes receive it. The count it returns is
-// of the requests known to be held by an executor: each has been probed by
-// its gateway or heard of unasked from its executor, as requests held
-// through a whole sweep are.
-func watchInFlight(t *testing.T, c *constellation.Cluster) (count func() int) {
-	t.Helper()
-	probed := map[string]bool{}
-	var mu sync.Mutex
-	obs := c.ConnectAs(bus.RoleExecutor)
-	if _, err := obs.Subscribe(bus.AliveSubject, func(m *nats.Msg) {
-		mu.Lock()
-		defer mu.Unlock()
-		for data := m.Data; len(data) >= len(bus.ProbeID("")); data = data[len(bus.ProbeID("")):] {
-			probed[string(data[:len(bus.ProbeID(""))])] = true
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	inboxes := c.ConnectAs(bus.RoleGateway)
-	if _, err := inboxes.Subscribe(bus.InboxPrefix(bus.RoleGateway)+".>", func(m *nats.Msg) {
-		if m.Header.Get(bus.HeaderAlive) != "" {
-			mu.Lock()
-			defer mu.Unlock()
-			id := bus.ProbeID(m.Subject)
-			probed[string(id[:])] = true
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for _, nc := range []*nats.Conn{obs, inboxes} {
-		if err := nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(probed)
-	}
 }

@@ -35,7 +35,7 @@ func TestLostRequestsRerun(t *testing.T) {
 			t.Fatalf("%s never became ready: %v\n%s", m, err, slow.Output())
 		}
 	}
-	inFlight := watchInFlight(t, c)
+	inFlight := c.WatchInFlight()
 
 	// Per model two requests run (two instances) and one waits: stuck's
 	// over HTTP and gRPC, stuck_kept's over HTTP.
