@@ -29,6 +29,14 @@ const (
 // separated by spaces, in the order of Timestamps' fields.
 const TimestampsParameter = "nereid_trace_timestamps"
 
+// TimestampsAloneParameter is TimestampsParameter on a decoupled model's
+// final message when the model ended with the final flag alone: a
+// response that holds nothing but this parameter is no response, only the
+// flag and the timestamps. (A decoupled request's timestamps are known
+// once its execution has returned; the executor holds its final message
+// until then.)
+const TimestampsAloneParameter = "nereid_trace_timestamps_alone"
+
 // UsePropagator installs Propagator as the global propagator, through
 // which pkg/bus writes and reads the trace context of NATS messages (and
 // of requests handed over in-process). tracing.New does it for

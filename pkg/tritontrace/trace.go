@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nereid-io/nereid/pkg/tracesetting"
@@ -73,12 +75,43 @@ type Trace struct {
 	Model     string
 	Version   int64
 	RequestID string
+	// ParentID is the trace of the ensemble request whose step this is
+	// (Writer.StartChild); 0 for a request of a client.
+	ParentID uint64
 
 	level   tracesetting.Level
 	sampler *tracesetting.Sampler
 	at      [numStamps]int64
+	// more are the instants a stamp has more than once, written after
+	// the others in the order recorded: a decoupled model's responses
+	// each have their own send (Append).
+	more []stampAt
 	// inputs and outputs are rendered tensor records, without their id.
 	inputs, outputs [][]byte
+	// family gathers the records of a request's child traces (its
+	// ensemble steps, theirs in turn), written with the request's own
+	// as Triton writes a trace and the children it spawned; shared by
+	// the whole tree, nil until a child is started.
+	family *family
+}
+
+type stampAt struct {
+	s  Stamp
+	ns int64
+}
+
+// family is what the child traces of one client request gathered: their
+// records by trace id, rendered as each ended (steps end on their own
+// goroutines).
+type family struct {
+	mu       sync.Mutex
+	children []child
+	done     bool // the root trace was written: later children are dropped
+}
+
+type child struct {
+	id   uint64
+	recs []byte
 }
 
 // Stamp records s at t.
@@ -87,6 +120,23 @@ func (t *Trace) Stamp(s Stamp, at time.Time) {
 		return
 	}
 	t.at[s] = at.UnixNano()
+}
+
+// Spawns prepares t to have child traces (Writer.StartChild), which may
+// then start on any goroutine. Called before the first child starts.
+func (t *Trace) Spawns() {
+	if t != nil && t.family == nil {
+		t.family = &family{}
+	}
+}
+
+// Append records one more instant of s (a send per response of a
+// decoupled model), written after the trace's other timestamps.
+func (t *Trace) Append(s Stamp, at time.Time) {
+	if t == nil || s >= numStamps {
+		return
+	}
+	t.more = append(t.more, stampAt{s, at.UnixNano()})
 }
 
 // Stamped reports whether s was recorded.
@@ -119,8 +169,8 @@ func (t *Trace) appendJSON(b []byte) []byte {
 		}
 		n++
 	}
-	stamp := func(s Stamp) {
-		if t.level&tracesetting.LevelTimestamps == 0 || t.at[s] == 0 {
+	stampNS := func(s Stamp, ns int64) {
+		if t.level&tracesetting.LevelTimestamps == 0 || ns == 0 {
 			return
 		}
 		sep()
@@ -128,9 +178,10 @@ func (t *Trace) appendJSON(b []byte) []byte {
 		b = append(b, `,"timestamps":[{"name":"`...)
 		b = append(b, stampNames[s]...)
 		b = append(b, `","ns":`...)
-		b = strconv.AppendInt(b, t.at[s], 10)
+		b = strconv.AppendInt(b, ns, 10)
 		b = append(b, "}]}"...)
 	}
+	stamp := func(s Stamp) { stampNS(s, t.at[s]) }
 	tensors := func(recs [][]byte) {
 		for _, r := range recs {
 			sep()
@@ -153,6 +204,10 @@ func (t *Trace) appendJSON(b []byte) []byte {
 		b = append(b, `,"request_id":`...)
 		b = appendString(b, t.RequestID)
 	}
+	if t.ParentID != 0 {
+		b = append(b, `,"parent_id":`...)
+		b = strconv.AppendUint(b, t.ParentID, 10)
+	}
 	b = append(b, '}')
 	stamp(RequestStart)
 	stamp(QueueStart)
@@ -163,6 +218,50 @@ func (t *Trace) appendJSON(b []byte) []byte {
 	tensors(t.outputs)
 	for s := ComputeEnd; s < numStamps; s++ {
 		stamp(s)
+	}
+	for _, m := range t.more {
+		stampNS(m.s, m.ns)
+	}
+	return b
+}
+
+// adopt keeps the records of c, a child trace that ended, for its root;
+// they are dropped once the root was written, or when the parent did not
+// expect children (Spawns).
+func (f *family) adopt(c *Trace) {
+	if f == nil {
+		return
+	}
+	recs := c.appendJSON(nil)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.done {
+		f.children = append(f.children, child{c.ID, recs})
+	}
+}
+
+// appendChildren appends the records of the children gathered, in the
+// order of their ids (the order their requests started), each after a
+// comma, and closes the family.
+func (f *family) appendChildren(b []byte) []byte {
+	if f == nil {
+		return b
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.done = true
+	slices.SortFunc(f.children, func(a, b child) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	for _, c := range f.children {
+		b = append(b, ',')
+		b = append(b, c.recs...)
 	}
 	return b
 }

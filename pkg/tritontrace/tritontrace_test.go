@@ -274,3 +274,51 @@ func TestTraceInFlightAcrossChange(t *testing.T) {
 		t.Fatalf("close after a failed write: %v", err)
 	}
 }
+
+// A trace's child traces (an ensemble's steps, and theirs) are numbered
+// like any trace, name their parent, and are written after it in the
+// order of their ids, with the root as one sample; a send per response
+// is written after the other timestamps.
+func TestChildTracesAndRepeatedSends(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.json")
+	m := manager(t, path, tracesetting.Values{Level: tracesetting.LevelTimestamps, Rate: 1, Count: -1, LogFrequency: 1})
+	w := New(m, path, nil)
+	root := w.Start("ens", 1, "r")
+	root.Spawns()
+	a := w.StartChild(root, "outer_step", 1, "r")
+	a.Spawns()
+	b := w.StartChild(a, "inner_step", 2, "r")
+	at := time.Unix(0, 5)
+	for _, tr := range []*Trace{root, a, b} {
+		tr.Stamp(RequestStart, at)
+	}
+	root.Append(GRPCSendStart, time.Unix(0, 7))
+	root.Append(GRPCSendEnd, time.Unix(0, 8))
+	root.Append(GRPCSendStart, time.Unix(0, 9))
+	w.Finish(b) // the inner step ends first
+	w.Finish(a)
+	if _, err := os.Stat(path + ".0"); err == nil {
+		t.Fatal("a child trace counted as a sample")
+	}
+	w.Finish(root)
+	recs := readRecords(t, path+".0")
+	if got := traceIDs(recs); !reflect.DeepEqual(got, []float64{1, 2, 3}) {
+		t.Fatalf("ids %v", got)
+	}
+	parents := map[float64]any{}
+	var stamps []string
+	for _, r := range recs {
+		if _, ok := r["model_name"]; ok {
+			parents[r["id"].(float64)] = r["parent_id"]
+		}
+		if ts, ok := r["timestamps"].([]any); ok && r["id"].(float64) == 1 {
+			stamps = append(stamps, ts[0].(map[string]any)["name"].(string))
+		}
+	}
+	if !reflect.DeepEqual(parents, map[float64]any{1: nil, 2: 1.0, 3: 2.0}) {
+		t.Fatalf("parents %v", parents)
+	}
+	if want := []string{"REQUEST_START", "GRPC_SEND_START", "GRPC_SEND_END", "GRPC_SEND_START"}; !reflect.DeepEqual(stamps, want) {
+		t.Fatalf("root's timestamps %v, want %v", stamps, want)
+	}
+}

@@ -66,6 +66,20 @@ func (w *Writer) Start(model string, version int64, requestID string) *Trace {
 	return &Trace{ID: w.nextID.Add(1), Model: model, Version: version, RequestID: requestID, level: s.Values().Level, sampler: s}
 }
 
+// StartChild returns the trace of a request that parent's request spawned
+// (an ensemble's step), as Triton's SpawnChildTrace: numbered like any
+// trace, naming parent as its parent_id, at parent's level; it is not a
+// sample of its own, and its records are written with parent's root
+// trace once both have ended (Finish). parent must have been prepared
+// (Trace.Spawns). nil when parent is.
+func (w *Writer) StartChild(parent *Trace, model string, version int64, requestID string) *Trace {
+	if parent == nil {
+		return nil
+	}
+	return &Trace{ID: w.nextID.Add(1), Model: model, Version: version, RequestID: requestID, ParentID: parent.ID,
+		level: parent.level, family: parent.family}
+}
+
 // save is one write the Writer decided on, made outside its lock.
 type save struct {
 	data    []byte
@@ -81,6 +95,10 @@ func (w *Writer) Finish(t *Trace) {
 	if t == nil {
 		return
 	}
+	if t.ParentID != 0 { // a child: written with its root
+		t.family.adopt(t)
+		return
+	}
 	var saves []save
 	w.mu.Lock()
 	st := w.streams[t.sampler]
@@ -91,7 +109,7 @@ func (w *Writer) Finish(t *Trace) {
 	if st.inStream > 0 {
 		st.buf = append(st.buf, ',')
 	}
-	st.buf = t.appendJSON(st.buf)
+	st.buf = t.family.appendChildren(t.appendJSON(st.buf))
 	st.inStream++
 	st.collected++
 	v := t.sampler.Values()

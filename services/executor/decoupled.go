@@ -10,6 +10,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/infer"
+	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -61,7 +62,11 @@ func (mv *modelVersion) streamResponses(ctx context.Context, w *bus.StreamWriter
 		if resp.Err != nil {
 			err = resp.Err // a nil *tritonerr.Error must not become a non-nil error
 		}
-		plain := len(classes) == 0 && classErr == nil && sh == nil
+		// A request whose gateway asks for its timestamps gets them on
+		// its final message, held until its execution has returned
+		// (sendHeld): made as a message, to take the parameter.
+		hold := p.stamps != nil && resp.Final && ctx.Err() == nil && err == nil
+		plain := len(classes) == 0 && classErr == nil && sh == nil && !hold
 		if send && err == nil && plain {
 			var ok bool
 			if enc, ok = mv.encodeResponse(nil, req, p.req, resp); !ok {
@@ -86,6 +91,8 @@ func (mv *modelVersion) streamResponses(ctx context.Context, w *bus.StreamWriter
 		}
 		index++
 		switch {
+		case hold && err == nil:
+			p.held, p.holding = out, true // out is nil for the flag alone
 		case !send:
 			// The end goes out as the caller ends the stream.
 		case err != nil:
@@ -118,6 +125,13 @@ func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.Model
 	}
 	select {
 	case <-final:
+		if p.holding { // its timestamps are taken once the execution returns
+			select {
+			case <-done:
+			case <-ctx.Done():
+			}
+		}
+		mv.sendHeld(ctx, w, p)
 		return nil, nil
 	case <-done:
 	case <-ctx.Done():
@@ -127,6 +141,7 @@ func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.Model
 		mv.sched.wake()
 		select {
 		case <-final:
+			mv.sendHeld(ctx, w, p)
 			return nil, nil
 		case <-done:
 		}
@@ -136,5 +151,27 @@ func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.Model
 	}
 	// Execute has returned; the backend may still be sending.
 	<-final
+	mv.sendHeld(ctx, w, p)
 	return nil, nil
+}
+
+// sendHeld sends the final message held back for the request's
+// timestamps (streamResponses), once its execution has returned: the
+// final response with them in tracing.TimestampsParameter, or for the
+// final flag alone a message of nothing but tracing.TimestampsAloneParameter
+// (nothing, leaving the end to the caller, when the backend reported no
+// statistics).
+func (mv *modelVersion) sendHeld(ctx context.Context, w *bus.StreamWriter, p *pending) {
+	if !p.holding {
+		return
+	}
+	out, name := p.held, tracing.TimestampsParameter
+	if out == nil {
+		if !p.stamps.Complete() {
+			return
+		}
+		out, name = &inference.ModelInferResponse{}, tracing.TimestampsAloneParameter
+	}
+	withStamps(out, name, p.stamps)
+	_ = w.Send(ctx, out, true)
 }

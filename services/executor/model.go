@@ -256,14 +256,22 @@ type requestStamps = tracing.Timestamps
 func (mv *modelVersion) serveStamped(ctx context.Context, body bus.Body) (proto.Message, error) {
 	var ts requestStamps
 	resp, err := mv.serveInfer(ctx, body, nil, &ts)
-	if out, ok := resp.(*inference.ModelInferResponse); ok && err == nil && ts.Complete() {
-		if out.Parameters == nil {
-			out.Parameters = map[string]*inference.InferParameter{}
-		}
-		out.Parameters[tracing.TimestampsParameter] = &inference.InferParameter{
-			ParameterChoice: &inference.InferParameter_StringParam{StringParam: ts.Encode()}}
+	if out, ok := resp.(*inference.ModelInferResponse); ok && err == nil {
+		withStamps(out, tracing.TimestampsParameter, &ts)
 	}
 	return resp, err
+}
+
+// withStamps puts ts, when complete, into out's parameter name.
+func withStamps(out *inference.ModelInferResponse, name string, ts *requestStamps) {
+	if ts == nil || !ts.Complete() {
+		return
+	}
+	if out.Parameters == nil {
+		out.Parameters = map[string]*inference.InferParameter{}
+	}
+	out.Parameters[name] = &inference.InferParameter{
+		ParameterChoice: &inference.InferParameter_StringParam{StringParam: ts.Encode()}}
 }
 
 // call is what serving a request from the bus allocates, in one

@@ -54,6 +54,11 @@ type pending struct {
 	// stamps, when not nil, takes the request's timestamps with the
 	// statistics, for a gateway writing Triton's trace file.
 	stamps *requestStamps
+	// held is a decoupled request's final message, kept back until its
+	// execution has returned when its gateway asked for its timestamps
+	// (sendHeld): the response, or nil for the final flag alone.
+	held    *inference.ModelInferResponse
+	holding bool
 
 	// alone is the batch of the backend's requests when p runs alone
 	// (executeBatch), in p's allocation rather than one of its own.

@@ -671,6 +671,7 @@ func (s *seqRunner) finishStream(ctx context.Context, it *seqItem) {
 		end := context.WithoutCancel(it.ctx) // the end goes out even after a cancellation
 		select {
 		case <-it.final:
+			s.mv.sendHeld(end, it.stream, it.p) // the execution has returned: its timestamps are known
 			if err := it.stream.End(end); err != nil {
 				s.mv.e.log.DebugContext(it.p.logContext(), "end of sequence stream not delivered", "model", s.mv.name, "err", err)
 			}
@@ -711,9 +712,14 @@ func (s *seqRunner) decode(ctx context.Context, now time.Time, w, template *busv
 	it.ctx = rctx
 	it.p = &pending{received: received, queued: received, size: 1}
 	if !w.GetPadding() && len(w.GetTraceContext()) > 0 {
-		_, it.p.span = s.mv.e.tracer.StartChild(tracing.Extract(ctx, w.GetTraceContext()), s.mv.name, s.mv.name)
+		tctx := tracing.Extract(ctx, w.GetTraceContext())
+		_, it.p.span = s.mv.e.tracer.StartChild(tctx, s.mv.name, s.mv.name)
 		if it.p.span != nil {
 			it.p.span.SetAttributes(tracing.AttrModelVersion.String(strconv.FormatInt(s.mv.version, 10)), attribute.String("nereid.executor", s.mv.e.cfg.ID))
+		} else if tracing.TimestampsAsked(tctx) {
+			// Its gateway writes Triton's trace file: the request's
+			// timestamps go back with its answer (reply, sendHeld).
+			it.p.stamps = new(requestStamps)
 		}
 	}
 	if it.p.span != nil {
@@ -802,6 +808,7 @@ func (s *seqRunner) reply(ctx context.Context, it *seqItem) {
 		mv.e.bus.ReplyError(it.reply, err)
 		return
 	}
+	withStamps(out, tracing.TimestampsParameter, it.p.stamps)
 	if err := mv.e.bus.Reply(ctx, it.reply, out); err != nil {
 		mv.e.log.DebugContext(it.p.logContext(), "sequence reply not delivered", "model", mv.name, "err", err)
 	}

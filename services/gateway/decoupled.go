@@ -53,9 +53,13 @@ func isDecoupled(vv *versionView) bool {
 // error (the client is gone) ends the stream and cancels the request. A
 // failure of the transport (the executor lost mid-stream) is returned.
 // A request the trace settings select is traced from here to the final
-// response.
+// response (in Triton's trace file: tritontrace.go, fileEmit).
 func (g *Gateway) streamInfer(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, encoded bool, emit func(response) error) error {
 	ctx, span := g.startRequestSpan(ctx, vv, req)
+	ctx, file := g.startFileTrace(ctx, vv, req)
+	if file != nil {
+		encoded, emit = false, fileEmit(ctx, file, emit) // the final message carries the executor's timestamps
+	}
 	ctx, verbose := g.logRequest(ctx, vv, req)
 	err := g.stream(ctx, vv, req, encoded, emit)
 	if verbose {
@@ -64,6 +68,7 @@ func (g *Gateway) streamInfer(ctx context.Context, vv *versionView, req *inferen
 	if span != nil {
 		tracing.End(span, err)
 	}
+	g.endFileStream(ctx, file)
 	return err
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/kserve"
@@ -31,6 +32,7 @@ const maxGenerateBody = 64 << 20
 func (g *Gateway) handleGenerate(stream bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("model")
+		front := g.httpFileFront(name) // nil unless name may be traced into Triton's trace file
 		v, _ := pathVersion(r)
 		vv, err := g.resolveRequest(name, v)
 		if err != nil {
@@ -56,18 +58,20 @@ func (g *Gateway) handleGenerate(stream bool) http.HandlerFunc {
 			return
 		}
 		req.ModelName = name
+		front.readDone()
 		if stream {
-			g.generateStream(w, r, vv, req)
+			g.generateStream(w, r, vv, req, front)
 		} else {
-			g.generateOne(w, r, vv, req)
+			g.generateOne(w, r, vv, req, front)
 		}
 	}
 }
 
 // generateOne runs a generate request: the model must produce exactly one
 // response (a decoupled model's final flag alone does not count).
-func (g *Gateway) generateOne(w http.ResponseWriter, r *http.Request, vv *versionView, req *inference.ModelInferRequest) {
-	ctx := g.inferContext(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header))
+// front, when not nil, stamps the response's send in Triton's trace file.
+func (g *Gateway) generateOne(w http.ResponseWriter, r *http.Request, vv *versionView, req *inference.ModelInferRequest, front *fileFront) {
+	ctx := g.inferContext(withFileFront(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header), front))
 	defer ctx.Cancel()
 	var (
 		got   []response
@@ -87,6 +91,9 @@ func (g *Gateway) generateOne(w http.ResponseWriter, r *http.Request, vv *versio
 			return nil
 		})
 	}()
+	if front.traced() {
+		defer g.sent(front, time.Now()) // HTTP_SEND_START now, HTTP_SEND_END once the response is written
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -111,7 +118,10 @@ func (g *Gateway) generateOne(w http.ResponseWriter, r *http.Request, vv *versio
 // response, written as it arrives. An error before the first event is the
 // HTTP status (a refused request answers in JSON, a model's error as an
 // event); after it, an error is one more event.
-func (g *Gateway) generateStream(w http.ResponseWriter, r *http.Request, vv *versionView, req *inference.ModelInferRequest) {
+//
+// front, when not nil, stamps the sends in Triton's trace file: one per
+// event of a decoupled model (HTTP_SEND_START/END each), else the one.
+func (g *Gateway) generateStream(w http.ResponseWriter, r *http.Request, vv *versionView, req *inference.ModelInferRequest, front *fileFront) {
 	rc := http.NewResponseController(w)
 	started := false
 	event := func(status int, data []byte) error {
@@ -154,11 +164,18 @@ func (g *Gateway) generateStream(w http.ResponseWriter, r *http.Request, vv *ver
 	}
 	var err error
 	if isDecoupled(vv) {
-		err = g.streamInfer(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header), vv, req, false, emit)
+		if front != nil {
+			front.perResponse = true
+		}
+		err = g.streamInfer(withFileFront(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header), front), vv, req, false, emit)
 	} else {
-		ctx := g.inferContext(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header))
+		ctx := g.inferContext(withFileFront(g.withClientHeaders(r.Context(), req.GetModelName(), r.Header), front))
 		var resp *inference.ModelInferResponse
-		if resp, _, err = g.forwardInfer(ctx, vv, req, false, nil); err == nil {
+		resp, _, err = g.forwardInfer(ctx, vv, req, false, nil)
+		if front.traced() {
+			defer g.sent(front, time.Now())
+		}
+		if err == nil {
 			err = emit(response{resp: resp, final: true})
 		}
 		ctx.Cancel()

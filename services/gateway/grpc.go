@@ -219,6 +219,12 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 	go func() {
 		for {
 			in := new(streamRequest) // one allocation, as stream.Recv's
+			// In Triton's trace mode a request's GRPC_WAITREAD is its wait
+			// for the stream's next message and its reading.
+			var waitStart time.Time
+			if s.g.traceFile != nil {
+				waitStart = time.Now()
+			}
 			err := stream.RecvMsg(in)
 			req := &in.req
 			if err != nil {
@@ -242,17 +248,27 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 				st.complete(p)
 				continue
 			}
+			var front *fileFront // nil unless traced into Triton's trace file (tritontrace.go)
+			if s.g.traceFile != nil {
+				if front = s.g.fileFront(req.GetModelName(), true, waitStart); front != nil {
+					front.readDone()
+				}
+			}
 			if vv, err := s.g.resolveRequest(req.GetModelName(), req.GetModelVersion()); err == nil && isDecoupled(vv) {
 				st.begin()
 				_, done := order.enter(req) // a decoupled sequence model's requests keep their order too
+				if front != nil {
+					front.perResponse = true // a send per response
+				}
 				go func() {
 					defer st.end1()
-					s.g.streamDecoupledGRPC(order.context(ctx, req), st, vv, req)
+					s.g.streamDecoupledGRPC(withFileFront(order.context(ctx, req), front), st, vv, req)
 					done()
 				}()
 				continue
 			}
 			p := st.push(req)
+			p.front = front
 			wait, done := order.enter(req)
 			s.g.streamWork.Go(func() {
 				if wait != nil {
@@ -261,7 +277,7 @@ func (s *grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference
 					case <-ctx.Done():
 					}
 				}
-				p.resp, p.enc, p.err = s.g.inferGRPC(order.context(ctx, req), req, "ModelStreamInfer RPC", true, nil)
+				p.resp, p.enc, p.err = s.g.inferGRPC(withFileFront(order.context(ctx, req), front), req, "ModelStreamInfer RPC", true, nil)
 				done()
 				st.complete(p)
 			})
@@ -317,6 +333,7 @@ type streamPending struct {
 	enc      *encodedResponse // the response as its executor encoded it, instead of resp
 	err      error
 	finished bool
+	front    *fileFront // traced into Triton's trace file: its send is stamped
 }
 
 func (st *streamState) push(req *inference.ModelInferRequest) *streamPending {
@@ -366,9 +383,14 @@ func (st *streamState) drain() {
 		stopped := st.stopped
 		st.mu.Unlock()
 		var err error
+		var start time.Time
+		if p.front.traced() {
+			start = time.Now()
+		}
 		if !stopped {
 			err = st.send(p)
 		}
+		p.front.sent(start)
 		st.sendMu.Unlock()
 		<-st.window
 		st.mu.Lock()

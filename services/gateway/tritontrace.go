@@ -28,9 +28,21 @@ type fileFront struct {
 	recvStart, recvEnd, sendStart, sendEnd tritontrace.Stamp
 	received, read                         time.Time
 	trace                                  *tritontrace.Trace
+	file                                   *tritontrace.Writer
+	// perResponse: the front sends each response of a decoupled model as
+	// it comes (a gRPC stream, generate_stream), and streamInfer stamps
+	// each send (Triton's GRPC_SEND_START/END per response) and finishes
+	// the trace; otherwise the front stamps its one send (sent).
+	perResponse bool
 }
 
 type fileFrontKey struct{}
+
+// fileParentKey holds the trace of the ensemble request whose steps run
+// under the context: each step is traced as its child (Triton's
+// SpawnChildTrace), whatever the step model's trace settings, and only
+// then (a composing model's request is not sampled on its own).
+type fileParentKey struct{}
 
 // fileFront returns the front of a request for model that started at
 // start, or nil when no request for model may be traced into the file.
@@ -38,7 +50,7 @@ func (g *Gateway) fileFront(model string, grpc bool, start time.Time) *fileFront
 	if g.traceFile == nil || g.trace.Level(model) == tracesetting.LevelOff {
 		return nil
 	}
-	f := &fileFront{received: start, recvStart: tritontrace.HTTPRecvStart, recvEnd: tritontrace.HTTPRecvEnd,
+	f := &fileFront{file: g.traceFile, received: start, recvStart: tritontrace.HTTPRecvStart, recvEnd: tritontrace.HTTPRecvEnd,
 		sendStart: tritontrace.HTTPSendStart, sendEnd: tritontrace.HTTPSendEnd}
 	if grpc {
 		f.recvStart, f.recvEnd = tritontrace.GRPCWaitReadStart, tritontrace.GRPCWaitReadEnd
@@ -78,20 +90,40 @@ func withFileFront(ctx context.Context, f *fileFront) context.Context {
 // if so, returns its trace and ctx asking the executor for its
 // timestamps. Recording req's inputs (level TENSORS) happens here, before
 // forwarding hands them over.
+//
+// An ensemble's step (ensembleStep) is traced as a child of the
+// ensemble's trace, when it has one; an ensemble's own trace has Triton's
+// QUEUE_START (its scheduler queues it at once) and no compute, and its
+// steps run under it (fileParentKey).
 func (g *Gateway) startFileTrace(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (context.Context, *tritontrace.Trace) {
-	if g.traceFile == nil || g.trace.Level(req.GetModelName()) == tracesetting.LevelOff {
+	if g.traceFile == nil {
 		return ctx, nil
 	}
-	tr := g.traceFile.Start(req.GetModelName(), vv.version, req.GetId())
-	if tr == nil {
-		return ctx, nil
-	}
-	if f, ok := ctx.Value(fileFrontKey{}).(*fileFront); ok {
-		f.trace = tr
-		tr.Stamp(f.recvStart, f.received)
-		tr.Stamp(f.recvEnd, f.read)
+	var tr *tritontrace.Trace
+	if ctx.Value(ensembleStepKey{}) != nil {
+		parent, _ := ctx.Value(fileParentKey{}).(*tritontrace.Trace)
+		if tr = g.traceFile.StartChild(parent, req.GetModelName(), vv.version, req.GetId()); tr == nil {
+			return ctx, nil
+		}
+	} else {
+		if g.trace.Level(req.GetModelName()) == tracesetting.LevelOff {
+			return ctx, nil
+		}
+		if tr = g.traceFile.Start(req.GetModelName(), vv.version, req.GetId()); tr == nil {
+			return ctx, nil
+		}
+		if f, ok := ctx.Value(fileFrontKey{}).(*fileFront); ok {
+			f.trace = tr
+			tr.Stamp(f.recvStart, f.received)
+			tr.Stamp(f.recvEnd, f.read)
+		}
 	}
 	tr.Stamp(tritontrace.RequestStart, time.Now())
+	if vv.plan != nil {
+		tr.Stamp(tritontrace.QueueStart, time.Now())
+		tr.Spawns()
+		ctx = context.WithValue(ctx, fileParentKey{}, tr)
+	}
 	if tr.Tensors() {
 		raw := req.GetRawInputContents()
 		for i, in := range req.GetInputs() {
@@ -111,38 +143,106 @@ func (g *Gateway) endFileTrace(ctx context.Context, tr *tritontrace.Trace, resp 
 		return
 	}
 	tr.Stamp(tritontrace.RequestEnd, time.Now())
-	if p, ok := resp.GetParameters()[tracing.TimestampsParameter]; ok {
-		delete(resp.Parameters, tracing.TimestampsParameter)
-		if ts, ok := tracing.DecodeTimestamps(p.GetStringParam()); ok {
-			tr.Stamp(tritontrace.QueueStart, ts.QueueStart)
-			tr.Stamp(tritontrace.ComputeStart, ts.ExecStart)
-			tr.Stamp(tritontrace.ComputeInputEnd, ts.ComputeStart)
-			tr.Stamp(tritontrace.ComputeOutputStart, ts.ComputeEnd)
-			tr.Stamp(tritontrace.ComputeEnd, ts.ExecEnd)
-		}
-	}
-	if tr.Tensors() && resp != nil {
-		raw := resp.GetRawOutputContents()
-		for i, out := range resp.GetOutputs() {
-			if i < len(raw) {
-				tr.AddTensor(tritontrace.TensorBackendOutput, out.GetName(), out.GetDatatype(), out.GetShape(), raw[i])
-			}
-		}
-	}
+	takeStamps(tr, resp)
+	recordOutputs(tr, resp)
 	if f, ok := ctx.Value(fileFrontKey{}).(*fileFront); !ok || f.trace != tr {
+		g.traceFile.Finish(tr)
+	}
+}
+
+// takeStamps stamps tr with the executor's timestamps that resp carries,
+// which it takes out; alone reports that resp was nothing but them, the
+// final flag of a decoupled model (tracing.TimestampsAloneParameter).
+func takeStamps(tr *tritontrace.Trace, resp *inference.ModelInferResponse) (alone bool) {
+	params := resp.GetParameters()
+	if len(params) == 0 {
+		return false
+	}
+	p, ok := params[tracing.TimestampsParameter]
+	if !ok {
+		if p, alone = params[tracing.TimestampsAloneParameter]; !alone {
+			return false
+		}
+		delete(params, tracing.TimestampsAloneParameter)
+	} else {
+		delete(params, tracing.TimestampsParameter)
+	}
+	if ts, ok := tracing.DecodeTimestamps(p.GetStringParam()); ok {
+		tr.Stamp(tritontrace.QueueStart, ts.QueueStart)
+		tr.Stamp(tritontrace.ComputeStart, ts.ExecStart)
+		tr.Stamp(tritontrace.ComputeInputEnd, ts.ComputeStart)
+		tr.Stamp(tritontrace.ComputeOutputStart, ts.ComputeEnd)
+		tr.Stamp(tritontrace.ComputeEnd, ts.ExecEnd)
+	}
+	return alone
+}
+
+// recordOutputs records resp's outputs (level TENSORS).
+func recordOutputs(tr *tritontrace.Trace, resp *inference.ModelInferResponse) {
+	if !tr.Tensors() || resp == nil {
+		return
+	}
+	raw := resp.GetRawOutputContents()
+	for i, out := range resp.GetOutputs() {
+		if i < len(raw) {
+			tr.AddTensor(tritontrace.TensorBackendOutput, out.GetName(), out.GetDatatype(), out.GetShape(), raw[i])
+		}
+	}
+}
+
+// fileEmit is emit for a stream traced into the file (streamInfer): each
+// response loses the executor's timestamps, which the final message
+// carries (the message of nothing but them becomes the final flag
+// alone), and has its outputs recorded; where the front sends each
+// response as it comes, each send is stamped.
+func fileEmit(ctx context.Context, tr *tritontrace.Trace, emit func(response) error) func(response) error {
+	f, _ := ctx.Value(fileFrontKey{}).(*fileFront)
+	if f != nil && (f.trace != tr || !f.perResponse) {
+		f = nil
+	}
+	return func(r response) error {
+		if r.resp != nil {
+			if takeStamps(tr, r.resp) {
+				r.resp = nil
+			}
+			recordOutputs(tr, r.resp)
+		}
+		if f == nil || (r.resp == nil && r.err == nil) {
+			return emit(r)
+		}
+		start := time.Now()
+		err := emit(r)
+		tr.Append(f.sendStart, start)
+		tr.Append(f.sendEnd, time.Now())
+		return err
+	}
+}
+
+// endFileStream stamps REQUEST_END of a traced stream and finishes its
+// trace, unless a front sends its one response (generate).
+func (g *Gateway) endFileStream(ctx context.Context, tr *tritontrace.Trace) {
+	if tr == nil {
+		return
+	}
+	tr.Stamp(tritontrace.RequestEnd, time.Now())
+	if f, ok := ctx.Value(fileFrontKey{}).(*fileFront); !ok || f.trace != tr || f.perResponse {
 		g.traceFile.Finish(tr)
 	}
 }
 
 // sent stamps the response's send, from start to now, and finishes the
 // trace (nil, or not traced: nothing).
-func (g *Gateway) sent(f *fileFront, start time.Time) {
+func (g *Gateway) sent(f *fileFront, start time.Time) { f.sent(start) }
+
+// sent stamps the response's send, from start to now, and finishes the
+// trace (nil, or not traced: nothing).
+func (f *fileFront) sent(start time.Time) {
 	if !f.traced() {
 		return
 	}
 	f.trace.Stamp(f.sendStart, start)
 	f.trace.Stamp(f.sendEnd, time.Now())
-	g.traceFile.Finish(f.trace)
+	f.file.Finish(f.trace)
 }
 
 // tracedReply is a traced unary gRPC answer: the codec stamps its send

@@ -199,6 +199,11 @@ func (s *Service) Run(ctx context.Context) error {
 			defer cancel()
 			_ = s.tracer.Shutdown(sctx)
 		}()
+	} else {
+		// No spans here, but a gateway writing Triton's trace file asks
+		// the executor for a request's timestamps through its trace
+		// context, which the router passes on (SequenceWork.trace_context).
+		tracing.UsePropagator()
 	}
 	traceFollow, err := settingbus.Follow(ctx, bc, bus.SettingsTrace, s.trace, bus.RoleSequenceRouter, s.cfg.ID, false)
 	if err != nil {
