@@ -39,17 +39,17 @@ type modelVersion struct {
 	model backend.Model
 	// noGuard and hostIns are unguarded() and hostInputs' answer for the
 	// loaded model, asked once rather than for every request.
-	noGuard   bool
-	hostIns   bool
+	noGuard bool
+	hostIns bool
 	// ownResponseStats: the backend reports its responses' statistics
 	// (backend.ResponseStatsOwner); response_stats count only those.
 	ownResponseStats bool
-	instances []*instance
-	sched     *scheduler
-	seq       *seqRunner       // sequence models: fed by the sequence router
-	states    *seqstate.Config // implicit states (sequence_batching.state), nil for none
-	labels    infer.Labels
-	stats     *stats
+	instances        []*instance
+	sched            *scheduler
+	seq              *seqRunner       // sequence models: fed by the sequence router
+	states           *seqstate.Config // implicit states (sequence_batching.state), nil for none
+	labels           infer.Labels
+	stats            *stats
 	// inflight counts the requests being handled (admin API, drain).
 	inflight atomic.Int64
 	// footprint is the memory its load took and loadedAt when (ms since
@@ -57,9 +57,9 @@ type modelVersion struct {
 	// (placement.go); 0 otherwise.
 	footprint atomic.Uint64
 	loadedAt  atomic.Int64
-	sub      *bus.Subscription
-	nodeSub  *bus.Subscription
-	devSubs  []*bus.Subscription
+	sub       *bus.Subscription
+	nodeSub   *bus.Subscription
+	devSubs   []*bus.Subscription
 	// source is the configuration the version was loaded from, before a
 	// backend completed it, and stamp the newest modification time of its
 	// files then (repository.Stamp): a repository load or a poll compares

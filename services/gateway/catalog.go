@@ -512,9 +512,9 @@ type versionView struct {
 	// Triton C backend), or does not say it does not (busv1
 	// ModelVersionState.faults_contained): a fault there ends the
 	// executor (rerun.go).
-	native bool
-	gone      bool     // served before, no live executor serves it now
-	drained   bool     // loaded, but every executor holding it drains
+	native  bool
+	gone    bool // served before, no live executor serves it now
+	drained bool // loaded, but every executor holding it drains
 
 	// execNodes are the nodes of the executors, by id (node-local hand-off).
 	execNodes map[string]string

@@ -66,7 +66,7 @@ func TestEnsembleHTTP(t *testing.T) {
 	before := stats(t, base, "simple")
 
 	for _, tc := range []struct {
-		model      string
+		model        string
 		want0, want1 []int
 	}{
 		{"simple_ensemble", sum, diff},
