@@ -105,6 +105,8 @@ var routes = []Route{
 	{Pattern: execPrefix + "*.place", Publishers: rt, Subscribers: ex, Repliers: ex},
 	{Pattern: PlacementSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
 	{Pattern: execPrefix + "*.stats", Publishers: gw, Subscribers: ex, Repliers: ex},
+	// Ensembles an executor runs whole: a gateway sends it the request.
+	{Pattern: execPrefix + "*.ensemble", Publishers: gw, Subscribers: ex, Repliers: ex},
 	// The admin API: a gateway asks an executor for its state and tells
 	// it to drain; gateways and sequence routers announce themselves to
 	// the gateways serving the API.

@@ -37,6 +37,7 @@ var subjectExamples = map[string]string{
 	"ExecutorStatusSubject":          ExecutorStatusSubject("e1"),
 	"ExecutorDrainSubject":           ExecutorDrainSubject("e1"),
 	"ExecutorPlaceSubject":           ExecutorPlaceSubject("e1"),
+	"ExecutorEnsembleSubject":        ExecutorEnsembleSubject("e1"),
 	"PlacementSubject":               PlacementSubject,
 	"GatewayPresenceSubject":         GatewayPresenceSubject,
 	"ResponseCacheInvalidateSubject": ResponseCacheInvalidateSubject,

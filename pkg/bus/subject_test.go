@@ -63,6 +63,7 @@ func TestSubjects(t *testing.T) {
 		{InferSubject("my.model", "12"), "nereid.v1.infer.my~2Emodel.12"},
 		{ExecutorCatalogSubject("gpu-0"), "nereid.v1.exec.gpu-0.catalog"},
 		{ExecutorStatsSubject("node a/0"), "nereid.v1.exec.node~20a~2F0.stats"},
+		{ExecutorEnsembleSubject("gpu-0"), "nereid.v1.exec.gpu-0.ensemble"},
 		{HeartbeatSubject, "nereid.v1.catalog.heartbeat"},
 		{SolicitSubject, "nereid.v1.catalog.solicit"},
 	}

@@ -16,7 +16,9 @@ import (
 // an executor whose repository holds one validates it, loads it as a
 // scheduler-only version and announces it in its catalog with its
 // configuration; gateways run its steps, each routed like a client's
-// request to whichever executor serves the step's model (docs/ensembles.md).
+// request to whichever executor serves the step's model, or, when this
+// executor serves every step's model, send it the whole request and it
+// runs the steps in-process (ensemblerun.go, docs/ensembles.md).
 
 func isEnsemble(cfg *inference.ModelConfig) bool { return modelconfig.IsEnsemble(cfg) }
 

@@ -238,6 +238,11 @@ type Executor struct {
 	// interval to be heard: before, an empty or partial peer set would make
 	// a backend's query call a model served elsewhere unknown.
 	peersHeard chan struct{}
+
+	// ensembleSub serves the ensembles this executor runs whole, and
+	// ensemblePlans holds their step graphs by version (ensemblerun.go).
+	ensembleSub   *bus.Subscription
+	ensemblePlans sync.Map
 }
 
 // New checks cfg and fills its defaults; Run does the work.
@@ -422,6 +427,10 @@ func (e *Executor) Run(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	subs = append(subs, statsSub)
+	if e.ensembleSub, err = bc.HandleBody(bus.ExecutorEnsembleSubject(e.cfg.ID), bus.QueueExecutors, e.handleEnsemble); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	subs = append(subs, e.ensembleSub)
 	if e.cfg.Placement {
 		placeSub, err := bc.Handle(bus.ExecutorPlaceSubject(e.cfg.ID), "", e.handlePlace)
 		if err != nil {
@@ -499,6 +508,7 @@ func (e *Executor) Run(ctx context.Context) error {
 		defer close(drained)
 		var wg sync.WaitGroup
 		wg.Go(e.shm.drainDevices)
+		wg.Go(func() { _ = e.ensembleSub.Drain() })
 		for _, mv := range e.snapshot() {
 			if mv.nodeSub != nil {
 				wg.Go(func() { _ = mv.nodeSub.Drain() })

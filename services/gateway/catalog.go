@@ -14,8 +14,8 @@ import (
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/ensemble"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
-	"github.com/nereid-io/nereid/services/gateway/internal/ensemble"
 )
 
 // Model version states as executors report them (Triton's ModelReadyState).

@@ -3,28 +3,36 @@ package gateway
 import (
 	"context"
 	"maps"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/backend"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/ensemble"
 	"github.com/nereid-io/nereid/pkg/infer"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/shm"
+	"github.com/nereid-io/nereid/pkg/tracesetting"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
-	"github.com/nereid-io/nereid/services/gateway/internal/ensemble"
 )
 
 // Ensembles run here, in the gateway: the executors whose repositories hold
 // one announce it as a scheduler-only version with its configuration, the
 // catalog validates it against the composing models the whole constellation
 // serves (checkEnsembles), and a request to it runs its step graph
-// (internal/ensemble), each step an inference request routed exactly as a
+// (pkg/ensemble), each step an inference request routed exactly as a
 // client's request to that model would be (forwardInfer): to any executor
 // serving it, through its dynamic batcher, or through the sequence router.
+// Where one executor serves every step's model, the request goes to it
+// whole and it runs the steps (ensembleExecutor): the tensors between
+// them never leave it.
 
 // checkEnsembles validates every READY ensemble version of v against the
 // composing models v holds, as Triton's repository manager does whenever a
@@ -104,32 +112,9 @@ func (v *view) composing(name string) (modelconfig.Composing, bool) {
 	return c, true
 }
 
-// stepTensor is a value of an ensemble tensor in one request: what a
-// step's input needs, as it came from the client or from the response
-// that wrote it.
-type stepTensor struct {
-	datatype string
-	shape    []int64
-	params   map[string]*inference.InferParameter // a client's shared-memory reference
-	data     []byte
-}
-
-// stepEvent is what one step's request came back with: a response (resp,
-// or err) and, on the last, final with the time the request took. A
-// decoupled step's request has any number of events before its final one.
-type stepEvent struct {
-	launch ensemble.Launch
-	resp   *inference.ModelInferResponse
-	err    error
-	final  bool
-	took   time.Duration
-}
-
 // errEnsembleDeadlock is Triton's error when an ensemble that is not
 // decoupled ends without its response.
-func errEnsembleDeadlock(name string) error {
-	return tritonerr.InvalidArgf("in ensemble '%s', unexpected deadlock, at least one output is not set while no more ensemble steps can be made", name)
-}
+func errEnsembleDeadlock(name string) error { return ensemble.ErrDeadlock(name) }
 
 // inferEnsemble runs a request to an ensemble that is not decoupled and
 // returns its one response (runEnsemble).
@@ -159,18 +144,15 @@ func (g *Gateway) streamEnsemble(ctx context.Context, vv *versionView, req *infe
 }
 
 // runEnsemble runs a request to an ensemble: it is checked against the
-// ensemble's configuration as Triton normalizes it, then each step's
-// request starts once the tensors it reads exist, independent ones
-// concurrently, and each set of the outputs the client asked for (all,
-// when none) goes to emit under the ensemble's names as soon as it is
-// complete: once for an ensemble that is not decoupled; for a decoupled
-// one, once per response of a decoupled step that reaches the outputs,
-// the last response final or, when the last request ends without one,
-// the final flag alone (Triton's rules, internal/ensemble). The first step
-// to fail fails the request with the step's error, as Triton passes it
-// on, after the responses already made; the steps still running are
-// cancelled, and so are they when the client's request is or emit fails
-// (whose error is returned).
+// ensemble's configuration as Triton normalizes it, then its step graph
+// runs (ensemble.Plan.Drive: each step's request starts once the tensors
+// it reads exist, independent ones concurrently, each set of the wanted
+// outputs emitted as soon as it is complete, the first step to fail
+// failing the request, the steps still running cancelled with the
+// client's request). Where one executor serves every step's model, the
+// whole request goes to it and it runs the graph (ensembleExecutor);
+// otherwise, or when it cannot be reached, this gateway does, each step
+// routed as a client's request to its model (runStep).
 func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, emit func(response) error) (int, time.Duration, error) {
 	plan := vv.plan
 	cfg := vv.config
@@ -186,137 +168,84 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 		}
 		wanted = append(wanted, o.GetName())
 	}
-	tensors := map[ensemble.Key]*stepTensor{}
-	provided := make([]string, 0, len(req.GetInputs()))
-	raw := req.GetRawInputContents()
-	for i, in := range req.GetInputs() {
-		t := &stepTensor{datatype: in.GetDatatype(), shape: in.GetShape(), params: in.GetParameters()}
-		if i < len(raw) {
-			t.data = raw[i]
-		}
-		tensors[ensemble.Key{Tensor: in.GetName()}] = t
-		provided = append(provided, in.GetName())
-	}
-	if len(wanted) == 0 {
-		wanted = plan.Outputs()
-	}
-
-	ctx, cancel := context.WithCancel(ensembleStep(ctx)) // traced steps: under the request's span
-	defer cancel()
-	run, ready := plan.Start(provided, wanted)
-	events := make(chan stepEvent, len(plan.Steps))
-	var wg sync.WaitGroup
-	defer wg.Wait() // every step's request has returned before this does
-	running := 0
-	launch := func(ls []ensemble.Launch) {
-		for _, l := range ls {
-			sreq := g.stepRequest(req, plan.Steps[l.Step], l.Iter, tensors)
-			running++
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				t0 := time.Now()
-				resp, err := g.runStep(ctx, plan.Steps[l.Step], sreq, func(resp *inference.ModelInferResponse, err error) {
-					events <- stepEvent{launch: l, resp: resp, err: err}
-				})
-				events <- stepEvent{launch: l, resp: resp, err: err, final: true, took: time.Since(t0)}
-			}()
-		}
-	}
-	launch(ready)
-	var firstErr error
-	var compute time.Duration
-	finalSent := false
-	for running > 0 {
-		ev := <-events
-		if ev.final {
-			running--
-			compute += ev.took
-		}
-		if firstErr != nil {
-			continue
-		}
-		if ev.err != nil {
-			firstErr = ev.err
-			cancel() // the steps still running
-			continue
-		}
-		if ev.resp == nil && !ev.final {
-			continue
-		}
-		pr := run.Response(ev.launch, ev.resp != nil, ev.final)
-		for i, k := range pr.Written {
-			tensors[k] = stepOutput(plan.Steps[ev.launch.Step].Outputs[i].Model, ev.resp)
-		}
-		launch(pr.Launch)
-		if pr.Answer >= 0 {
-			out := ensembleResponse(req, vv, wanted, pr.Answer, tensors)
-			finalSent = pr.Final
-			if err := emit(response{resp: out, final: pr.Final}); err != nil {
-				firstErr = err
-				cancel()
+	if id := g.ensembleExecutor(ctx, vv, req); id != "" {
+		if resp, compute, err, ran := g.ensembleOn(ctx, id, vv, req); ran {
+			if err == nil {
+				err = emit(response{resp: resp, final: true})
 			}
-		}
-		for _, k := range pr.Drop {
-			delete(tensors, k)
-		}
-	}
-	if firstErr != nil {
-		return batch, compute, firstErr
-	}
-	if err := ctx.Err(); err != nil {
-		return batch, compute, tritonerr.From(err)
-	}
-	if !finalSent {
-		if err := emit(response{final: true}); err != nil {
 			return batch, compute, err
 		}
 	}
-	return batch, compute, nil
+	compute, err := plan.Drive(ensembleStep(ctx), req, vv.versionString(), wanted, g.runStep, func(resp *inference.ModelInferResponse, final bool) error {
+		return emit(response{resp: resp, final: final})
+	})
+	return batch, compute, err
 }
 
-// ensembleResponse is the ensemble's response made of the wanted outputs'
-// values of iteration it; an output no step produced is left out, as
-// Triton does.
-func ensembleResponse(req *inference.ModelInferRequest, vv *versionView, wanted []string, it int, tensors map[ensemble.Key]*stepTensor) *inference.ModelInferResponse {
-	out := &inference.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: vv.versionString(), Id: req.GetId()}
-	for _, name := range wanted {
-		t := tensors[ensemble.Key{Tensor: name, Iter: it}]
-		if t == nil {
-			continue
-		}
-		out.Outputs = append(out.Outputs, &inference.ModelInferResponse_InferOutputTensor{Name: name, Datatype: t.datatype, Shape: t.shape})
-		out.RawOutputContents = append(out.RawOutputContents, t.data)
+// ensembleExecutor picks the executor to which a request to ensemble vv
+// goes whole, so that the tensors between its steps never leave it: one
+// holding vv and the version each step resolves to READY, and not
+// draining, none of them
+// decoupled, a sequence model, cached or an ensemble (those keep this
+// gateway's path, which streams, goes through the sequence router, reads
+// the cache or nests). A request traced (spans or Triton's trace file),
+// with tensors in shared memory or as large as a hand-off keeps this
+// gateway's path too: its steps are traced, reach the regions' node and
+// hand large tensors off as any request's do. "": none.
+func (g *Gateway) ensembleExecutor(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) string {
+	if isDecoupled(vv) || len(vv.execNodes) == 0 || trace.SpanFromContext(ctx).IsRecording() ||
+		(g.traceFile != nil && g.trace.Level(req.GetModelName()) != tracesetting.LevelOff) ||
+		usesSharedMemory(req) || rawSize(req) >= g.handoffThreshold() {
+		return ""
 	}
-	return out
+	// Executors that hold the version READY and do not drain (execNodes).
+	candidates := slices.Sorted(maps.Keys(vv.execNodes))
+	for _, s := range vv.plan.Steps {
+		svv, err := g.resolveRequest(s.Model, s.Version)
+		if err != nil || s.Decoupled || isDecoupled(svv) || svv.plan != nil || svv.cached ||
+			svv.config.GetSequenceBatching() != nil {
+			return ""
+		}
+		var both []string
+		for _, id := range candidates {
+			if _, ok := svv.execNodes[id]; ok {
+				both = append(both, id)
+			}
+		}
+		if candidates = both; len(candidates) == 0 {
+			return ""
+		}
+	}
+	return candidates[rand.IntN(len(candidates))]
 }
 
-// stepRequest is the request of one step reading iteration it of its
-// inputs: the ensemble request's id and parameters (correlation id and
-// sequence flags, priority, timeout and the client's own), the step's
-// inputs from the ensemble tensors it maps, and every output it maps
-// requested.
-func (g *Gateway) stepRequest(req *inference.ModelInferRequest, s ensemble.Step, it int, tensors map[ensemble.Key]*stepTensor) *inference.ModelInferRequest {
-	sreq := &inference.ModelInferRequest{ModelName: s.Model, ModelVersion: s.Version, Id: req.GetId()}
-	if len(req.GetParameters()) > 0 {
-		sreq.Parameters = maps.Clone(req.GetParameters()) // forwarding may add its own
-	}
-	for _, b := range s.Inputs {
-		t := tensors[ensemble.Key{Tensor: b.Ensemble, Iter: it}]
-		if t == nil {
-			continue // an optional input the request left out
+// ensembleOn sends a request to ensemble vv to executor id, which runs
+// its steps itself (bus.ExecutorEnsembleSubject), and returns its
+// response and the steps' compute time. ran is false when the executor
+// took no part in the answer (no longer serves the subject, or was lost
+// with the request: its steps are stateless): this gateway runs the steps
+// then.
+func (g *Gateway) ensembleOn(ctx context.Context, id string, vv *versionView, req *inference.ModelInferRequest) (resp *inference.ModelInferResponse, compute time.Duration, err error, ran bool) {
+	var bounded bus.Bounded
+	g.boundInference(&bounded, ctx)
+	defer bounded.Cancel()
+	req.ModelVersion = vv.versionString()
+	out := &inference.ModelInferResponse{}
+	err = g.bus.Request(&bounded, bus.ExecutorEnsembleSubject(id), req, out)
+	if err != nil {
+		if (bus.IsNoResponders(err) || bus.IsResponderLost(err)) && ctx.Err() == nil {
+			return nil, 0, nil, false
 		}
-		in := &inference.ModelInferRequest_InferInputTensor{Name: b.Model, Datatype: t.datatype, Shape: t.shape}
-		if len(t.params) > 0 {
-			in.Parameters = maps.Clone(t.params)
+		return nil, 0, err, true
+	}
+	if p, ok := out.GetParameters()[ensemble.ComputeParameter]; ok {
+		compute = time.Duration(p.GetInt64Param())
+		delete(out.Parameters, ensemble.ComputeParameter)
+		if len(out.Parameters) == 0 {
+			out.Parameters = nil
 		}
-		sreq.Inputs = append(sreq.Inputs, in)
-		sreq.RawInputContents = append(sreq.RawInputContents, t.data)
 	}
-	for _, b := range s.Outputs {
-		sreq.Outputs = append(sreq.Outputs, &inference.ModelInferRequest_InferRequestedOutputTensor{Name: b.Model})
-	}
-	return sreq
+	return out, compute, nil, true
 }
 
 // runStep routes one step's request as a client's request to its model:
@@ -338,23 +267,6 @@ func (g *Gateway) runStep(ctx context.Context, s ensemble.Step, sreq *inference.
 	}
 	resp, _, err := g.forwardInfer(ctx, svv, sreq, false, nil)
 	return resp, err
-}
-
-// stepOutput is the value a step's response gives its output name; nil
-// (a placeholder) when the response lacks it.
-func stepOutput(name string, resp *inference.ModelInferResponse) *stepTensor {
-	raw := resp.GetRawOutputContents()
-	for i, o := range resp.GetOutputs() {
-		if o.GetName() != name {
-			continue
-		}
-		t := &stepTensor{datatype: o.GetDatatype(), shape: o.GetShape()}
-		if i < len(raw) {
-			t.data = raw[i]
-		}
-		return t
-	}
-	return nil
 }
 
 // ensembleStats are the statistics of the ensembles this gateway ran, as

@@ -1,11 +1,3 @@
-// Package ensemble is the step graph of Triton's ensemble scheduler, as
-// pure decisions: which steps an ensemble request needs (Triton prunes the
-// steps no requested output depends on), which of them can start once the
-// tensors they read exist (for each response of a decoupled step
-// separately), when the ensemble answers and when its last response is
-// due. The gateway runs the steps (each an inference request routed like
-// a client's) and tells a Run what came back; a Run does no I/O and starts
-// no goroutine.
 package ensemble
 
 import (

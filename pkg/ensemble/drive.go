@@ -1,0 +1,212 @@
+package ensemble
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// StepFunc runs one step's request: a decoupled model's responses go to
+// got as they stream, another model's one response is returned, as is the
+// request's failure. The gateway routes it like a client's request to the
+// step's model; an executor serving every step's model runs it in-process.
+type StepFunc func(ctx context.Context, s Step, req *inference.ModelInferRequest, got func(*inference.ModelInferResponse, error)) (*inference.ModelInferResponse, error)
+
+// EmitFunc takes one response of the ensemble (nil with final: the final
+// flag alone).
+type EmitFunc func(resp *inference.ModelInferResponse, final bool) error
+
+// tensor is a value of an ensemble tensor in one request: what a step's
+// input needs, as it came from the client or from the response that
+// wrote it.
+type tensor struct {
+	datatype string
+	shape    []int64
+	params   map[string]*inference.InferParameter // a client's shared-memory reference
+	data     []byte
+}
+
+// stepEvent is what one step's request came back with: a response (resp,
+// or err) and, on the last, final with the time the request took. A
+// decoupled step's request has any number of events before its final one.
+type stepEvent struct {
+	launch Launch
+	resp   *inference.ModelInferResponse
+	err    error
+	final  bool
+	took   time.Duration
+}
+
+// Drive runs a request (checked against the ensemble's configuration) to
+// the ensemble of version: each step's request, made by run, starts once
+// the tensors it reads exist, independent ones concurrently, and each set
+// of the wanted outputs (none: all) goes to emit under the ensemble's
+// names as soon as it is complete: once for an ensemble that is not
+// decoupled; for a decoupled one, once per response of a decoupled step
+// that reaches the outputs, the last response final or, when the last
+// request ends without one, the final flag alone (Triton's rules). The
+// first step to fail fails the request with the step's error, as Triton
+// passes it on, after the responses already made; the steps still running
+// are cancelled, and so are they when ctx is or emit fails (whose error is
+// returned). It returns the time the steps' requests took together (the
+// ensemble's compute time), once every step's request has returned.
+func (p *Plan) Drive(ctx context.Context, req *inference.ModelInferRequest, version string, wanted []string, run StepFunc, emit EmitFunc) (time.Duration, error) {
+	tensors := map[Key]*tensor{}
+	provided := make([]string, 0, len(req.GetInputs()))
+	raw := req.GetRawInputContents()
+	for i, in := range req.GetInputs() {
+		t := &tensor{datatype: in.GetDatatype(), shape: in.GetShape(), params: in.GetParameters()}
+		if i < len(raw) {
+			t.data = raw[i]
+		}
+		tensors[Key{Tensor: in.GetName()}] = t
+		provided = append(provided, in.GetName())
+	}
+	if len(wanted) == 0 {
+		wanted = p.Outputs()
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r, ready := p.Start(provided, wanted)
+	events := make(chan stepEvent, len(p.Steps))
+	var wg sync.WaitGroup
+	defer wg.Wait() // every step's request has returned before this does
+	running := 0
+	launch := func(ls []Launch) {
+		for _, l := range ls {
+			sreq := stepRequest(req, p.Steps[l.Step], l.Iter, tensors)
+			running++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t0 := time.Now()
+				resp, err := run(ctx, p.Steps[l.Step], sreq, func(resp *inference.ModelInferResponse, err error) {
+					events <- stepEvent{launch: l, resp: resp, err: err}
+				})
+				events <- stepEvent{launch: l, resp: resp, err: err, final: true, took: time.Since(t0)}
+			}()
+		}
+	}
+	launch(ready)
+	var firstErr error
+	var compute time.Duration
+	finalSent := false
+	for running > 0 {
+		ev := <-events
+		if ev.final {
+			running--
+			compute += ev.took
+		}
+		if firstErr != nil {
+			continue
+		}
+		if ev.err != nil {
+			firstErr = ev.err
+			cancel() // the steps still running
+			continue
+		}
+		if ev.resp == nil && !ev.final {
+			continue
+		}
+		pr := r.Response(ev.launch, ev.resp != nil, ev.final)
+		for i, k := range pr.Written {
+			tensors[k] = stepOutput(p.Steps[ev.launch.Step].Outputs[i].Model, ev.resp)
+		}
+		launch(pr.Launch)
+		if pr.Answer >= 0 {
+			out := ensembleResponse(req, version, wanted, pr.Answer, tensors)
+			finalSent = pr.Final
+			if err := emit(out, pr.Final); err != nil {
+				firstErr = err
+				cancel()
+			}
+		}
+		for _, k := range pr.Drop {
+			delete(tensors, k)
+		}
+	}
+	if firstErr != nil {
+		return compute, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return compute, tritonerr.From(err)
+	}
+	if !finalSent {
+		if err := emit(nil, true); err != nil {
+			return compute, err
+		}
+	}
+	return compute, nil
+}
+
+// ensembleResponse is the ensemble's response made of the wanted outputs'
+// values of iteration it; an output no step produced is left out, as
+// Triton does.
+func ensembleResponse(req *inference.ModelInferRequest, version string, wanted []string, it int, tensors map[Key]*tensor) *inference.ModelInferResponse {
+	out := &inference.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: version, Id: req.GetId()}
+	for _, name := range wanted {
+		t := tensors[Key{Tensor: name, Iter: it}]
+		if t == nil {
+			continue
+		}
+		out.Outputs = append(out.Outputs, &inference.ModelInferResponse_InferOutputTensor{Name: name, Datatype: t.datatype, Shape: t.shape})
+		out.RawOutputContents = append(out.RawOutputContents, t.data)
+	}
+	return out
+}
+
+// stepRequest is the request of one step reading iteration it of its
+// inputs: the ensemble request's id and parameters (correlation id and
+// sequence flags, priority, timeout and the client's own), the step's
+// inputs from the ensemble tensors it maps, and every output it maps
+// requested.
+func stepRequest(req *inference.ModelInferRequest, s Step, it int, tensors map[Key]*tensor) *inference.ModelInferRequest {
+	sreq := &inference.ModelInferRequest{ModelName: s.Model, ModelVersion: s.Version, Id: req.GetId()}
+	if len(req.GetParameters()) > 0 {
+		sreq.Parameters = maps.Clone(req.GetParameters()) // forwarding may add its own
+	}
+	for _, b := range s.Inputs {
+		t := tensors[Key{Tensor: b.Ensemble, Iter: it}]
+		if t == nil {
+			continue // an optional input the request left out
+		}
+		in := &inference.ModelInferRequest_InferInputTensor{Name: b.Model, Datatype: t.datatype, Shape: t.shape}
+		if len(t.params) > 0 {
+			in.Parameters = maps.Clone(t.params)
+		}
+		sreq.Inputs = append(sreq.Inputs, in)
+		sreq.RawInputContents = append(sreq.RawInputContents, t.data)
+	}
+	for _, b := range s.Outputs {
+		sreq.Outputs = append(sreq.Outputs, &inference.ModelInferRequest_InferRequestedOutputTensor{Name: b.Model})
+	}
+	return sreq
+}
+
+// stepOutput is the value a step's response gives its output name; nil
+// (a placeholder) when the response lacks it.
+func stepOutput(name string, resp *inference.ModelInferResponse) *tensor {
+	raw := resp.GetRawOutputContents()
+	for i, o := range resp.GetOutputs() {
+		if o.GetName() != name {
+			continue
+		}
+		t := &tensor{datatype: o.GetDatatype(), shape: o.GetShape()}
+		if i < len(raw) {
+			t.data = raw[i]
+		}
+		return t
+	}
+	return nil
+}
+
+// ErrDeadlock is Triton's error when an ensemble that is not decoupled
+// ends without its response.
+func ErrDeadlock(name string) error {
+	return tritonerr.InvalidArgf("in ensemble '%s', unexpected deadlock, at least one output is not set while no more ensemble steps can be made", name)
+}

@@ -1,0 +1,135 @@
+package executor
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/ensemble"
+	"github.com/nereid-io/nereid/pkg/infercodec"
+	"github.com/nereid-io/nereid/pkg/modelconfig"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
+)
+
+// An ensemble whose steps' models this executor all serves runs here
+// whole: a gateway sends the request to bus.ExecutorEnsembleSubject (it has
+// checked it against the ensemble's configuration), and the step graph runs
+// with the gateway's core (ensemble.Plan.Drive), each step's request going
+// straight to the composing model's handler in this process, as a request
+// from a gateway of this process would (bus.Local): the tensors between
+// steps never leave the executor. A step whose model is not served here
+// (unloaded since the gateway's catalog said it was, or this executor
+// drains) goes over the bus as a backend's call (BLS) does.
+
+// handleEnsemble serves bus.ExecutorEnsembleSubject: one request to an
+// ensemble this executor holds READY, answered with the ensemble's
+// response, the steps' compute time in ensemble.ComputeParameter.
+func (e *Executor) handleEnsemble(ctx context.Context, body bus.Body) (proto.Message, error) {
+	req, ok := body.Message.(*inference.ModelInferRequest)
+	if !ok {
+		req = &inference.ModelInferRequest{}
+		if err := infercodec.UnmarshalRequest(body.Data, req); err != nil {
+			return nil, tritonerr.InvalidArgf("malformed inference request for ensemble: %v", err)
+		}
+	}
+	ens := e.readyVersion(req.GetModelName(), req.GetModelVersion())
+	if ens == nil || !isEnsemble(ens.cfg) {
+		return nil, tritonerr.Unavailablef("Request for unknown model: '%s' version %s is not an ensemble ready on executor '%s'", req.GetModelName(), req.GetModelVersion(), e.cfg.ID)
+	}
+	plan := e.ensemblePlan(ens)
+	wanted := make([]string, 0, len(req.GetOutputs()))
+	for _, o := range req.GetOutputs() {
+		wanted = append(wanted, o.GetName())
+	}
+	var out *inference.ModelInferResponse
+	compute, err := plan.Drive(ctx, req, ens.vstr, wanted, e.runEnsembleStep, func(resp *inference.ModelInferResponse, _ bool) error {
+		if resp != nil {
+			out = resp
+		}
+		return nil
+	})
+	if err == nil && out == nil {
+		err = ensemble.ErrDeadlock(plan.Name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if out.Parameters == nil {
+		out.Parameters = map[string]*inference.InferParameter{}
+	}
+	out.Parameters[ensemble.ComputeParameter] = &inference.InferParameter{
+		ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: int64(compute)}}
+	return out, nil
+}
+
+// ensemblePlan is the step graph of ensemble version ens, made once.
+func (e *Executor) ensemblePlan(ens *modelVersion) *ensemble.Plan {
+	if p, ok := e.ensemblePlans.Load(ens); ok {
+		return p.(*ensemble.Plan)
+	}
+	models := e.snapshot()
+	p := ensemble.Compile(ens.cfg, func(model string) bool {
+		for _, mv := range models {
+			if mv.name == model && mv.state == StateReady && modelconfig.IsDecoupled(mv.cfg) {
+				return true
+			}
+		}
+		return false
+	})
+	e.ensemblePlans.Store(ens, p)
+	return p
+}
+
+// readyVersion is this executor's READY version of name (version "": the
+// highest), nil when it has none.
+func (e *Executor) readyVersion(name, version string) *modelVersion {
+	var best *modelVersion
+	for _, mv := range e.snapshot() {
+		if mv.name != name || mv.state != StateReady {
+			continue
+		}
+		if version != "" {
+			if mv.vstr == version {
+				return mv
+			}
+			continue
+		}
+		if best == nil || mv.version > best.version {
+			best = mv
+		}
+	}
+	return best
+}
+
+// runEnsembleStep runs one step's request (ensemble.StepFunc): in-process
+// when this executor serves the step's version and takes new work, the
+// model neither decoupled nor a sequence model; else over the bus, as a
+// backend's call to the model is made (backendServer.Infer).
+func (e *Executor) runEnsembleStep(ctx context.Context, s ensemble.Step, sreq *inference.ModelInferRequest, got func(*inference.ModelInferResponse, error)) (*inference.ModelInferResponse, error) {
+	if mv := e.readyVersion(s.Model, s.Version); mv != nil && !e.draining.Load() && mv.seq == nil && !mv.decoupled() && !isEnsemble(mv.cfg) {
+		sreq.ModelVersion = mv.vstr
+		out, err := mv.handleInfer(ctx, bus.Body{Message: sreq})
+		if err != nil {
+			return nil, err
+		}
+		resp, ok := out.(*inference.ModelInferResponse)
+		if !ok {
+			return nil, tritonerr.Internalf("inference request for model '%s' answered with %T", s.Model, out)
+		}
+		return resp, nil
+	}
+	var last *inference.ModelInferResponse
+	err := (*backendServer)(e).Infer(ctx, sreq, func(resp *inference.ModelInferResponse, err error, _ bool) error {
+		if s.Decoupled {
+			if resp != nil || err != nil {
+				got(resp, err)
+			}
+			return nil
+		}
+		last = resp
+		return err
+	})
+	return last, err
+}
