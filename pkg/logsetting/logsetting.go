@@ -155,6 +155,10 @@ func (m *Manager) Apply(s *busv1.LogSettings) bool {
 	return true
 }
 
+// Kind implements settingbus.Store: the logging settings
+// (bus.SettingsLogging).
+func (m *Manager) Kind() string { return "logging" }
+
 // Current implements settingbus.Store.
 func (m *Manager) Current() proto.Message {
 	m.mu.Lock()

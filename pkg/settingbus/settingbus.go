@@ -19,8 +19,12 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 )
 
-// Store is one kind of settings as a process holds them.
+// Store is one kind of settings as a process holds them: every service
+// keeps its run-time settings (pkg/tracesetting's and pkg/logsetting's
+// Manager) behind it, and follows them all with one Follow.
 type Store interface {
+	// Kind names the settings: bus.SettingsTrace, bus.SettingsLogging.
+	Kind() string
 	// Current returns the configuration to hand to a starting process.
 	Current() proto.Message
 	// ApplyBytes decodes a published configuration and applies it if it
@@ -36,12 +40,25 @@ type Follower struct {
 	subs []*bus.Subscription
 }
 
-// Follow subscribes s to kind's configurations on bc, acknowledging each
-// as role id. It first asks a gateway for the current configuration (none
-// answering is normal: the first process, or no change made yet). With
-// serve, the process also answers that question for others (gateways).
-func Follow(ctx context.Context, bc *bus.Conn, kind string, s Store, role bus.Role, id string, serve bool) (*Follower, error) {
+// Follow keeps each of stores in step with its kind's configurations on
+// bc, acknowledging each as role id. It first asks a gateway for the
+// current configuration (none answering is normal: the first process, or
+// no change made yet). With serve, the process also answers that question
+// for others (gateways).
+func Follow(ctx context.Context, bc *bus.Conn, role bus.Role, id string, serve bool, stores ...Store) (*Follower, error) {
 	f := &Follower{}
+	for _, s := range stores {
+		if err := f.follow(ctx, bc, s, role, id, serve); err != nil {
+			f.Stop()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// follow subscribes s to its kind's configurations.
+func (f *Follower) follow(ctx context.Context, bc *bus.Conn, s Store, role bus.Role, id string, serve bool) error {
+	kind := s.Kind()
 	sub, err := bc.Handle(bus.SettingsSubject(kind), "", func(_ context.Context, req []byte) (proto.Message, error) {
 		if err := s.ApplyBytes(req); err != nil {
 			return nil, err
@@ -49,7 +66,7 @@ func Follow(ctx context.Context, bc *bus.Conn, kind string, s Store, role bus.Ro
 		return &busv1.SettingsAck{Id: id, Role: string(role)}, nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	f.subs = append(f.subs, sub)
 	sctx, cancel := context.WithTimeout(ctx, SyncTimeout)
@@ -63,12 +80,11 @@ func Follow(ctx context.Context, bc *bus.Conn, kind string, s Store, role bus.Ro
 			return s.Current(), nil
 		})
 		if err != nil {
-			f.Stop()
-			return nil, err
+			return err
 		}
 		f.subs = append(f.subs, sub)
 	}
-	return f, nil
+	return nil
 }
 
 // Stop unsubscribes.

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/logsetting"
 	"github.com/nereid-io/nereid/pkg/settingbus"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
 )
@@ -49,7 +50,7 @@ type member struct {
 func follow(t *testing.T, s *server.Server, id string, role bus.Role, serve bool) member {
 	t.Helper()
 	m := tracesetting.New(tracesetting.DefaultConfig(), id)
-	f, err := settingbus.Follow(context.Background(), connect(t, s), bus.SettingsTrace, m, role, id, serve)
+	f, err := settingbus.Follow(context.Background(), connect(t, s), role, id, serve, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,5 +105,43 @@ func TestFollowWithoutGateway(t *testing.T) {
 	ex := follow(t, s, "ex1", bus.RoleExecutor, false)
 	if ex.m.Get("") != tracesetting.Defaults {
 		t.Fatalf("settings without a gateway = %+v", ex.m.Get(""))
+	}
+}
+
+// TestOneFollowEveryKind: the settings every service keeps name their kinds
+// as the bus does, and one Follow keeps each kind in step on its own
+// subjects: a logging change reaches the logging settings and leaves the
+// trace settings alone.
+func TestOneFollowEveryKind(t *testing.T) {
+	trace := tracesetting.New(tracesetting.DefaultConfig(), "ex1")
+	logs := logsetting.New(logsetting.Defaults, "ex1")
+	for _, tc := range []struct {
+		s    settingbus.Store
+		want string
+	}{{trace, bus.SettingsTrace}, {logs, bus.SettingsLogging}} {
+		if got := tc.s.Kind(); got != tc.want {
+			t.Errorf("%T.Kind() = %q, want %q", tc.s, got, tc.want)
+		}
+	}
+	s := startServer(t)
+	f, err := settingbus.Follow(context.Background(), connect(t, s), bus.RoleExecutor, "ex1", false, trace, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+
+	origin := logsetting.New(logsetting.Defaults, "gw1")
+	verbose := uint32(2)
+	cfg := origin.Update(logsetting.Update{VerboseLevel: &verbose})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if acked, err := settingbus.Spread(ctx, connect(t, s), bus.SettingsLogging, cfg, []string{"ex1"}); err != nil {
+		t.Fatalf("spread: %v (acked %v)", err, acked)
+	}
+	if got := logs.Get().VerboseLevel; got != 2 {
+		t.Errorf("verbose level %d after the logging spread, want 2", got)
+	}
+	if got := trace.Get("").Rate; got != tracesetting.Defaults.Rate {
+		t.Errorf("trace rate %d after a logging spread, want the default", got)
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
+// Kind implements settingbus.Store: the trace settings (bus.SettingsTrace).
+func (m *Manager) Kind() string { return "trace" }
+
 // Current implements settingbus.Store: the configuration held.
 func (m *Manager) Current() proto.Message { return m.Snapshot() }
 

@@ -443,18 +443,15 @@ func (e *Executor) Run(ctx context.Context) error {
 		return err
 	}
 	subs = append(subs, adminSubs...)
-	traceFollow, err := settingbus.Follow(ctx, bc, bus.SettingsTrace, e.trace, bus.RoleExecutor, e.cfg.ID, false)
+	stores := []settingbus.Store{e.trace}
+	if e.cfg.Logging != nil {
+		stores = append(stores, e.cfg.Logging)
+	}
+	settings, err := settingbus.Follow(ctx, bc, bus.RoleExecutor, e.cfg.ID, false, stores...)
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	defer traceFollow.Stop()
-	if e.cfg.Logging != nil {
-		logFollow, err := settingbus.Follow(ctx, bc, bus.SettingsLogging, e.cfg.Logging, bus.RoleExecutor, e.cfg.ID, false)
-		if err != nil {
-			return fmt.Errorf("executor: %w", err)
-		}
-		defer logFollow.Stop()
-	}
+	defer settings.Stop()
 	// Backends calling other models (BLS) need to know who serves what:
 	// peers are known from their heartbeats, within HeartbeatInterval.
 	peers, err := bc.Subscribe(bus.HeartbeatSubject, e.peerHeartbeat)

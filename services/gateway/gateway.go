@@ -473,18 +473,12 @@ func (g *Gateway) run(ctx context.Context) error {
 			}
 		}()
 	}
-	traceFollow, err := settingbus.Follow(ctx, g.bus, bus.SettingsTrace, g.trace, bus.RoleGateway, g.id, true)
+	settings, err := settingbus.Follow(ctx, g.bus, bus.RoleGateway, g.id, true, g.trace, g.logging)
 	if err != nil {
 		g.closeListeners()
 		return fmt.Errorf("gateway: %w", err)
 	}
-	defer traceFollow.Stop()
-	logFollow, err := settingbus.Follow(ctx, g.bus, bus.SettingsLogging, g.logging, bus.RoleGateway, g.id, true)
-	if err != nil {
-		g.closeListeners()
-		return fmt.Errorf("gateway: %w", err)
-	}
-	defer logFollow.Stop()
+	defer settings.Stop()
 	if g.admin != nil {
 		subs, err := g.admin.followPresence()
 		if err != nil {

@@ -205,18 +205,15 @@ func (s *Service) Run(ctx context.Context) error {
 		// context, which the router passes on (SequenceWork.trace_context).
 		tracing.UsePropagator()
 	}
-	traceFollow, err := settingbus.Follow(ctx, bc, bus.SettingsTrace, s.trace, bus.RoleSequenceRouter, s.cfg.ID, false)
+	stores := []settingbus.Store{s.trace}
+	if s.cfg.Logging != nil {
+		stores = append(stores, s.cfg.Logging)
+	}
+	settings, err := settingbus.Follow(ctx, bc, bus.RoleSequenceRouter, s.cfg.ID, false, stores...)
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
-	defer traceFollow.Stop()
-	if s.cfg.Logging != nil {
-		logFollow, err := settingbus.Follow(ctx, bc, bus.SettingsLogging, s.cfg.Logging, bus.RoleSequenceRouter, s.cfg.ID, false)
-		if err != nil {
-			return fmt.Errorf("%s: %w", Name, err)
-		}
-		defer logFollow.Stop()
-	}
+	defer settings.Stop()
 	s.group = routines.New(ctx)
 	defer s.group.Stop()
 	claims, err := bc.SubscribeAll(bus.SequenceClaimWildcard, s.claim)

@@ -143,7 +143,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer ping.Unsubscribe()
 	if s.cfg.Logging != nil {
-		logFollow, err := settingbus.Follow(ctx, bc, bus.SettingsLogging, s.cfg.Logging, bus.RoleShmRegistry, Name+"-"+instanceID(), false)
+		logFollow, err := settingbus.Follow(ctx, bc, bus.RoleShmRegistry, Name+"-"+instanceID(), false, s.cfg.Logging)
 		if err != nil {
 			return fmt.Errorf("%s: %w", Name, err)
 		}
