@@ -15,6 +15,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/failover"
 	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
+	"github.com/nereid-io/nereid/services/sequence-router/internal/redislease"
 )
 
 // store keeps what another router needs to take over: per model version,
@@ -229,10 +230,6 @@ func epochKey(model string) string   { return "nereid:seq:{" + model + "}:epoch"
 func bindKey(model string) string    { return "nereid:seq:{" + model + "}:bind" }
 func backlogKey(model string) string { return "nereid:seq:{" + model + "}:backlog" }
 
-func leaseValue(owner string, epoch uint64) string {
-	return owner + "|" + strconv.FormatUint(epoch, 10)
-}
-
 type redisModel struct {
 	s     *redisStore
 	key   string
@@ -240,7 +237,7 @@ type redisModel struct {
 }
 
 func (s *redisStore) model(key, owner string, epoch uint64) seqbatch.Store {
-	return &redisModel{s: s, key: key, lease: leaseValue(owner, epoch)}
+	return &redisModel{s: s, key: key, lease: redislease.Value(owner, epoch)}
 }
 
 func (s *redisStore) ctx() (context.Context, context.CancelFunc) {
@@ -328,70 +325,21 @@ func (s *redisStore) load(ctx context.Context, key string) (map[seqbatch.ID]seqb
 	return bound, backlog, nil
 }
 
-// acquireScript is failover.Record.Acquire: it takes a model's lease when
-// nobody holds it, with the next epoch but at least the floor. KEYS lease,
-// epoch; ARGV owner, floor, ttl ms. The scripts use only the commands the
-// router's Redis user may run (deploy/redis/users.acl.in).
-var acquireScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) then return 0 end
-local e = redis.call('INCR', KEYS[2])
-local floor = tonumber(ARGV[2])
-if e < floor then
-  e = floor
-  redis.call('SET', KEYS[2], e)
-end
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. e, 'PX', ARGV[3])
-return e`)
-
-// renewScript is failover.Record.Renew: 1 renewed, 2 taken, 3 missing
-// (lapsed, a newer epoch handed out since), 4 restored (taken back at the
-// same epoch; the counter set again if the store lost it). KEYS lease,
-// epoch; ARGV owner, epoch, ttl ms.
-var renewScript = redis.NewScript(`
-local mine = ARGV[1] .. '|' .. ARGV[2]
-local v = redis.call('GET', KEYS[1])
-if v == mine then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return 1
-end
-if v then return 2 end
-local c = tonumber(redis.call('GET', KEYS[2]) or '0')
-if c > tonumber(ARGV[2]) then return 3 end
-redis.call('SET', KEYS[2], ARGV[2])
-redis.call('SET', KEYS[1], mine, 'PX', ARGV[3])
-return 4`)
-
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0`)
-
-func (s *redisStore) acquire(ctx context.Context, key, owner string, floor uint64, ttl time.Duration) (uint64, error) {
-	n, err := acquireScript.Run(ctx, s.rdb, []string{leaseKey(key), epochKey(key)}, owner, strconv.FormatUint(floor, 10), ttl.Milliseconds()).Int64()
-	if err != nil {
-		return 0, err
-	}
-	return uint64(n), nil
+// modelLease is a model's lease in Redis.
+func modelLease(model string) redislease.Lease {
+	return redislease.Lease{Key: leaseKey(model), EpochKey: epochKey(model)}
 }
 
-// renewAnswers maps renewScript's results.
-var renewAnswers = map[int64]failover.Answer{1: failover.Renewed, 2: failover.Taken, 3: failover.Missing, 4: failover.Restored}
+func (s *redisStore) acquire(ctx context.Context, key, owner string, floor uint64, ttl time.Duration) (uint64, error) {
+	return modelLease(key).Acquire(ctx, s.rdb, owner, floor, ttl)
+}
 
 func (s *redisStore) renew(ctx context.Context, key, owner string, epoch uint64, ttl time.Duration) (failover.Answer, error) {
-	n, err := renewScript.Run(ctx, s.rdb, []string{leaseKey(key), epochKey(key)}, owner, strconv.FormatUint(epoch, 10), ttl.Milliseconds()).Int64()
-	if err != nil {
-		return failover.Unreachable, err
-	}
-	a, ok := renewAnswers[n]
-	if !ok {
-		return failover.Unreachable, fmt.Errorf("lease renewal: unexpected answer %d", n)
-	}
-	return a, nil
+	return modelLease(key).Renew(ctx, s.rdb, owner, epoch, ttl)
 }
 
 func (s *redisStore) release(ctx context.Context, key, owner string, epoch uint64) error {
-	return releaseScript.Run(ctx, s.rdb, []string{leaseKey(key)}, leaseValue(owner, epoch)).Err()
+	return modelLease(key).Release(ctx, s.rdb, owner, epoch)
 }
 
 func (s *redisStore) close() error { return s.rdb.Close() }
