@@ -10,11 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,31 +45,7 @@ const needReason = `Resource count for "R" is limited to 1 which will prevent sc
 
 func repo(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	for name, cfg := range map[string]string{"a": limited("a", 1, 1), "b": limited("b", 1, 2), "needy": limited("needy", 2, 1)} {
-		if err := os.MkdirAll(filepath.Join(dir, name, "1"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name, "config.pbtxt"), []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
-func call(t *testing.T, method, url, body string) (int, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return constellation.WriteRepo(t, map[string]string{"a": limited("a", 1, 1), "b": limited("b", 1, 2), "needy": limited("needy", 2, 1)})
 }
 
 // TestRateLimitedAcrossProtocols: both models' four instances could run
@@ -93,8 +65,8 @@ func TestRateLimitedAcrossProtocols(t *testing.T) {
 	g := c.Gateway()
 	base := g.HTTP()
 	if !constellation.WaitFor(30*time.Second, func() bool {
-		ca, _ := call(t, http.MethodGet, base+"/v2/models/a/ready", "")
-		cb, _ := call(t, http.MethodGet, base+"/v2/models/b/ready", "")
+		ca, _ := constellation.Call(t, http.MethodGet, base+"/v2/models/a/ready", "")
+		cb, _ := constellation.Call(t, http.MethodGet, base+"/v2/models/b/ready", "")
 		return ca == 200 && cb == 200
 	}) {
 		t.Fatalf("models not ready:\n%s", g.Output())
@@ -116,7 +88,7 @@ func TestRateLimitedAcrossProtocols(t *testing.T) {
 			v := float32(i + 1)
 			wg.Go(func() {
 				body := fmt.Sprintf(`{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1],"data":[%g]}]}`, v)
-				code, resp := call(t, http.MethodPost, base+"/v2/models/a/infer", body)
+				code, resp := constellation.Call(t, http.MethodPost, base+"/v2/models/a/infer", body)
 				var out struct {
 					Outputs []struct {
 						Data []float32 `json:"data"`
@@ -151,7 +123,7 @@ func TestRateLimitedAcrossProtocols(t *testing.T) {
 	})
 
 	t.Run("HTTP load refused", func(t *testing.T) {
-		code, body := call(t, http.MethodPost, base+"/v2/repository/models/needy/load", "")
+		code, body := constellation.Call(t, http.MethodPost, base+"/v2/repository/models/needy/load", "")
 		var e struct {
 			Error string `json:"error"`
 		}
@@ -159,7 +131,7 @@ func TestRateLimitedAcrossProtocols(t *testing.T) {
 		if err := json.Unmarshal(body, &e); err != nil || code != 500 || e.Error != want {
 			t.Errorf("load needy:\n got %d %s\nwant 500 {\"error\":%q}", code, body, want)
 		}
-		if code, _ := call(t, http.MethodGet, base+"/v2/models/needy/ready", ""); code == 200 {
+		if code, _ := constellation.Call(t, http.MethodGet, base+"/v2/models/needy/ready", ""); code == 200 {
 			t.Error("needy is ready though it needs more R than there is")
 		}
 	})

@@ -31,7 +31,7 @@ func controlRepo(t *testing.T) string {
 
 func inferIdent(t *testing.T, base string) (int, string) {
 	t.Helper()
-	status, body := call(t, http.MethodPost, base+"/v2/models/ident/infer",
+	status, body := constellation.Call(t, http.MethodPost, base+"/v2/models/ident/infer",
 		`{"inputs":[{"name":"IN","datatype":"INT32","shape":[2],"data":[5,6]}]}`)
 	return status, string(body)
 }
@@ -58,12 +58,12 @@ func TestExplicitModelControlProcesses(t *testing.T) {
 	a := executor(repoA, "exA")
 	b := executor(repoB, "exB")
 	if !constellation.WaitFor(20*time.Second, func() bool {
-		s, _ := call(t, http.MethodGet, base+"/v2/health/ready", "")
+		s, _ := constellation.Call(t, http.MethodGet, base+"/v2/health/ready", "")
 		return s == 200
 	}) {
 		t.Fatalf("constellation not ready:\n%s\n%s\n%s", g.Output(), a.Output(), b.Output())
 	}
-	if s, body := call(t, http.MethodPost, base+"/v2/repository/models/ident/load", ""); s != 200 {
+	if s, body := constellation.Call(t, http.MethodPost, base+"/v2/repository/models/ident/load", ""); s != 200 {
 		t.Fatalf("load: %d %s", s, body)
 	}
 	if s, body := inferIdent(t, base); s != 200 || !strings.Contains(body, `"data":[5,6]`) {
@@ -92,7 +92,7 @@ func TestExplicitModelControlProcesses(t *testing.T) {
 		t.Fatalf("executors restarted together do not serve the loaded model:\n%s\n%s", a.Output(), b.Output())
 	}
 
-	if s, body := call(t, http.MethodPost, base+"/v2/repository/models/ident/unload", ""); s != 200 {
+	if s, body := constellation.Call(t, http.MethodPost, base+"/v2/repository/models/ident/unload", ""); s != 200 {
 		t.Fatalf("unload: %d %s", s, body)
 	}
 	if s, body := inferIdent(t, base); s == 200 {
@@ -103,17 +103,17 @@ func TestExplicitModelControlProcesses(t *testing.T) {
 	a = executor(repoA, "exA")
 	b = executor(repoB, "exB")
 	if !constellation.WaitFor(20*time.Second, func() bool {
-		s, _ := call(t, http.MethodGet, base+"/v2/health/ready", "")
+		s, _ := constellation.Call(t, http.MethodGet, base+"/v2/health/ready", "")
 		return s == 200
 	}) {
 		t.Fatalf("constellation not ready after the restart:\n%s\n%s", a.Output(), b.Output())
 	}
 	// Both executors are heard: the model stays unloaded, listed by name.
 	if !constellation.WaitFor(20*time.Second, func() bool {
-		s, body := call(t, http.MethodPost, base+"/v2/repository/index", "")
+		s, body := constellation.Call(t, http.MethodPost, base+"/v2/repository/index", "")
 		return s == 200 && strings.Contains(string(body), `[{"name":"ident"}]`)
 	}) {
-		_, body := call(t, http.MethodPost, base+"/v2/repository/index", "")
+		_, body := constellation.Call(t, http.MethodPost, base+"/v2/repository/index", "")
 		t.Fatalf("index after restarting with the model unloaded: %s", body)
 	}
 	if s, body := inferIdent(t, base); s == 200 {

@@ -6,7 +6,6 @@ package repository
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,28 +20,13 @@ type indexEntry struct {
 	Reason  string `json:"reason"`
 }
 
-func call(t *testing.T, method, url, body string) (int, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
-}
-
 func TestRepositoryIndexAndVersionPolicies(t *testing.T) {
 	// Models that fail to load are listed, not fatal: tritonserver's
 	// --exit-on-error=false.
 	g := constellation.Standalone(t, "testdata/model_repository", "--exit-on-error", "false")
 	base := g.HTTP()
 
-	status, body := call(t, http.MethodPost, base+"/v2/repository/index", "")
+	status, body := constellation.Call(t, http.MethodPost, base+"/v2/repository/index", "")
 	if status != 200 {
 		t.Fatalf("index = %d %s", status, body)
 	}
@@ -83,36 +67,36 @@ func TestRepositoryIndexAndVersionPolicies(t *testing.T) {
 	}
 
 	// {"ready": true} lists only what serves.
-	_, body = call(t, http.MethodPost, base+"/v2/repository/index", `{"ready": true}`)
+	_, body = constellation.Call(t, http.MethodPost, base+"/v2/repository/index", `{"ready": true}`)
 	if bytes.Contains(body, []byte("bad_dims")) || !bytes.Contains(body, []byte("latest_two")) {
 		t.Errorf("ready index = %s", body)
 	}
 
 	// Failed models are not ready and refuse inference; the others serve.
-	if status, _ := call(t, http.MethodGet, base+"/v2/models/bad_dims/ready", ""); status != 400 {
+	if status, _ := constellation.Call(t, http.MethodGet, base+"/v2/models/bad_dims/ready", ""); status != 400 {
 		t.Errorf("bad_dims ready = %d, want 400", status)
 	}
-	if status, b := call(t, http.MethodPost, base+"/v2/models/no_backend/infer", `{"inputs":[]}`); status == 200 {
+	if status, b := constellation.Call(t, http.MethodPost, base+"/v2/models/no_backend/infer", `{"inputs":[]}`); status == 200 {
 		t.Errorf("infer on a model that failed to load = %d %s", status, b)
 	}
 	for _, v := range []string{"1", "3"} {
-		status, b := call(t, http.MethodPost, base+"/v2/models/identity_int32/versions/"+v+"/infer",
+		status, b := constellation.Call(t, http.MethodPost, base+"/v2/models/identity_int32/versions/"+v+"/infer",
 			`{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[4],"data":[1,2,3,4]}]}`)
 		if status != 200 || !bytes.Contains(b, []byte(`"model_version":"`+v+`"`)) {
 			t.Errorf("infer identity_int32 version %s = %d %s", v, status, b)
 		}
 	}
 	// Without a version the latest ready one answers.
-	status, b := call(t, http.MethodPost, base+"/v2/models/latest_two/infer",
+	status, b := constellation.Call(t, http.MethodPost, base+"/v2/models/latest_two/infer",
 		`{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[4],"data":[1,2,3,4]}]}`)
 	if status != 200 || !bytes.Contains(b, []byte(`"model_version":"3"`)) {
 		t.Errorf("infer latest_two = %d %s", status, b)
 	}
-	if status, b := call(t, http.MethodPost, base+"/v2/models/latest_two/versions/1/infer",
+	if status, b := constellation.Call(t, http.MethodPost, base+"/v2/models/latest_two/versions/1/infer",
 		`{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[4],"data":[1,2,3,4]}]}`); status != 404 {
 		t.Errorf("infer latest_two version 1 = %d %s, want 404", status, b)
 	}
-	if status, _ := call(t, http.MethodGet, base+"/v2/health/ready", ""); status != 200 {
+	if status, _ := constellation.Call(t, http.MethodGet, base+"/v2/health/ready", ""); status != 200 {
 		t.Errorf("server not ready with some models failed: %d (non-strict readiness)", status)
 	}
 }

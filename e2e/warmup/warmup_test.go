@@ -7,11 +7,7 @@ package warmup
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -52,38 +48,14 @@ const failLoad = "failed to load 'warm_fail' version 1: " + failReason + " (exec
 
 func repo(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	for name, cfg := range map[string]string{"warm": warm, "warm_fail": warmFail} {
-		if err := os.MkdirAll(filepath.Join(dir, name, "1"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name, "config.pbtxt"), []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
-func call(t *testing.T, method, url, body string) (int, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return constellation.WriteRepo(t, map[string]string{"warm": warm, "warm_fail": warmFail})
 }
 
 // counts reads a model's execution and inference counts from the HTTP
 // statistics, summed over the executors.
 func counts(t *testing.T, base, model string) (executions, inferences int) {
 	t.Helper()
-	code, body := call(t, http.MethodGet, base+"/v2/models/"+model+"/stats", "")
+	code, body := constellation.Call(t, http.MethodGet, base+"/v2/models/"+model+"/stats", "")
 	if code != 200 {
 		t.Fatalf("stats %s: %d %s", model, code, body)
 	}
@@ -118,34 +90,34 @@ func TestWarmupAcrossExecutors(t *testing.T) {
 	g := c.Gateway()
 	base := g.HTTP()
 	if !constellation.WaitFor(30*time.Second, func() bool {
-		code, _ := call(t, http.MethodGet, base+"/v2/health/ready", "")
+		code, _ := constellation.Call(t, http.MethodGet, base+"/v2/health/ready", "")
 		return code == 200
 	}) {
 		t.Fatalf("constellation not ready:\n%s", g.Output())
 	}
 
 	t.Run("HTTP", func(t *testing.T) {
-		if code, body := call(t, http.MethodPost, base+"/v2/repository/models/warm/load", ""); code != 200 {
+		if code, body := constellation.Call(t, http.MethodPost, base+"/v2/repository/models/warm/load", ""); code != 200 {
 			t.Fatalf("load warm: %d %s", code, body)
 		}
-		if code, _ := call(t, http.MethodGet, base+"/v2/models/warm/ready", ""); code != 200 {
+		if code, _ := constellation.Call(t, http.MethodGet, base+"/v2/models/warm/ready", ""); code != 200 {
 			t.Fatalf("warm is not ready after its load: %d", code)
 		}
 		if e, i := counts(t, base, "warm"); e != 4 || i != 16 {
 			t.Errorf("warm after the load: %d executions of %d inferences, want 4 of 16 (2 executors x 2 x 4)", e, i)
 		}
 
-		code, body := call(t, http.MethodPost, base+"/v2/repository/models/warm_fail/load", "")
+		code, body := constellation.Call(t, http.MethodPost, base+"/v2/repository/models/warm_fail/load", "")
 		var e struct {
 			Error string `json:"error"`
 		}
 		if err := json.Unmarshal(body, &e); err != nil || code != 500 || e.Error != failLoad {
 			t.Errorf("load warm_fail:\n got %d %s\nwant 500 {\"error\":%q}", code, body, failLoad)
 		}
-		if code, _ := call(t, http.MethodGet, base+"/v2/models/warm_fail/ready", ""); code == 200 {
+		if code, _ := constellation.Call(t, http.MethodGet, base+"/v2/models/warm_fail/ready", ""); code == 200 {
 			t.Error("warm_fail is ready though its warmup failed")
 		}
-		code, body = call(t, http.MethodPost, base+"/v2/repository/index", "")
+		code, body = constellation.Call(t, http.MethodPost, base+"/v2/repository/index", "")
 		var index []struct {
 			Name, Version, State, Reason string
 		}

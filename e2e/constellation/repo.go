@@ -1,0 +1,43 @@
+package constellation
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// WriteRepo writes a model repository of the given configurations (model
+// name to config.pbtxt text, each with an empty version 1) in a temporary
+// directory and returns it.
+func WriteRepo(t testing.TB, configs map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, cfg := range configs {
+		if err := os.MkdirAll(filepath.Join(dir, name, "1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "config.pbtxt"), []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// Call makes one HTTP request and returns its status and body.
+func Call(t testing.TB, method, url, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
