@@ -398,12 +398,16 @@ func TRITONBACKEND_ModelInstanceReportMemoryUsage(i *C.TRITONBACKEND_ModelInstan
 
 // ---- statistics ----
 
-// The steady clock's reading is taken first: steadyNow then runs behind
-// the clock by the time between the two reads, never ahead of it, and a
-// cached answer's age (exec.c) is never underestimated.
+// The two clocks are tied together by reading the steady clock, Go's, then
+// the steady clock again. steadyNow counts from the first reading: it runs
+// behind the clock by the time between the reads, never ahead of it, and a
+// cached answer's age (exec.c) is never underestimated. A backend's
+// reading is placed on Go's clock from the second: it comes out behind
+// the instant it was taken, never after anything Go read later.
 var (
-	baseSteady = uint64(C.nereid_steady_ns())
-	baseWall   = time.Now()
+	baseSteady      = uint64(C.nereid_steady_ns())
+	baseWall        = time.Now()
+	baseSteadyAfter = uint64(C.nereid_steady_ns())
 )
 
 // steadyNow reads nereid_steady_ns's clock (CLOCK_MONOTONIC, as Go's
@@ -415,7 +419,9 @@ func steadyNow() uint64 { return baseSteady + uint64(time.Since(baseWall)) }
 func steady(ns C.uint64_t) time.Time { return baseWall.Add(sinceBase(ns)) }
 
 // sinceBase is a steady-clock reading in ns as the time after baseWall.
-func sinceBase(ns C.uint64_t) time.Duration { return time.Duration(int64(uint64(ns) - baseSteady)) }
+func sinceBase(ns C.uint64_t) time.Duration {
+	return time.Duration(int64(uint64(ns) - baseSteadyAfter))
+}
 
 // steadyStamps are a backend's four steady-clock readings as
 // SteadyStamps: no time.Time made.
