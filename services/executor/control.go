@@ -170,7 +170,7 @@ func (e *Executor) handleControl(_ context.Context, data []byte) (proto.Message,
 				e.record(&req)
 			}
 		} else {
-			e.unloadModel(req.GetName())
+			e.unloadWithDependents(req.GetName(), req.GetUnloadDependents())
 			e.record(&req)
 		}
 		e.controlMu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"sync"
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
@@ -126,10 +127,17 @@ type loadingKey struct{}
 func (e *Executor) loadWithComposing(ctx context.Context, req *busv1.ModelControlRequest, load func(context.Context, *busv1.ModelControlRequest) error) error {
 	name := req.GetName()
 	cfg := e.repositoryConfig(name, req)
+	loading, _ := ctx.Value(loadingKey{}).(map[string]bool)
+	if loading == nil { // the model the request names, not a composing one
+		defer func() {
+			if e.servesReady(name) {
+				e.deps.explicit(name)
+			}
+		}()
+	}
 	if cfg == nil || !isEnsemble(cfg) {
 		return load(ctx, req)
 	}
-	loading, _ := ctx.Value(loadingKey{}).(map[string]bool)
 	if loading == nil {
 		loading = map[string]bool{}
 		ctx = context.WithValue(ctx, loadingKey{}, loading)
@@ -144,6 +152,9 @@ func (e *Executor) loadWithComposing(ctx context.Context, req *busv1.ModelContro
 			// A composing model that fails says why in the ensemble's
 			// validation ("... loading failed with error: ...").
 			_ = e.loadWithComposing(ctx, &busv1.ModelControlRequest{Name: dep, Load: true}, load)
+			if e.servesReady(dep) {
+				e.deps.loadedFor(dep)
+			}
 		}
 	}
 	if err := load(ctx, req); err != nil {
@@ -184,6 +195,73 @@ func (e *Executor) repositoryConfig(name string, req *busv1.ModelControlRequest)
 func (e *Executor) servesReady(name string) bool {
 	for _, mv := range e.snapshot() {
 		if mv.name == name && mv.state == StateReady {
+			return true
+		}
+	}
+	return false
+}
+
+// dependencyLoads are the models this executor loaded only because an
+// ensemble loaded here composes them (Triton's models not "explicitly
+// loaded"). Unloading an ensemble with unload_dependents unloads those of
+// its composing models, as Triton's repository manager does.
+type dependencyLoads struct {
+	mu   sync.Mutex
+	only map[string]bool
+}
+
+// loadedFor records that name was loaded as a composing model.
+func (d *dependencyLoads) loadedFor(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.only == nil {
+		d.only = map[string]bool{}
+	}
+	d.only[name] = true
+}
+
+// explicit records that a request named name: it stays loaded when an
+// ensemble that composes it is unloaded with its dependents.
+func (d *dependencyLoads) explicit(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.only, name)
+}
+
+// dependencyOnly reports whether name was loaded only as a composing model.
+func (d *dependencyLoads) dependencyOnly(name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.only[name]
+}
+
+// unloadWithDependents unloads name; with dependents (the repository
+// API's unload_dependents), an ensemble's composing models go with it when
+// they were loaded only for an ensemble and no ensemble still loaded here
+// composes them, down the whole graph. A model named in a load request of
+// its own stays, as in Triton.
+func (e *Executor) unloadWithDependents(name string, dependents bool) {
+	var deps []string
+	if dependents {
+		for _, mv := range e.snapshot() {
+			if mv.name == name && mv.state == StateReady && isEnsemble(mv.cfg) {
+				deps = append(deps, modelconfig.EnsembleModels(mv.cfg)...)
+			}
+		}
+	}
+	e.unloadModel(name)
+	e.deps.explicit(name) // a later load of it by dependency records it anew
+	for _, dep := range deps {
+		if e.deps.dependencyOnly(dep) && !e.composedByReady(dep) {
+			e.unloadWithDependents(dep, true)
+		}
+	}
+}
+
+// composedByReady reports whether a READY ensemble here composes name.
+func (e *Executor) composedByReady(name string) bool {
+	for _, mv := range e.snapshot() {
+		if mv.state == StateReady && isEnsemble(mv.cfg) && slices.Contains(modelconfig.EnsembleModels(mv.cfg), name) {
 			return true
 		}
 	}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,4 +102,83 @@ func TestEnsembleExplicitLoadLoadsComposing(t *testing.T) {
 	if !strings.Contains(r.GetError(), "failed to load 'ens_fp32', in ensemble ens_fp32, ensemble tensor INPUT0: inconsistent data type") || r.GetErrorKind() != "INVALID_ARG" {
 		t.Errorf("load ens_fp32: %v", r)
 	}
+}
+
+// TestEnsembleUnloadDependents: Triton's unload_dependents. Unloading an
+// ensemble with it unloads the composing models that were loaded only for
+// an ensemble and that no ensemble still loaded composes; without it, or
+// for a model a load request named itself, they stay.
+func TestEnsembleUnloadDependents(t *testing.T) {
+	repo := t.TempDir()
+	writeModel(t, repo, "simple", addsubConfig)
+	writeModel(t, repo, "ens", ensembleConfig("ens", "simple", "TYPE_INT32"))
+	writeModel(t, repo, "ens2", ensembleConfig("ens2", "simple", "TYPE_INT32"))
+	writeModel(t, repo, "outer", ensembleConfig("outer", "ens", "TYPE_INT32"))
+	url := startNATS(t)
+	client, err := bus.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, _ := runExecutor(t, url, Config{RepositoryPath: repo, ControlMode: ControlExplicit, ID: "ex-1", Node: "node-a"})
+	control := func(name string, load, dependents bool) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		reply := &busv1.ModelControlReply{}
+		req := &busv1.ModelControlRequest{Name: name, Load: load, UnloadDependents: dependents}
+		if err := client.Request(ctx, bus.ModelControlSubject, req, reply); err != nil {
+			t.Fatal(err)
+		}
+		if reply.GetError() != "" {
+			t.Fatalf("%v: %s", req, reply.GetError())
+		}
+	}
+	ready := func() map[string]bool {
+		out := map[string]bool{}
+		for _, m := range ex.catalog().GetModels() {
+			if m.GetState() == StateReady {
+				out[m.GetName()] = true
+			}
+		}
+		return out
+	}
+	want := func(step string, names ...string) {
+		t.Helper()
+		got := ready()
+		for _, n := range []string{"simple", "ens", "ens2", "outer"} {
+			if got[n] != slices.Contains(names, n) {
+				t.Errorf("%s: READY %v, want exactly %v", step, got, names)
+				return
+			}
+		}
+	}
+
+	control("ens", true, false)
+	want("ens loaded", "ens", "simple")
+	control("ens", false, false)
+	want("ens unloaded without its dependents", "simple")
+
+	control("simple", false, false)
+	control("ens", true, false)
+	control("ens", false, true)
+	want("ens unloaded with its dependents")
+
+	control("simple", true, false) // named by a load request of its own
+	control("ens", true, false)
+	control("ens", false, true)
+	want("ens unloaded with its dependents, simple loaded explicitly", "simple")
+
+	control("simple", false, false)
+	control("ens", true, false)
+	control("ens2", true, false)
+	control("ens", false, true)
+	want("ens unloaded with its dependents while ens2 composes simple", "ens2", "simple")
+	control("ens2", false, true)
+	want("ens2 unloaded with its dependents")
+
+	// Down a nested ensemble: outer loads ens, which loads simple.
+	control("outer", true, false)
+	want("outer loaded", "outer", "ens", "simple")
+	control("outer", false, true)
+	want("outer unloaded with its dependents")
 }

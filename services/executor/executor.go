@@ -185,7 +185,9 @@ type Executor struct {
 	tracer     *tracing.Tracer       // spans of traced requests; nil when nothing is exported
 	log        *slog.Logger
 	generation uint64
-	revision   atomic.Uint64 // catalog changes within the generation
+	revision   atomic.Uint64   // catalog changes within the generation
+	lastLoad   atomic.Int64    // the latest load stamp given (loadStamp)
+	deps       dependencyLoads // models loaded only as an ensemble's composing models (ensemble.go)
 	ready      chan struct{}
 
 	bus *bus.Conn

@@ -110,7 +110,7 @@ func TestMetadataEndpoints(t *testing.T) {
 		status                   int
 		want                     string // JSON; "" = empty body
 	}{
-		{"server metadata", "GET", "/v2", "", 200, `{"name":"triton","version":"test","extensions":["classification","binary_tensor_data","cuda_shared_memory","system_shared_memory","model_configuration","model_repository","schedule_policy","statistics","sequence","sequence(string_id)","trace","logging"]}`},
+		{"server metadata", "GET", "/v2", "", 200, `{"name":"triton","version":"test","extensions":["classification","binary_tensor_data","cuda_shared_memory","system_shared_memory","model_configuration","model_repository","model_repository(unload_dependents)","schedule_policy","statistics","sequence","sequence(string_id)","trace","logging"]}`},
 		{"model metadata", "GET", "/v2/models/simple", "", 200, simpleMeta},
 		{"model metadata version", "GET", "/v2/models/simple/versions/1", "", 200, simpleMeta},
 		{"model ready", "GET", "/v2/models/simple/ready", "", 200, ""},

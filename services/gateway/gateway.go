@@ -643,6 +643,7 @@ func extensions() []string {
 		"system_shared_memory",
 		"model_configuration",
 		"model_repository",
+		"model_repository(unload_dependents)",
 		"schedule_policy",
 		"statistics",
 		"sequence",

@@ -1262,3 +1262,65 @@ func TestModelControlNames(t *testing.T) {
 		t.Fatal("simple not ready after the refused loads and unloads")
 	}
 }
+
+// TestModelControlUnloadDependents: the repository API's unload_dependents
+// reaches the executors over HTTP ({"parameters":{"unload_dependents":
+// true}}) and gRPC (a bool parameter): the ensemble's composing model,
+// loaded with it, is unloaded with it; without the parameter it stays.
+func TestModelControlUnloadDependents(t *testing.T) {
+	ns := startNATS(t)
+	g := startGateway(t, ns)
+	repo := controlRepo(t)
+	writeModel(t, repo, "ens", `name: "ens"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling { step [ { model_name: "simple" model_version: -1
+  input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" }
+  output_map { key: "OUTPUT0" value: "OUTPUT0" } output_map { key: "OUTPUT1" value: "OUTPUT1" } } ] }
+`, 1)
+	startExplicitExecutor(t, ns, "ex1", repo)
+	waitExecutors(t, g, 1)
+	base := "http://" + g.HTTPAddr()
+	c, _ := grpcClient(t, g)
+	ctx := context.Background()
+	load := func() {
+		t.Helper()
+		if r := post(t, base+"/v2/repository/models/ens/load", ""); r.status != 200 {
+			t.Fatalf("load ens: %d %s", r.status, r.body)
+		}
+		if !ready(t, base, "ens", "") || !ready(t, base, "simple", "") {
+			t.Fatal("ens and simple not both ready after loading ens")
+		}
+	}
+
+	load()
+	if r := post(t, base+"/v2/repository/models/ens/unload", ""); r.status != 200 {
+		t.Fatalf("unload ens: %d %s", r.status, r.body)
+	}
+	if ready(t, base, "ens", "") || !ready(t, base, "simple", "") {
+		t.Fatal("HTTP unload without unload_dependents: want ens unloaded and simple still ready")
+	}
+	if r := post(t, base+"/v2/repository/models/simple/unload", ""); r.status != 200 {
+		t.Fatalf("unload simple: %d %s", r.status, r.body)
+	}
+
+	load()
+	if r := post(t, base+"/v2/repository/models/ens/unload", `{"parameters":{"unload_dependents":true}}`); r.status != 200 {
+		t.Fatalf("unload ens with its dependents: %d %s", r.status, r.body)
+	}
+	if ready(t, base, "ens", "") || ready(t, base, "simple", "") {
+		t.Fatal("HTTP unload with unload_dependents: want ens and simple unloaded")
+	}
+
+	load()
+	dependents := map[string]*inference.ModelRepositoryParameter{
+		"unload_dependents": {ParameterChoice: &inference.ModelRepositoryParameter_BoolParam{BoolParam: true}}}
+	if _, err := c.RepositoryModelUnload(ctx, &inference.RepositoryModelUnloadRequest{ModelName: "ens", Parameters: dependents}); err != nil {
+		t.Fatalf("gRPC unload ens with its dependents: %v", err)
+	}
+	if ready(t, base, "ens", "") || ready(t, base, "simple", "") {
+		t.Fatal("gRPC unload with unload_dependents: want ens and simple unloaded")
+	}
+}
