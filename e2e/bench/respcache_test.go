@@ -11,8 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/e2e/constellation"
 	"github.com/nereid-io/nereid/pkg/redisconn/redistest"
 	"github.com/nereid-io/nereid/pkg/respcache"
 	"github.com/nereid-io/nereid/services/standalone"
@@ -25,7 +27,10 @@ import (
 //
 //   - 64 B, gRPC unary, c=1: a local cache hit against the same request
 //     uncached (target p50 <= 0.6x), and a Redis cache hit (a real
-//     redis-server) against it (target p50 <= 1.0x);
+//     redis-server) against it (target p50 <= 1.0x), in this server and
+//     again in a constellation of processes (nats-server, an executor and
+//     a gateway), where a request that is not cached crosses processes as
+//     it does when deployed, while here it stays in this process;
 //   - a 16 MiB output from a 64 B input (the identity's output_repeat
 //     parameter repeats the input 262144 times), gRPC unary, c=1: a local
 //     hit, which skips the executor's writing of the output and its
@@ -46,6 +51,7 @@ func init() {
 	comparisons = append(comparisons,
 		comparison{"respcache-local-hit-64B-grpc-unary/c1", "respcache-uncached-64B-grpc-unary/c1", latency, 0.6, 0},
 		comparison{"respcache-redis-hit-64B-grpc-unary/c1", "respcache-uncached-redis-64B-grpc-unary/c1", latency, 1.0, 0},
+		comparison{"respcache-redis-hit-64B-grpc-unary-constellation/c1", "respcache-uncached-redis-64B-grpc-unary-constellation/c1", latency, 1.0, 0},
 		comparison{"respcache-local-hit-16MiB-grpc-unary/c1", "respcache-uncached-16MiB-grpc-unary/c1", throughput, 2.0, 0},
 		comparison{"respcache-local-hit-16MiB-handoff-grpc-unary/c1", "respcache-uncached-16MiB-handoff-grpc-unary/c1", throughput, 0, 0},
 	)
@@ -54,9 +60,9 @@ func init() {
 // largeRepeat makes the 64 B input a 16 MiB output.
 const largeRepeat = large / small
 
-// cacheServer starts a standalone server with cache and the two models,
-// whose configurations get extra (parameters) added.
-func cacheServer(b *testing.B, cache respcache.Config, extra string, handoff int) string {
+// cacheRepo writes a model repository of the two models, whose
+// configurations get extra (parameters) added.
+func cacheRepo(b *testing.B, extra string) string {
 	b.Helper()
 	src, err := RepoDir()
 	if err != nil {
@@ -79,8 +85,15 @@ func cacheServer(b *testing.B, cache respcache.Config, extra string, handoff int
 			b.Fatal(err)
 		}
 	}
+	return repo
+}
+
+// cacheServer starts a standalone server with cache and the two models,
+// whose configurations get extra (parameters) added.
+func cacheServer(b *testing.B, cache respcache.Config, extra string, handoff int) string {
+	b.Helper()
 	cfg := standalone.DefaultConfig()
-	cfg.ModelRepository = repo
+	cfg.ModelRepository = cacheRepo(b, extra)
 	cfg.Models = []string{uncachedModel, cachedModel}
 	cfg.Host = "127.0.0.1"
 	cfg.HTTPPort, cfg.GRPCPort = 0, 0
@@ -124,6 +137,21 @@ func BenchmarkResponseCache(b *testing.B) {
 			Redis: respcache.RedisConfig{Host: host, Port: p, ConnectTimeout: respcache.DefaultRedisTimeout,
 				SocketTimeout: respcache.DefaultRedisTimeout, WaitTimeout: respcache.DefaultWaitTimeout}}
 		pair(b, cacheServer(b, cache, "", 0), "respcache-uncached-redis-64B-grpc-unary/c1", "respcache-redis-hit-64B-grpc-unary/c1", small, warmSmall)
+	})
+	// The same pair in the constellation as deployed: nats-server, an
+	// executor and a gateway, each its own process, and redis-server.
+	b.Run("redis-hit-vs-uncached/64B/constellation/c=1", func(b *testing.B) {
+		rdb := redistest.Plain(b)
+		host, port, _ := net.SplitHostPort(rdb.Options().Addr)
+		cl := constellation.NewCluster(b)
+		cl.Executor(cacheRepo(b, ""), "e1")
+		gw := cl.Gateway("--cache-config", "redis,host="+host, "--cache-config", "redis,port="+port)
+		for _, m := range []string{uncachedModel, cachedModel} {
+			if err := waitReady(gw.HTTP()+"/v2/models/"+m+"/ready", 60*time.Second); err != nil {
+				b.Fatal(err)
+			}
+		}
+		pair(b, gw.GRPC(), "respcache-uncached-redis-64B-grpc-unary-constellation/c1", "respcache-redis-hit-64B-grpc-unary-constellation/c1", small, warmSmall)
 	})
 	repeat := fmt.Sprintf("parameters { key: \"output_repeat\" value { string_value: \"%d\" } }\n", largeRepeat)
 	b.Run("local-hit-vs-uncached/16MiB/c=1", func(b *testing.B) {
