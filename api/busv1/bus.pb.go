@@ -606,6 +606,110 @@ func (x *StatisticsReply) GetBackendMetricsProcess() string {
 	return ""
 }
 
+// What the gateway answering a statistics request asks every gateway for
+// (bus.GatewayStatsSubject): its own part of the statistics of these
+// versions, each named (name and version) as a StatisticsRequest.
+type GatewayStatisticsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Versions      []*StatisticsRequest   `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GatewayStatisticsRequest) Reset() {
+	*x = GatewayStatisticsRequest{}
+	mi := &file_busv1_bus_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewayStatisticsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewayStatisticsRequest) ProtoMessage() {}
+
+func (x *GatewayStatisticsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewayStatisticsRequest.ProtoReflect.Descriptor instead.
+func (*GatewayStatisticsRequest) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GatewayStatisticsRequest) GetVersions() []*StatisticsRequest {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+// A gateway's own part of the statistics (bus.GatewayStatsSubject): what
+// no executor or router reports because the gateway alone saw it, the
+// ensemble requests it ran and its response cache's hits and misses.
+// gateway_id names the gateway, so that the one gathering the parts counts
+// each gateway once.
+type GatewayStatisticsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GatewayId     string                 `protobuf:"bytes,1,opt,name=gateway_id,json=gatewayId,proto3" json:"gateway_id,omitempty"`
+	Stats         *StatisticsReply       `protobuf:"bytes,2,opt,name=stats,proto3" json:"stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GatewayStatisticsReply) Reset() {
+	*x = GatewayStatisticsReply{}
+	mi := &file_busv1_bus_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewayStatisticsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewayStatisticsReply) ProtoMessage() {}
+
+func (x *GatewayStatisticsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_busv1_bus_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewayStatisticsReply.ProtoReflect.Descriptor instead.
+func (*GatewayStatisticsReply) Descriptor() ([]byte, []int) {
+	return file_busv1_bus_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GatewayStatisticsReply) GetGatewayId() string {
+	if x != nil {
+		return x.GatewayId
+	}
+	return ""
+}
+
+func (x *GatewayStatisticsReply) GetStats() *StatisticsReply {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
 // A metric family a backend registered: Triton's TRITONSERVER_MetricKind
 // (0 counter, 1 gauge, 2 histogram), the name and the help it gave.
 type BackendMetricFamily struct {
@@ -620,7 +724,7 @@ type BackendMetricFamily struct {
 
 func (x *BackendMetricFamily) Reset() {
 	*x = BackendMetricFamily{}
-	mi := &file_busv1_bus_proto_msgTypes[7]
+	mi := &file_busv1_bus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +736,7 @@ func (x *BackendMetricFamily) String() string {
 func (*BackendMetricFamily) ProtoMessage() {}
 
 func (x *BackendMetricFamily) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[7]
+	mi := &file_busv1_bus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +749,7 @@ func (x *BackendMetricFamily) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendMetricFamily.ProtoReflect.Descriptor instead.
 func (*BackendMetricFamily) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{7}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BackendMetricFamily) GetName() string {
@@ -693,7 +797,7 @@ type BackendMetric struct {
 
 func (x *BackendMetric) Reset() {
 	*x = BackendMetric{}
-	mi := &file_busv1_bus_proto_msgTypes[8]
+	mi := &file_busv1_bus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +809,7 @@ func (x *BackendMetric) String() string {
 func (*BackendMetric) ProtoMessage() {}
 
 func (x *BackendMetric) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[8]
+	mi := &file_busv1_bus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +822,7 @@ func (x *BackendMetric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendMetric.ProtoReflect.Descriptor instead.
 func (*BackendMetric) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{8}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BackendMetric) GetLabels() []*BackendMetricLabel {
@@ -773,7 +877,7 @@ type BackendMetricLabel struct {
 
 func (x *BackendMetricLabel) Reset() {
 	*x = BackendMetricLabel{}
-	mi := &file_busv1_bus_proto_msgTypes[9]
+	mi := &file_busv1_bus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +889,7 @@ func (x *BackendMetricLabel) String() string {
 func (*BackendMetricLabel) ProtoMessage() {}
 
 func (x *BackendMetricLabel) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[9]
+	mi := &file_busv1_bus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +902,7 @@ func (x *BackendMetricLabel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendMetricLabel.ProtoReflect.Descriptor instead.
 func (*BackendMetricLabel) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{9}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BackendMetricLabel) GetName() string {
@@ -833,7 +937,7 @@ type GpuMetrics struct {
 
 func (x *GpuMetrics) Reset() {
 	*x = GpuMetrics{}
-	mi := &file_busv1_bus_proto_msgTypes[10]
+	mi := &file_busv1_bus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +949,7 @@ func (x *GpuMetrics) String() string {
 func (*GpuMetrics) ProtoMessage() {}
 
 func (x *GpuMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[10]
+	mi := &file_busv1_bus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +962,7 @@ func (x *GpuMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuMetrics.ProtoReflect.Descriptor instead.
 func (*GpuMetrics) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{10}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GpuMetrics) GetUuid() string {
@@ -933,7 +1037,7 @@ type VersionMetrics struct {
 
 func (x *VersionMetrics) Reset() {
 	*x = VersionMetrics{}
-	mi := &file_busv1_bus_proto_msgTypes[11]
+	mi := &file_busv1_bus_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1049,7 @@ func (x *VersionMetrics) String() string {
 func (*VersionMetrics) ProtoMessage() {}
 
 func (x *VersionMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[11]
+	mi := &file_busv1_bus_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1062,7 @@ func (x *VersionMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionMetrics.ProtoReflect.Descriptor instead.
 func (*VersionMetrics) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{11}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *VersionMetrics) GetName() string {
@@ -1033,7 +1137,7 @@ type LatencySummary struct {
 
 func (x *LatencySummary) Reset() {
 	*x = LatencySummary{}
-	mi := &file_busv1_bus_proto_msgTypes[12]
+	mi := &file_busv1_bus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1149,7 @@ func (x *LatencySummary) String() string {
 func (*LatencySummary) ProtoMessage() {}
 
 func (x *LatencySummary) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[12]
+	mi := &file_busv1_bus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1162,7 @@ func (x *LatencySummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencySummary.ProtoReflect.Descriptor instead.
 func (*LatencySummary) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{12}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LatencySummary) GetFamily() string {
@@ -1107,7 +1211,7 @@ type FirstResponseHistogram struct {
 
 func (x *FirstResponseHistogram) Reset() {
 	*x = FirstResponseHistogram{}
-	mi := &file_busv1_bus_proto_msgTypes[13]
+	mi := &file_busv1_bus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1223,7 @@ func (x *FirstResponseHistogram) String() string {
 func (*FirstResponseHistogram) ProtoMessage() {}
 
 func (x *FirstResponseHistogram) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[13]
+	mi := &file_busv1_bus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1236,7 @@ func (x *FirstResponseHistogram) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirstResponseHistogram.ProtoReflect.Descriptor instead.
 func (*FirstResponseHistogram) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{13}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FirstResponseHistogram) GetName() string {
@@ -1199,7 +1303,7 @@ type ModelControlRequest struct {
 
 func (x *ModelControlRequest) Reset() {
 	*x = ModelControlRequest{}
-	mi := &file_busv1_bus_proto_msgTypes[14]
+	mi := &file_busv1_bus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1315,7 @@ func (x *ModelControlRequest) String() string {
 func (*ModelControlRequest) ProtoMessage() {}
 
 func (x *ModelControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[14]
+	mi := &file_busv1_bus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1328,7 @@ func (x *ModelControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelControlRequest.ProtoReflect.Descriptor instead.
 func (*ModelControlRequest) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{14}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ModelControlRequest) GetName() string {
@@ -1283,7 +1387,7 @@ type ModelControlReply struct {
 
 func (x *ModelControlReply) Reset() {
 	*x = ModelControlReply{}
-	mi := &file_busv1_bus_proto_msgTypes[15]
+	mi := &file_busv1_bus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1399,7 @@ func (x *ModelControlReply) String() string {
 func (*ModelControlReply) ProtoMessage() {}
 
 func (x *ModelControlReply) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[15]
+	mi := &file_busv1_bus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1412,7 @@ func (x *ModelControlReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelControlReply.ProtoReflect.Descriptor instead.
 func (*ModelControlReply) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{15}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ModelControlReply) GetExecutorId() string {
@@ -1354,7 +1458,7 @@ type ExecutorDrainRequest struct {
 
 func (x *ExecutorDrainRequest) Reset() {
 	*x = ExecutorDrainRequest{}
-	mi := &file_busv1_bus_proto_msgTypes[16]
+	mi := &file_busv1_bus_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1470,7 @@ func (x *ExecutorDrainRequest) String() string {
 func (*ExecutorDrainRequest) ProtoMessage() {}
 
 func (x *ExecutorDrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[16]
+	mi := &file_busv1_bus_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1483,7 @@ func (x *ExecutorDrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorDrainRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorDrainRequest) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{16}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecutorDrainRequest) GetStart() bool {
@@ -1409,7 +1513,7 @@ type PlacementDemand struct {
 
 func (x *PlacementDemand) Reset() {
 	*x = PlacementDemand{}
-	mi := &file_busv1_bus_proto_msgTypes[17]
+	mi := &file_busv1_bus_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1525,7 @@ func (x *PlacementDemand) String() string {
 func (*PlacementDemand) ProtoMessage() {}
 
 func (x *PlacementDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[17]
+	mi := &file_busv1_bus_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1538,7 @@ func (x *PlacementDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementDemand.ProtoReflect.Descriptor instead.
 func (*PlacementDemand) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{17}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PlacementDemand) GetModel() string {
@@ -1456,7 +1560,7 @@ type PlacementDemandReply struct {
 
 func (x *PlacementDemandReply) Reset() {
 	*x = PlacementDemandReply{}
-	mi := &file_busv1_bus_proto_msgTypes[18]
+	mi := &file_busv1_bus_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1572,7 @@ func (x *PlacementDemandReply) String() string {
 func (*PlacementDemandReply) ProtoMessage() {}
 
 func (x *PlacementDemandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_busv1_bus_proto_msgTypes[18]
+	mi := &file_busv1_bus_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1585,7 @@ func (x *PlacementDemandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementDemandReply.ProtoReflect.Descriptor instead.
 func (*PlacementDemandReply) Descriptor() ([]byte, []int) {
-	return file_busv1_bus_proto_rawDescGZIP(), []int{18}
+	return file_busv1_bus_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PlacementDemandReply) GetExecutors() []string {
@@ -1551,7 +1655,13 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\ametrics\x18\x03 \x03(\v2\x1d.nereid.bus.v1.VersionMetricsR\ametrics\x12-\n" +
 	"\x04gpus\x18\x04 \x03(\v2\x19.nereid.bus.v1.GpuMetricsR\x04gpus\x12K\n" +
 	"\x0fbackend_metrics\x18\x05 \x03(\v2\".nereid.bus.v1.BackendMetricFamilyR\x0ebackendMetrics\x126\n" +
-	"\x17backend_metrics_process\x18\x06 \x01(\tR\x15backendMetricsProcess\"\x89\x01\n" +
+	"\x17backend_metrics_process\x18\x06 \x01(\tR\x15backendMetricsProcess\"X\n" +
+	"\x18GatewayStatisticsRequest\x12<\n" +
+	"\bversions\x18\x01 \x03(\v2 .nereid.bus.v1.StatisticsRequestR\bversions\"m\n" +
+	"\x16GatewayStatisticsReply\x12\x1d\n" +
+	"\n" +
+	"gateway_id\x18\x01 \x01(\tR\tgatewayId\x124\n" +
+	"\x05stats\x18\x02 \x01(\v2\x1e.nereid.bus.v1.StatisticsReplyR\x05stats\"\x89\x01\n" +
 	"\x13BackendMetricFamily\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04help\x18\x02 \x01(\tR\x04help\x12\x12\n" +
@@ -1641,7 +1751,7 @@ func file_busv1_bus_proto_rawDescGZIP() []byte {
 	return file_busv1_bus_proto_rawDescData
 }
 
-var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_busv1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_busv1_bus_proto_goTypes = []any{
 	(*ExecutorHeartbeat)(nil),         // 0: nereid.bus.v1.ExecutorHeartbeat
 	(*ExecutorCatalog)(nil),           // 1: nereid.bus.v1.ExecutorCatalog
@@ -1650,43 +1760,47 @@ var file_busv1_bus_proto_goTypes = []any{
 	(*CatalogRequest)(nil),            // 4: nereid.bus.v1.CatalogRequest
 	(*StatisticsRequest)(nil),         // 5: nereid.bus.v1.StatisticsRequest
 	(*StatisticsReply)(nil),           // 6: nereid.bus.v1.StatisticsReply
-	(*BackendMetricFamily)(nil),       // 7: nereid.bus.v1.BackendMetricFamily
-	(*BackendMetric)(nil),             // 8: nereid.bus.v1.BackendMetric
-	(*BackendMetricLabel)(nil),        // 9: nereid.bus.v1.BackendMetricLabel
-	(*GpuMetrics)(nil),                // 10: nereid.bus.v1.GpuMetrics
-	(*VersionMetrics)(nil),            // 11: nereid.bus.v1.VersionMetrics
-	(*LatencySummary)(nil),            // 12: nereid.bus.v1.LatencySummary
-	(*FirstResponseHistogram)(nil),    // 13: nereid.bus.v1.FirstResponseHistogram
-	(*ModelControlRequest)(nil),       // 14: nereid.bus.v1.ModelControlRequest
-	(*ModelControlReply)(nil),         // 15: nereid.bus.v1.ModelControlReply
-	(*ExecutorDrainRequest)(nil),      // 16: nereid.bus.v1.ExecutorDrainRequest
-	(*PlacementDemand)(nil),           // 17: nereid.bus.v1.PlacementDemand
-	(*PlacementDemandReply)(nil),      // 18: nereid.bus.v1.PlacementDemandReply
-	nil,                               // 19: nereid.bus.v1.LatencySummary.WindowEntry
-	nil,                               // 20: nereid.bus.v1.ModelControlRequest.FilesEntry
-	(*inference.ModelConfig)(nil),     // 21: inference.ModelConfig
-	(*inference.ModelStatistics)(nil), // 22: inference.ModelStatistics
+	(*GatewayStatisticsRequest)(nil),  // 7: nereid.bus.v1.GatewayStatisticsRequest
+	(*GatewayStatisticsReply)(nil),    // 8: nereid.bus.v1.GatewayStatisticsReply
+	(*BackendMetricFamily)(nil),       // 9: nereid.bus.v1.BackendMetricFamily
+	(*BackendMetric)(nil),             // 10: nereid.bus.v1.BackendMetric
+	(*BackendMetricLabel)(nil),        // 11: nereid.bus.v1.BackendMetricLabel
+	(*GpuMetrics)(nil),                // 12: nereid.bus.v1.GpuMetrics
+	(*VersionMetrics)(nil),            // 13: nereid.bus.v1.VersionMetrics
+	(*LatencySummary)(nil),            // 14: nereid.bus.v1.LatencySummary
+	(*FirstResponseHistogram)(nil),    // 15: nereid.bus.v1.FirstResponseHistogram
+	(*ModelControlRequest)(nil),       // 16: nereid.bus.v1.ModelControlRequest
+	(*ModelControlReply)(nil),         // 17: nereid.bus.v1.ModelControlReply
+	(*ExecutorDrainRequest)(nil),      // 18: nereid.bus.v1.ExecutorDrainRequest
+	(*PlacementDemand)(nil),           // 19: nereid.bus.v1.PlacementDemand
+	(*PlacementDemandReply)(nil),      // 20: nereid.bus.v1.PlacementDemandReply
+	nil,                               // 21: nereid.bus.v1.LatencySummary.WindowEntry
+	nil,                               // 22: nereid.bus.v1.ModelControlRequest.FilesEntry
+	(*inference.ModelConfig)(nil),     // 23: inference.ModelConfig
+	(*inference.ModelStatistics)(nil), // 24: inference.ModelStatistics
 }
 var file_busv1_bus_proto_depIdxs = []int32{
 	3,  // 0: nereid.bus.v1.ExecutorCatalog.models:type_name -> nereid.bus.v1.ModelVersionState
 	2,  // 1: nereid.bus.v1.ExecutorCatalog.capacity:type_name -> nereid.bus.v1.ExecutorCapacity
-	21, // 2: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
-	22, // 3: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
-	13, // 4: nereid.bus.v1.StatisticsReply.first_response:type_name -> nereid.bus.v1.FirstResponseHistogram
-	11, // 5: nereid.bus.v1.StatisticsReply.metrics:type_name -> nereid.bus.v1.VersionMetrics
-	10, // 6: nereid.bus.v1.StatisticsReply.gpus:type_name -> nereid.bus.v1.GpuMetrics
-	7,  // 7: nereid.bus.v1.StatisticsReply.backend_metrics:type_name -> nereid.bus.v1.BackendMetricFamily
-	8,  // 8: nereid.bus.v1.BackendMetricFamily.metrics:type_name -> nereid.bus.v1.BackendMetric
-	9,  // 9: nereid.bus.v1.BackendMetric.labels:type_name -> nereid.bus.v1.BackendMetricLabel
-	12, // 10: nereid.bus.v1.VersionMetrics.summaries:type_name -> nereid.bus.v1.LatencySummary
-	19, // 11: nereid.bus.v1.LatencySummary.window:type_name -> nereid.bus.v1.LatencySummary.WindowEntry
-	20, // 12: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
-	1,  // 13: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	23, // 2: nereid.bus.v1.ModelVersionState.config:type_name -> inference.ModelConfig
+	24, // 3: nereid.bus.v1.StatisticsReply.model_stats:type_name -> inference.ModelStatistics
+	15, // 4: nereid.bus.v1.StatisticsReply.first_response:type_name -> nereid.bus.v1.FirstResponseHistogram
+	13, // 5: nereid.bus.v1.StatisticsReply.metrics:type_name -> nereid.bus.v1.VersionMetrics
+	12, // 6: nereid.bus.v1.StatisticsReply.gpus:type_name -> nereid.bus.v1.GpuMetrics
+	9,  // 7: nereid.bus.v1.StatisticsReply.backend_metrics:type_name -> nereid.bus.v1.BackendMetricFamily
+	5,  // 8: nereid.bus.v1.GatewayStatisticsRequest.versions:type_name -> nereid.bus.v1.StatisticsRequest
+	6,  // 9: nereid.bus.v1.GatewayStatisticsReply.stats:type_name -> nereid.bus.v1.StatisticsReply
+	10, // 10: nereid.bus.v1.BackendMetricFamily.metrics:type_name -> nereid.bus.v1.BackendMetric
+	11, // 11: nereid.bus.v1.BackendMetric.labels:type_name -> nereid.bus.v1.BackendMetricLabel
+	14, // 12: nereid.bus.v1.VersionMetrics.summaries:type_name -> nereid.bus.v1.LatencySummary
+	21, // 13: nereid.bus.v1.LatencySummary.window:type_name -> nereid.bus.v1.LatencySummary.WindowEntry
+	22, // 14: nereid.bus.v1.ModelControlRequest.files:type_name -> nereid.bus.v1.ModelControlRequest.FilesEntry
+	1,  // 15: nereid.bus.v1.ModelControlReply.catalog:type_name -> nereid.bus.v1.ExecutorCatalog
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_busv1_bus_proto_init() }
@@ -1700,7 +1814,7 @@ func file_busv1_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_busv1_bus_proto_rawDesc), len(file_busv1_bus_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

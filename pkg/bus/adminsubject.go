@@ -8,8 +8,9 @@ package bus
 const presencePrefix = Prefix + ".presence."
 
 // GatewayPresenceSubject carries adminv1.Gateway, published by every
-// gateway each HeartbeatInterval (withdraw=true on shutdown); gateways
-// serving the admin API listen.
+// gateway each HeartbeatInterval (withdraw=true on shutdown); every
+// gateway listens, for the admin API and to know which gateways to wait
+// for when it gathers their statistics (GatewayStatsSubject).
 const GatewayPresenceSubject = presencePrefix + "gateway"
 
 // RouterPresenceSubject carries adminv1.SequenceRouter, published by every

@@ -164,6 +164,7 @@ func TestReplyClass(t *testing.T) {
 		SequenceTakeoverSubject("m", "1"):       "gateway_executor",
 		"not.a.nereid.subject":                  unroutedClass,
 		ExecutorStatsSubject("e1"):              "executor",
+		GatewayStatsSubject:                     "gateway",
 	} {
 		if got := ReplyClass(subj); got != want {
 			t.Errorf("ReplyClass(%q) = %q, want %q", subj, got, want)

@@ -105,6 +105,10 @@ var routes = []Route{
 	{Pattern: execPrefix + "*.place", Publishers: rt, Subscribers: ex, Repliers: ex},
 	{Pattern: PlacementSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
 	{Pattern: execPrefix + "*.stats", Publishers: gw, Subscribers: ex, Repliers: ex},
+	// The statistics only gateways keep (the ensembles they ran, their
+	// response cache): the gateway answering a statistics request gathers
+	// every gateway's part.
+	{Pattern: GatewayStatsSubject, Publishers: gw, Subscribers: gw, Repliers: gw},
 	// Ensembles an executor runs whole: a gateway sends it the request.
 	{Pattern: execPrefix + "*.ensemble", Publishers: gw, Subscribers: ex, Repliers: ex},
 	// The admin API: a gateway asks an executor for its state and tells

@@ -34,6 +34,7 @@ var subjectExamples = map[string]string{
 	"InferDeviceSubject":             InferDeviceSubject("simple", "2", "node-a", 3),
 	"ExecutorCatalogSubject":         ExecutorCatalogSubject("e1"),
 	"ExecutorStatsSubject":           ExecutorStatsSubject("e1"),
+	"GatewayStatsSubject":            GatewayStatsSubject,
 	"ExecutorStatusSubject":          ExecutorStatusSubject("e1"),
 	"ExecutorDrainSubject":           ExecutorDrainSubject("e1"),
 	"ExecutorPlaceSubject":           ExecutorPlaceSubject("e1"),

@@ -98,6 +98,14 @@ func ExecutorStatsSubject(id string) string {
 	return execPrefix + Token(id) + ".stats"
 }
 
+// GatewayStatsSubject is where every gateway answers
+// GatewayStatisticsRequest with a GatewayStatisticsReply: its own part of
+// the statistics of the versions asked for, which no executor holds.
+// Gateways subscribe without a queue group, so that the one answering the
+// statistics extension gathers (Conn.Gather) every gateway's part:
+// "nereid.v1.gateway.stats".
+const GatewayStatsSubject = Prefix + ".gateway.stats"
+
 // PingSubject is where the named service ("shm-registry",
 // "sequence-router") answers liveness pings with its name:
 // "nereid.v1.svc.<Token(service)>.ping".

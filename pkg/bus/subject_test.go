@@ -64,6 +64,7 @@ func TestSubjects(t *testing.T) {
 		{ExecutorCatalogSubject("gpu-0"), "nereid.v1.exec.gpu-0.catalog"},
 		{ExecutorStatsSubject("node a/0"), "nereid.v1.exec.node~20a~2F0.stats"},
 		{ExecutorEnsembleSubject("gpu-0"), "nereid.v1.exec.gpu-0.ensemble"},
+		{GatewayStatsSubject, "nereid.v1.gateway.stats"},
 		{HeartbeatSubject, "nereid.v1.catalog.heartbeat"},
 		{SolicitSubject, "nereid.v1.catalog.solicit"},
 	}

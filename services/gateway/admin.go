@@ -37,9 +37,8 @@ const adminGRPCPrefix = "/" + "nereid.admin.v1.Admin" + "/"
 
 type adminService struct {
 	adminv1.UnimplementedAdminServer
-	g        *Gateway
-	gateways presenceTable[*adminv1.Gateway]
-	routers  presenceTable[*adminv1.SequenceRouter]
+	g       *Gateway
+	routers presenceTable[*adminv1.SequenceRouter]
 }
 
 // presenceTable keeps the latest announcement of each process of one kind,
@@ -56,20 +55,23 @@ type presenceEntry[T any] struct {
 }
 
 // put records v from process id at now, or forgets id when it withdrew.
-func (p *presenceTable[T]) put(id string, v T, withdraw bool, now time.Time) {
+// It reports whether id was not in the table.
+func (p *presenceTable[T]) put(id string, v T, withdraw bool, now time.Time) bool {
 	if id == "" {
-		return
+		return false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if withdraw {
 		delete(p.last, id)
-		return
+		return false
 	}
 	if p.last == nil {
 		p.last = map[string]presenceEntry[T]{}
 	}
+	_, known := p.last[id]
 	p.last[id] = presenceEntry[T]{v: v, at: now}
+	return !known
 }
 
 // list returns the processes heard from within expiry before now, by id.
@@ -102,24 +104,39 @@ func (g *Gateway) presence(withdraw bool) *adminv1.Gateway {
 	}
 }
 
-// announce publishes the gateway's presence.
+// announce publishes the gateway's presence; nothing once it has
+// withdrawn (shutting down: the others stop waiting for its statistics).
 func (g *Gateway) announce(withdraw bool) {
+	g.presenceMu.Lock()
+	defer g.presenceMu.Unlock()
+	if g.withdrawn {
+		return
+	}
+	g.withdrawn = withdraw
 	if err := g.bus.Publish(bus.GatewayPresenceSubject, g.presence(withdraw)); err != nil {
 		g.log.Debug("presence not published", "err", err)
 	}
 }
 
-// followPresence listens to the presence of gateways and sequence routers.
-func (a *adminService) followPresence() ([]*bus.Subscription, error) {
-	gws, err := a.g.bus.Subscribe(bus.GatewayPresenceSubject, func(_ context.Context, data []byte) {
+// followGateways listens to the presence of the other gateways, which
+// every gateway keeps: the admin API lists them, and the statistics wait
+// for their parts (gatewayStats). A gateway heard from for the first time
+// is answered with this one's presence, so that it knows this one at once
+// rather than a heartbeat interval later.
+func (g *Gateway) followGateways() (*bus.Subscription, error) {
+	return g.bus.Subscribe(bus.GatewayPresenceSubject, func(_ context.Context, data []byte) {
 		var p adminv1.Gateway
-		if proto.Unmarshal(data, &p) == nil {
-			a.gateways.put(p.GetId(), &p, p.GetWithdraw(), time.Now())
+		if proto.Unmarshal(data, &p) != nil || p.GetId() == g.id {
+			return
+		}
+		if g.gateways.put(p.GetId(), &p, p.GetWithdraw(), time.Now()) {
+			g.announce(false)
 		}
 	})
-	if err != nil {
-		return nil, err
-	}
+}
+
+// followPresence listens to the presence of sequence routers.
+func (a *adminService) followPresence() ([]*bus.Subscription, error) {
 	rts, err := a.g.bus.Subscribe(bus.RouterPresenceSubject, func(_ context.Context, data []byte) {
 		var p adminv1.SequenceRouter
 		if proto.Unmarshal(data, &p) == nil {
@@ -127,14 +144,13 @@ func (a *adminService) followPresence() ([]*bus.Subscription, error) {
 		}
 	})
 	if err != nil {
-		_ = gws.Unsubscribe()
 		return nil, err
 	}
-	return []*bus.Subscription{gws, rts}, nil
+	return []*bus.Subscription{rts}, nil
 }
 
 func (a *adminService) ListGateways(context.Context, *adminv1.ListGatewaysRequest) (*adminv1.ListGatewaysResponse, error) {
-	list := a.gateways.list(time.Now(), bus.HeartbeatExpiry)
+	list := a.g.gateways.list(time.Now(), bus.HeartbeatExpiry)
 	// This gateway is listed from its own state, announced or not yet.
 	self := a.g.presence(false)
 	list = slices.DeleteFunc(list, func(p *adminv1.Gateway) bool { return p.GetId() == self.GetId() })

@@ -10,8 +10,10 @@
 // READY when any live executor serves it READY, and requests for it go to
 // bus.InferSubject(model, version), where the executors serving it share a
 // queue group. Statistics and the nv_inference_* metrics are the sums of what
-// every executor reports, gathered when asked for. Any number of gateways can
-// therefore run side by side.
+// every executor reports, gathered when asked for, and of what every gateway
+// counts itself (the ensemble requests it ran, its response cache's hits and
+// misses; bus.GatewayStatsSubject). Any number of gateways can therefore run
+// side by side.
 //
 // Use:
 //

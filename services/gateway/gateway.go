@@ -191,6 +191,13 @@ type Gateway struct {
 	host hostmetrics.Sampler
 	// cache is the response cache (respcache.go); nil without one.
 	cache *respcache.Cache
+	// gateways are the other gateways, from their presence (admin.go):
+	// those whose part of the statistics to wait for (stats.go).
+	gateways presenceTable[*adminv1.Gateway]
+	// presenceMu orders this gateway's announcements; withdrawn, set by
+	// the last one, keeps a late announcement from undoing it.
+	presenceMu sync.Mutex
+	withdrawn  bool
 }
 
 // New checks cfg, connects the bus and opens the listeners, so that port
@@ -479,6 +486,18 @@ func (g *Gateway) run(ctx context.Context) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer settings.Stop()
+	gws, err := g.followGateways()
+	if err != nil {
+		g.closeListeners()
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer gws.Unsubscribe()
+	ownStats, err := g.serveGatewayStats()
+	if err != nil {
+		g.closeListeners()
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer ownStats.Unsubscribe()
 	if g.admin != nil {
 		subs, err := g.admin.followPresence()
 		if err != nil {
@@ -550,7 +569,8 @@ func (g *Gateway) run(ctx context.Context) error {
 			}
 		}
 	})
-	// Presence for the admin API of every gateway (admin.go).
+	// Presence for the admin API and the statistics of every gateway
+	// (admin.go, stats.go).
 	g.announce(false)
 	g.group.Go(func(ctx context.Context) {
 		t := time.NewTicker(bus.HeartbeatInterval)

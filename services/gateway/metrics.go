@@ -64,7 +64,8 @@ func (c localCollector) Collect(ch chan<- prometheus.Metric) {
 // constellationCollector reports Triton's per-model and GPU metrics of the
 // whole constellation, as Triton reports one server's: each scrape asks
 // the executors serving each READY version (and the sequence routers
-// leading the sequence models) for their statistics and sums them. Every
+// leading the sequence models, and every gateway for the ensembles it ran
+// and its response cache's hits) for their statistics and sums them. Every
 // gateway reports the same numbers, which also show on the executors' and
 // routers' own endpoints: it is served on /metrics/constellation, which
 // Prometheus must not scrape beside them.
@@ -84,10 +85,7 @@ func (c constellationCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	collectGPUs(ch, parts)
-	parts = append(parts, c.g.routerStats(context.Background(), want)...)
-	if p := c.g.cacheStats(want); p != nil {
-		parts = append(parts, p)
-	}
+	parts = append(parts, c.g.sharedStats(context.Background(), want)...)
 	tritonmetrics.Collect(ch, c.g.cfg.Metrics, sumStats(parts, want).GetModelStats(), parts)
 }
 

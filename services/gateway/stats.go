@@ -7,34 +7,117 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
-// statsTimeout bounds one scrape of the executors' statistics.
+// statsTimeout bounds one scrape of the executors' (the routers', the
+// gateways') statistics.
 const statsTimeout = 5 * time.Second
 
 type statsKey struct{ name, version string }
 
 // statistics answers the statistics extension as Triton's
 // TRITONSERVER_ServerModelStatistics does (only ready versions are reported,
-// with its messages), summing what every executor serving a version reports.
+// with its messages), summing what every executor serving a version reports
+// and what every gateway keeps itself.
 func (g *Gateway) statistics(ctx context.Context, name, versionStr string) (*inference.ModelStatisticsResponse, error) {
 	want, parts, err := g.executorStats(ctx, name, versionStr)
 	if err != nil {
 		return nil, err
 	}
-	// Sequence routers add the requests they failed themselves.
-	parts = append(parts, g.routerStats(ctx, want)...)
-	if p := g.ensStats.reply(want); p != nil { // ensembles run here (ensemble.go)
-		parts = append(parts, p)
+	return sumStats(append(parts, g.sharedStats(ctx, want)...), want), nil
+}
+
+// sharedStats asks, in parallel, for the parts of the statistics of the
+// versions in want that no executor keeps: the sequence routers' (the
+// requests they failed themselves) and every gateway's (gatewayStats).
+func (g *Gateway) sharedStats(ctx context.Context, want []statsKey) []*busv1.StatisticsReply {
+	var (
+		wg  sync.WaitGroup
+		gws []*busv1.StatisticsReply
+	)
+	wg.Go(func() { gws = g.gatewayStats(ctx, want) })
+	parts := g.routerStats(ctx, want)
+	wg.Wait()
+	return append(parts, gws...)
+}
+
+// ownStats is this gateway's own part of the statistics of the versions in
+// want: the ensembles it ran (ensemble.go) and its response cache's hits
+// and misses (respcache.go). Never nil: an empty part still answers a
+// gathering gateway.
+func (g *Gateway) ownStats(want []statsKey) *busv1.StatisticsReply {
+	out := &busv1.StatisticsReply{}
+	for _, p := range []*busv1.StatisticsReply{g.ensStats.reply(want), g.cacheStats(want)} {
+		out.ModelStats = append(out.ModelStats, p.GetModelStats()...)
 	}
-	if p := g.cacheStats(want); p != nil { // cache hits and misses (respcache.go)
-		parts = append(parts, p)
+	return out
+}
+
+// serveGatewayStats answers the gateways gathering the constellation's
+// statistics with this gateway's own part (GatewayStatsSubject). Every
+// gateway answers (no queue group): each holds only its own counts.
+func (g *Gateway) serveGatewayStats() (*bus.Subscription, error) {
+	return g.bus.Handle(bus.GatewayStatsSubject, "", func(_ context.Context, data []byte) (proto.Message, error) {
+		var req busv1.GatewayStatisticsRequest
+		if err := proto.Unmarshal(data, &req); err != nil {
+			return nil, tritonerr.InvalidArgf("malformed gateway statistics request: %v", err)
+		}
+		want := make([]statsKey, 0, len(req.GetVersions()))
+		for _, v := range req.GetVersions() {
+			want = append(want, statsKey{v.GetName(), v.GetVersion()})
+		}
+		return &busv1.GatewayStatisticsReply{GatewayId: g.id, Stats: g.ownStats(want)}, nil
+	})
+}
+
+// gatewayStats is every gateway's own part of the statistics of the
+// versions in want, each gateway counted once: this one's, read here, and
+// the others', gathered over the bus. The gather ends when every other
+// gateway this one has heard announce itself (followGateways) has
+// answered; one that has not by statsTimeout is left out (and logged), as
+// an executor that does not answer is (collectStats): it is most likely
+// going away. A gateway not yet heard from is counted if it answers
+// before the known ones have.
+func (g *Gateway) gatewayStats(ctx context.Context, want []statsKey) []*busv1.StatisticsReply {
+	parts := []*busv1.StatisticsReply{g.ownStats(want)}
+	pending := map[string]bool{}
+	for _, p := range g.gateways.list(time.Now(), bus.HeartbeatExpiry) {
+		if p.GetId() != g.id {
+			pending[p.GetId()] = true
+		}
 	}
-	return sumStats(parts, want), nil
+	if len(pending) == 0 || len(want) == 0 {
+		return parts
+	}
+	req := &busv1.GatewayStatisticsRequest{Versions: make([]*busv1.StatisticsRequest, 0, len(want))}
+	for _, k := range want {
+		req.Versions = append(req.Versions, &busv1.StatisticsRequest{Name: k.name, Version: k.version})
+	}
+	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	defer cancel()
+	seen := map[string]bool{g.id: true} // this gateway answers its own gather too
+	err := g.bus.Gather(ctx, bus.GatewayStatsSubject, req, func(data []byte) bool {
+		var rep busv1.GatewayStatisticsReply
+		if proto.Unmarshal(data, &rep) != nil || seen[rep.GetGatewayId()] {
+			return true
+		}
+		seen[rep.GetGatewayId()] = true
+		delete(pending, rep.GetGatewayId())
+		parts = append(parts, rep.GetStats())
+		return len(pending) > 0
+	})
+	if err != nil {
+		g.log.Warn("gateway statistics failed", "err", err)
+	} else if len(pending) > 0 {
+		g.log.Warn("gateway statistics not answered", "gateways", slices.Sorted(maps.Keys(pending)))
+	}
+	return parts
 }
 
 // executorStats asks the executors serving the versions to report (want)
