@@ -77,10 +77,30 @@ func (p *Plan) Drive(ctx context.Context, req *inference.ModelInferRequest, vers
 	var wg sync.WaitGroup
 	defer wg.Wait() // every step's request has returned before this does
 	running := 0
+	// inline holds the event of a step run in this goroutine: a lone step
+	// that is not decoupled, with no other step running, has nothing to
+	// run concurrently with, and a goroutine and a channel hop of its own
+	// would only add their wake-ups to every link of a chain.
+	var inline []stepEvent
 	launch := func(ls []Launch) {
 		for _, l := range ls {
 			sreq := stepRequest(req, p.Steps[l.Step], l.Iter, tensors)
 			running++
+			if len(ls) == 1 && running == 1 && !p.Steps[l.Step].Decoupled {
+				t0 := time.Now()
+				// Responses streamed by a model that became decoupled
+				// after the plan was made are kept in order for the loop.
+				var mu sync.Mutex
+				resp, err := run(ctx, p.Steps[l.Step], sreq, func(resp *inference.ModelInferResponse, err error) {
+					mu.Lock()
+					inline = append(inline, stepEvent{launch: l, resp: resp, err: err})
+					mu.Unlock()
+				})
+				mu.Lock()
+				inline = append(inline, stepEvent{launch: l, resp: resp, err: err, final: true, took: time.Since(t0)})
+				mu.Unlock()
+				continue
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -97,7 +117,12 @@ func (p *Plan) Drive(ctx context.Context, req *inference.ModelInferRequest, vers
 	var compute time.Duration
 	finalSent := false
 	for running > 0 {
-		ev := <-events
+		var ev stepEvent
+		if len(inline) > 0 {
+			ev, inline = inline[0], inline[1:]
+		} else {
+			ev = <-events
+		}
 		if ev.final {
 			running--
 			compute += ev.took
