@@ -154,7 +154,8 @@ func IsEnsemble(cfg *inference.ModelConfig) bool { return cfg.GetEnsembleSchedul
 // shape agree wherever it is produced or consumed (a non-batching model's
 // [-1, dims...] matching a batching model's [dims...]). lookup says what the
 // caller knows of a model; false: nothing (missing). It returns whether the
-// ensemble is decoupled (a step on its data path is).
+// ensemble is decoupled (a step on its data path is); a decoupled one with
+// response_cache enabled is refused.
 func ValidateComposition(cfg *inference.ModelConfig, lookup func(model string) (Composing, bool)) (decoupled bool, err error) {
 	ens := cfg.GetEnsembleScheduling()
 	if ens == nil {
@@ -221,7 +222,14 @@ func ValidateComposition(cfg *inference.ModelConfig, lookup func(model string) (
 			return false, err
 		}
 	}
-	return decoupledFlow(name, cfg, tensors)
+	decoupled, err = decoupledFlow(name, cfg, tensors)
+	if err == nil && decoupled && cfg.GetResponseCache().GetEnable() {
+		// A decoupled step on its data path makes the ensemble decoupled
+		// (Triton sets its model_transaction_policy so): refused with the
+		// cache as a model configured decoupled is (validateModel).
+		return false, errDecoupledCache(name)
+	}
+	return decoupled, err
 }
 
 // tensorNode is Triton's TensorNode (ensemble_utils.cc): an ensemble

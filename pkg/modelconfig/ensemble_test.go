@@ -71,6 +71,11 @@ func TestEnsembleSchedulingValidation(t *testing.T) {
 			"instance group should not be specified for ensemble 'instance_group'"},
 		{"backend", "backend: \"identity\"\n" + head + "ensemble_scheduling { " + addsub + " }",
 			"Ensemble model 'backend' must have platform type 'ensemble' and empty backend type"},
+		// Triton caches an ensemble's final response; a decoupled one has
+		// a stream instead and is refused as any decoupled model is.
+		{"cached", head + "response_cache { enable: true }\nensemble_scheduling { " + addsub + " }", ""},
+		{"decoupled_cached", head + "model_transaction_policy { decoupled: true }\nresponse_cache { enable: true }\nensemble_scheduling { " + addsub + " }",
+			"Response Cache does not currently support model decoupled_cached with 'decoupled' transaction policy. Please disable the response cache."},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,6 +93,34 @@ func TestEnsembleSchedulingValidation(t *testing.T) {
 				t.Errorf("kind %v, want INVALID_ARG", k)
 			}
 		})
+	}
+}
+
+// TestEnsembleCompositionDecoupledCache: an ensemble made decoupled by a
+// decoupled step cannot keep response_cache, refused with Triton's message
+// for a decoupled model with the cache; over a model that is not
+// decoupled it keeps it.
+func TestEnsembleCompositionDecoupledCache(t *testing.T) {
+	io := `input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]`
+	models := map[string]Composing{
+		"simple": {Config: mustParse(t, `name: "simple" max_batch_size: 8 `+io), Versions: []int64{1}},
+		"dec":    {Config: mustParse(t, `name: "dec" max_batch_size: 8 model_transaction_policy { decoupled: true } `+io), Versions: []int64{1}},
+	}
+	lookup := func(m string) (Composing, bool) { c, ok := models[m]; return c, ok }
+	ensemble := func(name, step string) *inference.ModelConfig {
+		return mustParse(t, `name: "`+name+`" platform: "ensemble" max_batch_size: 8 response_cache { enable: true }`+ensIO+
+			`ensemble_scheduling { step [ { model_name: "`+step+`" model_version: -1
+			input_map { key: "INPUT0" value: "IN0" } input_map { key: "INPUT1" value: "IN1" }
+			output_map { key: "OUTPUT0" value: "OUT0" } output_map { key: "OUTPUT1" value: "OUT1" } } ] }`)
+	}
+	if dec, err := ValidateComposition(ensemble("cached", "simple"), lookup); err != nil || dec {
+		t.Fatalf("over simple: decoupled %v, %v", dec, err)
+	}
+	_, err := ValidateComposition(ensemble("dec_cached", "dec"), lookup)
+	want := "Response Cache does not currently support model dec_cached with 'decoupled' transaction policy. Please disable the response cache."
+	if err == nil || err.Error() != want || tritonerr.KindOf(err) != tritonerr.InvalidArg {
+		t.Fatalf("over dec: %v, want INVALID_ARG %q", err, want)
 	}
 }
 

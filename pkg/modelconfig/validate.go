@@ -28,6 +28,12 @@ func Validate(cfg *inference.ModelConfig) error {
 
 func invalid(format string, args ...any) error { return tritonerr.InvalidArgf(format, args...) }
 
+// errDecoupledCache is Triton's refusal of a decoupled model with the
+// response cache: the cache keeps one response per request, not a stream.
+func errDecoupledCache(name string) error {
+	return invalid("Response Cache does not currently support model %s with 'decoupled' transaction policy. Please disable the response cache.", name)
+}
+
 // backendOfPlatform is Triton's GetBackendTypeFromPlatform, returning the
 // backend name or "" for platforms it does not know.
 func backendOfPlatform(platform string) string {
@@ -187,7 +193,7 @@ func validateModel(cfg *inference.ModelConfig) error {
 	}
 
 	if cfg.GetModelTransactionPolicy().GetDecoupled() && cfg.GetResponseCache().GetEnable() {
-		return invalid("Response Cache does not currently support model %s with 'decoupled' transaction policy. Please disable the response cache.", name)
+		return errDecoupledCache(name)
 	}
 
 	if mm := cfg.ModelMetrics; mm != nil {

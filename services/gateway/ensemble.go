@@ -112,6 +112,34 @@ func (v *view) composing(name string) (modelconfig.Composing, bool) {
 	return c, true
 }
 
+// ensemblesUsing names the ensembles of the view whose steps use model,
+// directly or through other ensembles, sorted. Every version counts,
+// whatever its state: an ensemble made UNAVAILABLE by its composing
+// model's unload still has the responses it cached before.
+func (v *view) ensemblesUsing(model string) []string {
+	var out []string
+	seen := map[string]bool{model: true}
+	for next := []string{model}; len(next) > 0; {
+		m := next[0]
+		next = next[1:]
+		for name, mv := range v.models {
+			if seen[name] {
+				continue
+			}
+			for _, vv := range mv.versions {
+				if slices.Contains(modelconfig.EnsembleModels(vv.config), m) {
+					seen[name] = true
+					out = append(out, name)
+					next = append(next, name)
+					break
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // errEnsembleDeadlock is Triton's error when an ensemble that is not
 // decoupled ends without its response.
 func errEnsembleDeadlock(name string) error { return ensemble.ErrDeadlock(name) }

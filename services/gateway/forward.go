@@ -27,7 +27,7 @@ func (g *Gateway) forwardInfer(ctx context.Context, vv *versionView, req *infere
 	ctx, file := g.startFileTrace(ctx, vv, req) // Triton's trace file (tritontrace.go)
 	ctx, verbose := g.logRequest(ctx, vv, req)
 	if vv.plan != nil { // an ensemble: its steps run from here (ensemble.go)
-		resp, err = g.inferEnsemble(ctx, vv, req)
+		resp, enc, err = g.forwardEnsemble(ctx, vv, req, passOn && file == nil, fw)
 	} else {
 		resp, enc, err = g.forward(ctx, vv, req, passOn && file == nil, fw)
 	}
@@ -53,9 +53,33 @@ func (g *Gateway) forward(ctx context.Context, vv *versionView, req *inference.M
 		fw = new(forwarding)
 	}
 	if vv.cached && g.cache != nil { // response_cache: respcache.go
-		return g.forwardCached(ctx, vv, req, passOn, fw)
+		return g.forwardCached(ctx, vv, req, passOn, fw, g.forwardUncached)
 	}
 	return g.forwardUncached(ctx, vv, req, passOn, fw)
+}
+
+// forwardEnsemble answers a request to an ensemble that is not decoupled:
+// with response_cache in its configuration, from the cache under the
+// ensemble's own key when it holds the response (no step runs), else by
+// running its steps, whose final response is then stored (forwardCached);
+// without it, by running its steps (inferEnsemble). Its composing models
+// keep their own caches either way, as Triton's do.
+func (g *Gateway) forwardEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
+	if vv.cached && g.cache != nil {
+		if fw == nil {
+			fw = new(forwarding)
+		}
+		return g.forwardCached(ctx, vv, req, passOn, fw, g.produceEnsemble)
+	}
+	resp, err := g.inferEnsemble(ctx, vv, req)
+	return resp, nil, err
+}
+
+// produceEnsemble is inferEnsemble as forwardCached's producer: the
+// response is the steps' (never an executor's encoding).
+func (g *Gateway) produceEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, _ bool, _ *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
+	resp, err := g.inferEnsemble(ctx, vv, req)
+	return resp, nil, err
 }
 
 // forwardUncached is forward without the response cache.

@@ -22,15 +22,24 @@ import (
 // response is queued for storing, which the cache's own goroutine does
 // while (or after) the response goes to the client.
 //
-// Ensembles: none exist yet. When they do, the ensemble's own request
-// passes through forward like any other, so an ensemble whose
-// configuration enables response_cache is cached at the ensemble level
-// here; the requests of its steps must then go through forwardUncached
-// (or forward, for steps whose models enable the cache themselves, as
-// Triton's composing models may).
+// An ensemble that is not decoupled is cached the same way at the
+// ensemble level (forwardEnsemble): its request is looked up under the
+// ensemble's name and version, a hit runs none of its steps, a miss runs
+// them (in this gateway or whole on one executor) and its final response
+// is stored. Its steps' requests go through forward like any other, so a
+// composing model that enables the cache itself is cached on its own, as
+// Triton's composing models may be. What an ensemble answers depends on
+// its composing models: invalidating a model invalidates the ensembles
+// that use it (invalidateLocal).
 
-// forwardCached is forward for a version with response_cache enabled.
-func (g *Gateway) forwardCached(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
+// producer makes the response to a request the cache did not answer:
+// forwardUncached for a model, produceEnsemble for an ensemble.
+type producer func(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error)
+
+// forwardCached answers a request to a version with response_cache
+// enabled: from the cache on a hit, else from produce, whose response it
+// queues for storing.
+func (g *Gateway) forwardCached(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool, fw *forwarding, produce producer) (*inference.ModelInferResponse, *encodedResponse, error) {
 	begin := time.Now()
 	l := g.cache.Lookup(ctx, req, vv.versionString())
 	if l.Hit {
@@ -49,7 +58,7 @@ func (g *Gateway) forwardCached(ctx context.Context, vv *versionView, req *infer
 		}
 		g.log.Warn("response cache: an entry did not decode; forwarding the request", "model", req.GetModelName())
 	}
-	resp, enc, err := g.forwardUncached(ctx, vv, req, passOn, fw)
+	resp, enc, err := produce(ctx, vv, req, passOn, fw)
 	switch {
 	case err != nil:
 		g.cache.Miss(&l)
@@ -73,14 +82,15 @@ func (g *Gateway) forwardCached(ctx context.Context, vv *versionView, req *infer
 	return resp, enc, err
 }
 
-// invalidateCache makes the responses of model unreachable in every
-// gateway's cache: this one's (the shared Redis cache's generation with
-// it), and, over the bus, the local caches of the others.
+// invalidateCache makes the responses of model, and of the ensembles
+// that use it, unreachable in every gateway's cache: this one's (the
+// shared Redis cache's generations with it), and, over the bus, the local
+// caches of the others.
 func (g *Gateway) invalidateCache(ctx context.Context, model string) {
 	if g.cache == nil {
 		return
 	}
-	g.cache.Invalidate(ctx, model)
+	g.invalidateLocal(ctx, model)
 	if err := g.bus.Publish(bus.ResponseCacheInvalidateSubject, wrapperspb.String(model)); err != nil {
 		g.log.Warn("response cache: cannot tell the other gateways to invalidate", "model", model, "err", err)
 	}
@@ -98,8 +108,20 @@ func (g *Gateway) subscribeInvalidations() (*bus.Subscription, error) {
 		if proto.Unmarshal(data, &m) != nil {
 			return
 		}
-		g.cache.Invalidate(ctx, m.GetValue())
+		g.invalidateLocal(ctx, m.GetValue())
 	})
+}
+
+// invalidateLocal invalidates model in this gateway's cache, and every
+// ensemble of this gateway's view that uses it, directly or through other
+// ensembles: a reload of a composing model changes what they answer. Each
+// gateway expands the model itself, from its own view, so an ensemble it
+// knows is invalidated even while the reloading gateway's view lacks it.
+func (g *Gateway) invalidateLocal(ctx context.Context, model string) {
+	g.cache.Invalidate(ctx, model)
+	for _, ens := range g.cat.current().ensemblesUsing(model) {
+		g.cache.Invalidate(ctx, ens)
+	}
 }
 
 // cacheStats is the statistics of the versions in want as this gateway's
