@@ -191,6 +191,14 @@ func ValidateComposition(cfg *inference.ModelConfig, lookup func(model string) (
 		}
 		configs[dep] = c.Config
 	}
+	if cfg.GetResponseCache().GetEnable() {
+		if seq := sequenceStep(cfg, lookup, map[string]bool{}); seq != "" {
+			// Triton caches such an ensemble, keyed without the
+			// sequence: a stateful step's answer depends on the requests
+			// of its sequence before, so a cached one would be wrong.
+			return false, invalid("Response Cache does not support ensemble %s, whose step model %s has a sequence batching scheduler (its responses depend on the sequence's earlier requests). Please disable the response cache.", name, seq)
+		}
+	}
 
 	batching := cfg.MaxBatchSize > 0
 	tensors := map[string]*tensorNode{}
@@ -465,4 +473,26 @@ func ensembleCycle(start string, cur *inference.ModelConfig, lookup func(string)
 		}
 	}
 	return nil
+}
+
+// sequenceStep names a model with sequence batching among the ensemble's
+// steps, nested ensembles' included; "" when there is none.
+func sequenceStep(cfg *inference.ModelConfig, lookup func(model string) (Composing, bool), seen map[string]bool) string {
+	for _, s := range cfg.GetEnsembleScheduling().GetStep() {
+		if seen[s.ModelName] {
+			continue
+		}
+		seen[s.ModelName] = true
+		c, _ := lookup(s.ModelName)
+		switch {
+		case c.Config == nil:
+		case c.Config.GetSequenceBatching() != nil:
+			return s.ModelName
+		case IsEnsemble(c.Config):
+			if n := sequenceStep(c.Config, lookup, seen); n != "" {
+				return n
+			}
+		}
+	}
+	return ""
 }

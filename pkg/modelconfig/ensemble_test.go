@@ -106,6 +106,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT
 	models := map[string]Composing{
 		"simple": {Config: mustParse(t, `name: "simple" max_batch_size: 8 `+io), Versions: []int64{1}},
 		"dec":    {Config: mustParse(t, `name: "dec" max_batch_size: 8 model_transaction_policy { decoupled: true } `+io), Versions: []int64{1}},
+		"seq":    {Config: mustParse(t, `name: "seq" max_batch_size: 8 sequence_batching { } `+io), Versions: []int64{1}},
 	}
 	lookup := func(m string) (Composing, bool) { c, ok := models[m]; return c, ok }
 	ensemble := func(name, step string) *inference.ModelConfig {
@@ -121,6 +122,20 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT
 	want := "Response Cache does not currently support model dec_cached with 'decoupled' transaction policy. Please disable the response cache."
 	if err == nil || err.Error() != want || tritonerr.KindOf(err) != tritonerr.InvalidArg {
 		t.Fatalf("over dec: %v, want INVALID_ARG %q", err, want)
+	}
+	// A stateful step, directly or in a nested ensemble (uncached itself).
+	nested := ensemble("nested", "seq")
+	nested.ResponseCache = nil
+	models["nested"] = Composing{Config: nested, Versions: []int64{1}}
+	for _, step := range []string{"seq", "nested"} {
+		_, err := ValidateComposition(ensemble("seq_cached", step), lookup)
+		want := "Response Cache does not support ensemble seq_cached, whose step model seq has a sequence batching scheduler (its responses depend on the sequence's earlier requests). Please disable the response cache."
+		if err == nil || err.Error() != want || tritonerr.KindOf(err) != tritonerr.InvalidArg {
+			t.Errorf("over %s: %v, want INVALID_ARG %q", step, err, want)
+		}
+	}
+	if _, err := ValidateComposition(nested, lookup); err != nil {
+		t.Errorf("an uncached ensemble over seq: %v", err)
 	}
 }
 
