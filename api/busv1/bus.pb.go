@@ -320,7 +320,15 @@ type ModelVersionState struct {
 	// catalog answer without changing the revision.
 	LastUsedUnixMs int64 `protobuf:"varint,8,opt,name=last_used_unix_ms,json=lastUsedUnixMs,proto3" json:"last_used_unix_ms,omitempty"`
 	// Requests the version handles now.
-	Inflight      uint32 `protobuf:"varint,9,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	Inflight uint32 `protobuf:"varint,9,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	// The version's load stamp: when this executor loaded it (ns since the
+	// epoch, never the same twice within the executor's process). It changes
+	// with every load, so a gateway that sees another value from the same
+	// executor for a version it served knows the version was reloaded (its
+	// cached responses are then the old model's); a reload changes it once
+	// more when the instance it replaced has answered its last request.
+	// 0 when not loaded (or from an executor that does not say).
+	LoadedUnixNs  int64 `protobuf:"varint,10,opt,name=loaded_unix_ns,json=loadedUnixNs,proto3" json:"loaded_unix_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -414,6 +422,13 @@ func (x *ModelVersionState) GetLastUsedUnixMs() int64 {
 func (x *ModelVersionState) GetInflight() uint32 {
 	if x != nil {
 		return x.Inflight
+	}
+	return 0
+}
+
+func (x *ModelVersionState) GetLoadedUnixNs() int64 {
+	if x != nil {
+		return x.LoadedUnixNs
 	}
 	return 0
 }
@@ -1633,7 +1648,7 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x05bytes\x18\x01 \x01(\x04R\x05bytes\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12*\n" +
 	"\x11host_memory_bytes\x18\x03 \x01(\x04R\x0fhostMemoryBytes\x12(\n" +
-	"\x10gpu_memory_bytes\x18\x04 \x03(\x04R\x0egpuMemoryBytes\"\xba\x02\n" +
+	"\x10gpu_memory_bytes\x18\x04 \x03(\x04R\x0egpuMemoryBytes\"\xe0\x02\n" +
 	"\x11ModelVersionState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
@@ -1643,7 +1658,9 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x10faults_contained\x18\x06 \x01(\bR\x0ffaultsContained\x12'\n" +
 	"\x0ffootprint_bytes\x18\a \x01(\x04R\x0efootprintBytes\x12)\n" +
 	"\x11last_used_unix_ms\x18\b \x01(\x03R\x0elastUsedUnixMs\x12\x1a\n" +
-	"\binflight\x18\t \x01(\rR\binflight\"\x10\n" +
+	"\binflight\x18\t \x01(\rR\binflight\x12$\n" +
+	"\x0eloaded_unix_ns\x18\n" +
+	" \x01(\x03R\floadedUnixNs\"\x10\n" +
 	"\x0eCatalogRequest\"A\n" +
 	"\x11StatisticsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +

@@ -94,6 +94,7 @@ func (e *Executor) loadVersions(ctx context.Context, m repository.Model, version
 			mv.state, mv.reason = StateUnavailable, err.Error()
 		} else {
 			mv.state = StateReady
+			mv.loadedNs.Store(e.loadStamp())
 		}
 		if mv.state != StateReady {
 			e.log.Warn("model failed to load", "model", m.Name, "version", v, "reason", mv.reason)
@@ -104,6 +105,23 @@ func (e *Executor) loadVersions(ctx context.Context, m repository.Model, version
 		out = append(out, mv)
 	}
 	return out
+}
+
+// loadStamp is the load stamp of a version loaded now (its catalog's
+// loaded_unix_ns): the time, moved past every stamp this process gave
+// before, so that no two loads share one. A restarted executor's stamps
+// are later still: a gateway that knew the executor by its id sees its
+// versions reloaded.
+func (e *Executor) loadStamp() int64 {
+	for {
+		last, now := e.lastLoad.Load(), time.Now().UnixNano()
+		if now <= last {
+			now = last + 1
+		}
+		if e.lastLoad.CompareAndSwap(last, now) {
+			return now
+		}
+	}
 }
 
 // errOr returns err, or an internal error with reason.
@@ -293,12 +311,15 @@ func (e *Executor) loadModelFiles(ctx context.Context, req *busv1.ModelControlRe
 		e.changed()
 	}
 	failed := map[int64]error{}
+	// The versions that replace a serving instance (a reload).
+	var replacing []*modelVersion
 	for _, mv := range e.loadVersions(ctx, m, toLoad, failed) {
 		if mv.state == StateReady {
 			fresh = append(fresh, mv)
 			next = append(next, mv)
 			if o, ok := old[mv.version]; ok {
 				retired = append(retired, o)
+				replacing = append(replacing, mv)
 			}
 			continue
 		}
@@ -331,6 +352,18 @@ func (e *Executor) loadModelFiles(ctx context.Context, req *busv1.ModelControlRe
 	e.changed()
 	for _, mv := range retired {
 		e.retire(mv)
+	}
+	if len(replacing) > 0 {
+		// Until now the replaced instances were answering the requests
+		// they had taken, and a gateway that saw the new load stamp may
+		// have cached those answers under the model's new cache
+		// generation. They have answered their last: another stamp makes
+		// gateways drop what they cached meanwhile, after which only the
+		// new instances' answers are cached.
+		for _, mv := range replacing {
+			mv.loadedNs.Store(e.loadStamp())
+		}
+		e.changed()
 	}
 	if len(fresh) > 0 && prevTmp != "" && prevTmp != tmp {
 		_ = os.RemoveAll(prevTmp)

@@ -671,6 +671,9 @@ func (e *Executor) catalog() *busv1.ExecutorCatalog {
 			Name: mv.name, Version: mv.vstr, State: mv.state, Reason: mv.reason, Config: mv.cfg,
 			FaultsContained: mv.state == StateReady && !mv.native(),
 		}
+		if mv.state == StateReady {
+			st.LoadedUnixNs = mv.loadedNs.Load()
+		}
 		if e.cfg.Placement {
 			mv.placementState(st)
 		}

@@ -66,6 +66,11 @@ type modelVersion struct {
 	// both to decide whether the version must be reloaded.
 	source *inference.ModelConfig
 	stamp  int64
+	// loadedNs is the version's load stamp in the catalog (busv1
+	// ModelVersionState.loaded_unix_ns, Executor.loadStamp): gateways drop
+	// the model's cached responses when it changes. A reload changes it
+	// once more when the instance it replaced is retired (loadModelFiles).
+	loadedNs atomic.Int64
 }
 
 // load runs ModelInitialize and InstanceInitialize for every instance,

@@ -65,11 +65,27 @@ type catalog struct {
 	link         linkState
 	linkGen      uint64 // the generation the executors' clocks refer to
 
+	// applyMu makes taking an executor's catalog one step (take,
+	// reload.go): its check for reloads, the invalidation they call for,
+	// and the view that shows it. Taken before mu, never under it.
+	applyMu sync.Mutex
+
 	mu    sync.Mutex
 	execs map[string]*executorState
 	// seen remembers every model version ever served, so that a model whose
 	// executors all went away reads as unavailable rather than unknown.
 	seen map[string]map[int64]bool
+	// loads are the load stamps (busv1 ModelVersionState.loaded_unix_ns)
+	// each executor, by id, was last seen serving its versions with; kept
+	// after it leaves, for departed (oldest first, at most maxDeparted) of
+	// those gone, so that one restarted under the same id is seen to have
+	// reloaded (reload.go).
+	loads    map[string]map[loadKey]int64
+	departed []string
+	// reloaded is told each model an executor reloaded by itself, before
+	// the view shows the reload (Gateway.invalidateCache); nil: nothing
+	// is told.
+	reloaded func(ctx context.Context, model string)
 
 	// settled is closed once the gateway has heard the constellation: one
 	// heartbeat interval after it asked every executor for its catalog,
@@ -107,6 +123,7 @@ func newCatalog(r requester, log *slog.Logger) *catalog {
 		expiry:       bus.HeartbeatExpiry,
 		execs:        map[string]*executorState{},
 		seen:         map[string]map[int64]bool{},
+		loads:        map[string]map[loadKey]int64{},
 		changed:      make(chan struct{}),
 		settled:      make(chan struct{}),
 		settleLimit:  bus.HeartbeatInterval + 2*time.Second,
@@ -134,6 +151,7 @@ func (c *catalog) heartbeat(hb *busv1.ExecutorHeartbeat) {
 	if hb.GetWithdraw() {
 		if _, ok := c.execs[id]; ok {
 			delete(c.execs, id)
+			c.departLocked(id)
 			c.log.Info("executor withdrew", "executor", id)
 			c.publishLocked()
 		}
@@ -143,6 +161,7 @@ func (c *catalog) heartbeat(hb *busv1.ExecutorHeartbeat) {
 	if !ok {
 		e = &executorState{id: id}
 		c.execs[id] = e
+		c.returnLocked(id)
 		c.log.Info("executor joined", "executor", id, "node", hb.GetNode())
 	}
 	e.node = hb.GetNode()
@@ -161,40 +180,38 @@ func (c *catalog) fetch(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.fetchTimeout)
 	defer cancel()
 	var cat busv1.ExecutorCatalog
-	err := c.bus.Request(ctx, bus.ExecutorCatalogSubject(id), &busv1.CatalogRequest{}, &cat)
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.execs[id]
-	if !ok {
-		return // expired or withdrew meanwhile
-	}
-	e.fetching = false
-	if err != nil {
-		c.log.Warn("fetching executor catalog failed", "executor", id, "err", err)
+	if err := c.bus.Request(ctx, bus.ExecutorCatalogSubject(id), &busv1.CatalogRequest{}, &cat); err != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if e, ok := c.execs[id]; ok { // else expired or withdrew meanwhile
+			e.fetching = false
+			c.log.Warn("fetching executor catalog failed", "executor", id, "err", err)
+		}
 		return
 	}
-	c.applyLocked(e, &cat)
+	c.take(id, &cat, true)
 }
 
 // apply records a catalog an executor sent with its answer to a repository
 // load or unload, so that the gateway's view has the change before the
 // answer reaches the client.
 func (c *catalog) apply(cat *busv1.ExecutorCatalog) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.execs[cat.GetExecutorId()]
-	if !ok {
-		return // not heard yet: its heartbeat brings the catalog
-	}
-	c.applyLocked(e, cat)
+	c.take(cat.GetExecutorId(), cat, false)
+}
+
+// stale reports whether the gateway already holds a catalog of e newer
+// than cat.
+func stale(e *executorState, cat *busv1.ExecutorCatalog) bool {
+	return e.haveCat && e.catGen == cat.GetGeneration() && e.catRev > cat.GetRevision()
 }
 
 // applyLocked takes cat unless the gateway already holds a newer one.
+// c.applyMu and c.mu held.
 func (c *catalog) applyLocked(e *executorState, cat *busv1.ExecutorCatalog) {
-	if e.haveCat && e.catGen == cat.GetGeneration() && e.catRev > cat.GetRevision() {
+	if stale(e, cat) {
 		return
 	}
+	c.rememberLoadsLocked(e.id, cat.GetModels())
 	e.models = cat.GetModels()
 	e.explicit = cat.GetExplicitControl()
 	e.draining = cat.GetDraining()
@@ -242,6 +259,7 @@ func (c *catalog) expire(now time.Time) {
 	for id, e := range c.execs {
 		if now.Sub(e.lastSeen) > c.expiry {
 			delete(c.execs, id)
+			c.departLocked(id)
 			c.log.Warn("executor expired: no heartbeat", "executor", id, "after", c.expiry)
 			dropped = true
 		}

@@ -374,6 +374,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if g.cache != nil {
 		reg.MustRegister(cacheCollector{g.cache})
+		g.cat.reloaded = g.invalidateCache // reloads executors make by themselves (reload.go)
 	}
 	ok = true
 	return g, nil
