@@ -40,8 +40,17 @@ type runningExecutor struct {
 // startExecutor runs a real executor over the example repository.
 func startExecutor(t testing.TB, ns *server.Server, id string, models ...string) *runningExecutor {
 	t.Helper()
-	nc := connect(t, ns, "executor-"+id)
-	ex, err := executor.New(executor.Config{Conn: nc, RepositoryPath: repository, Models: models, ID: id, Logger: discardLogger()})
+	return runExecutorWith(t, ns, executor.Config{RepositoryPath: repository, Models: models, ID: id})
+}
+
+// runExecutorWith runs a real executor of cfg (its connection, as
+// cfg.ID, and a quiet logger added), and waits until it is ready.
+func runExecutorWith(t testing.TB, ns *server.Server, cfg executor.Config) *runningExecutor {
+	t.Helper()
+	id := cfg.ID
+	cfg.Conn = connect(t, ns, "executor-"+id)
+	cfg.Logger = discardLogger()
+	ex, err := executor.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

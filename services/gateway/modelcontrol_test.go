@@ -64,24 +64,7 @@ func controlRepo(t testing.TB) string {
 // mode over repo, loading models at start.
 func startExplicitExecutor(t testing.TB, ns *server.Server, id, repo string, models ...string) *runningExecutor {
 	t.Helper()
-	nc := connect(t, ns, "executor-"+id)
-	ex, err := executor.New(executor.Config{Conn: nc, RepositoryPath: repo, Models: models, ID: id,
-		ControlMode: executor.ControlExplicit, Logger: discardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningExecutor{ex: ex, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- ex.Run(ctx) }()
-	select {
-	case <-ex.Ready():
-	case err := <-r.done:
-		t.Fatalf("executor %s ended: %v", id, err)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("executor %s not ready", id)
-	}
-	t.Cleanup(r.stop)
-	return r
+	return runExecutorWith(t, ns, executor.Config{RepositoryPath: repo, Models: models, ID: id, ControlMode: executor.ControlExplicit})
 }
 
 // waitExecutors waits until the gateway has the catalogs of n executors.

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -35,23 +34,7 @@ parameters { key: "output_repeat" value { string_value: "%d" } }
 // rescanning it every 50 ms.
 func startPollingExecutor(t testing.TB, ns *server.Server, id, repo string) *runningExecutor {
 	t.Helper()
-	ex, err := executor.New(executor.Config{Conn: connect(t, ns, "executor-"+id), RepositoryPath: repo, ID: id,
-		ControlMode: executor.ControlPoll, PollInterval: 50 * time.Millisecond, Logger: discardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningExecutor{ex: ex, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- ex.Run(ctx) }()
-	select {
-	case <-ex.Ready():
-	case err := <-r.done:
-		t.Fatalf("executor %s ended: %v", id, err)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("executor %s not ready", id)
-	}
-	t.Cleanup(r.stop)
-	return r
+	return runExecutorWith(t, ns, executor.Config{RepositoryPath: repo, ID: id, ControlMode: executor.ControlPoll, PollInterval: 50 * time.Millisecond})
 }
 
 // expectRepeat asks g for "rep" with the input [1 2] and checks that the
