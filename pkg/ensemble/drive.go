@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/shm"
+	tensortype "github.com/nereid-io/nereid/pkg/tensor"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -28,6 +30,7 @@ type tensor struct {
 	shape    []int64
 	params   map[string]*inference.InferParameter // a client's shared-memory reference
 	data     []byte
+	shmErr   error // why a step cannot read it (inShm)
 }
 
 // stepEvent is what one step's request came back with: a response (resp,
@@ -69,6 +72,10 @@ func (p *Plan) Drive(ctx context.Context, req *inference.ModelInferRequest, vers
 	if len(wanted) == 0 {
 		wanted = p.Outputs()
 	}
+	placed, err := shmOutputs(req, p.Name)
+	if err != nil {
+		return 0, err
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -84,8 +91,12 @@ func (p *Plan) Drive(ctx context.Context, req *inference.ModelInferRequest, vers
 	var inline []stepEvent
 	launch := func(ls []Launch) {
 		for _, l := range ls {
-			sreq := stepRequest(req, p.Steps[l.Step], l.Iter, tensors)
+			sreq, err := stepRequest(req, p.Steps[l.Step], l.Iter, tensors, placed)
 			running++
+			if err != nil {
+				inline = append(inline, stepEvent{launch: l, err: err, final: true})
+				continue
+			}
 			if len(ls) == 1 && running == 1 && !p.Steps[l.Step].Decoupled {
 				t0 := time.Now()
 				// Responses streamed by a model that became decoupled
@@ -140,7 +151,11 @@ func (p *Plan) Drive(ctx context.Context, req *inference.ModelInferRequest, vers
 		}
 		pr := r.Response(ev.launch, ev.resp != nil, ev.final)
 		for i, k := range pr.Written {
-			tensors[k] = stepOutput(p.Steps[ev.launch.Step].Outputs[i].Model, ev.resp)
+			t := stepOutput(p.Steps[ev.launch.Step].Outputs[i].Model, ev.resp)
+			if ref, ok := placed[k.Tensor]; ok && t != nil {
+				t.inShm(ref)
+			}
+			tensors[k] = t
 		}
 		launch(pr.Launch)
 		if pr.Answer >= 0 {
@@ -190,7 +205,7 @@ func ensembleResponse(req *inference.ModelInferRequest, version string, wanted [
 // sequence flags, priority, timeout and the client's own), the step's
 // inputs from the ensemble tensors it maps, and every output it maps
 // requested.
-func stepRequest(req *inference.ModelInferRequest, s Step, it int, tensors map[Key]*tensor) *inference.ModelInferRequest {
+func stepRequest(req *inference.ModelInferRequest, s Step, it int, tensors map[Key]*tensor, placed map[string]shm.Ref) (*inference.ModelInferRequest, error) {
 	sreq := &inference.ModelInferRequest{ModelName: s.Model, ModelVersion: s.Version, Id: req.GetId()}
 	if len(req.GetParameters()) > 0 {
 		sreq.Parameters = maps.Clone(req.GetParameters()) // forwarding may add its own
@@ -204,13 +219,63 @@ func stepRequest(req *inference.ModelInferRequest, s Step, it int, tensors map[K
 		if len(t.params) > 0 {
 			in.Parameters = maps.Clone(t.params)
 		}
+		if t.shmErr != nil {
+			return nil, t.shmErr
+		}
 		sreq.Inputs = append(sreq.Inputs, in)
 		sreq.RawInputContents = append(sreq.RawInputContents, t.data)
 	}
 	for _, b := range s.Outputs {
-		sreq.Outputs = append(sreq.Outputs, &inference.ModelInferRequest_InferRequestedOutputTensor{Name: b.Model})
+		o := &inference.ModelInferRequest_InferRequestedOutputTensor{Name: b.Model}
+		if ref, ok := placed[b.Ensemble]; ok {
+			// The step writes the ensemble's output into the client's
+			// region itself, on the region's node.
+			o.Parameters = shm.Params(ref)
+		}
+		sreq.Outputs = append(sreq.Outputs, o)
 	}
-	return sreq
+	return sreq, nil
+}
+
+// shmOutputs are the outputs of the ensemble request to be written to the
+// client's shared memory, by ensemble tensor name; nil when none.
+func shmOutputs(req *inference.ModelInferRequest, ensemble string) (map[string]shm.Ref, error) {
+	var placed map[string]shm.Ref
+	for _, o := range req.GetOutputs() {
+		ref, ok, err := shm.FromParams(o.GetName(), o.GetParameters(), false)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if placed == nil {
+			placed = map[string]shm.Ref{}
+		}
+		placed[o.GetName()] = ref
+	}
+	return placed, nil
+}
+
+// inShm makes t, the value of an ensemble output its step wrote into the
+// client's region ref (its response carries no data), readable by the
+// steps that consume it: as an input in that region, of the size its
+// datatype and shape give. A BYTES tensor's size is not known from its
+// shape: a step that reads it fails.
+func (t *tensor) inShm(ref shm.Ref) {
+	if len(t.data) > 0 {
+		return // not written to the region after all
+	}
+	dt, ok := tensortype.ParseDataType(t.datatype)
+	if !ok || dt.Size() == 0 {
+		t.shmErr = tritonerr.Unsupportedf("a %s tensor written to shared memory region '%s' cannot be read by a later step of the ensemble: request it without shared memory", t.datatype, ref.Region)
+		return
+	}
+	n := uint64(dt.Size())
+	for _, d := range t.shape {
+		n *= uint64(max(d, 0))
+	}
+	t.params = shm.Params(shm.Ref{Region: ref.Region, Offset: ref.Offset, ByteSize: n})
 }
 
 // stepOutput is the value a step's response gives its output name; nil

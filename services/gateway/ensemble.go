@@ -191,8 +191,12 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 	batch := max(int(r.BatchSize), 1)
 	var wanted []string
 	for _, o := range req.GetOutputs() {
-		if _, ok, _ := shm.FromParams(o.GetName(), o.GetParameters(), true); ok {
-			return batch, 0, tritonerr.Unsupportedf("output '%s' of ensemble '%s' is requested in shared memory, which ensembles do not support", o.GetName(), plan.Name)
+		// An output in shared memory is written into the client's region
+		// by the step that produces it (ensemble.Plan.Drive), which is
+		// routed to the region's node; a decoupled ensemble's responses
+		// would each overwrite the one before in the region.
+		if _, ok, _ := shm.FromParams(o.GetName(), o.GetParameters(), true); ok && isDecoupled(vv) {
+			return batch, 0, tritonerr.Unsupportedf("output '%s' of decoupled ensemble '%s' is requested in shared memory, which decoupled ensembles do not support", o.GetName(), plan.Name)
 		}
 		wanted = append(wanted, o.GetName())
 	}
