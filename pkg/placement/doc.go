@@ -43,6 +43,11 @@
 //     a model with requests in flight, never a pinned one, never a sequence
 //     model, never one loaded or used within Config.MinResidency, never
 //     another model with demand.
+//   - Scaling by load (Config.ScaleUpPending > 0): a model whose requests
+//     in flight per replica stay at or above the threshold for
+//     Config.ScaleUpAfter gets one more replica, in free capacity only,
+//     up to its max_replicas; a replica beyond min_replicas idle for
+//     Config.ScaleDownAfter is unloaded (not a sequence model's).
 //   - A load or unload in flight counts as done until its outcome arrives
 //     (Done) or Config.ActionTimeout passes; a load that failed on an
 //     executor is not tried there again for Config.RetryAfter.

@@ -70,6 +70,18 @@ type Config struct {
 	// MinResidency protects a model loaded or used less than this long ago
 	// from eviction; default 0.
 	MinResidency time.Duration
+	// ScaleUpPending turns scaling by load on: a model whose requests in
+	// flight per replica stay at or above it for ScaleUpAfter gets one more
+	// replica, in free capacity (load never evicts), up to its
+	// max_replicas; a replica beyond min_replicas that has had no request
+	// for ScaleDownAfter is unloaded. 0: off.
+	ScaleUpPending float64
+	// ScaleUpAfter is how long the load must last before each replica
+	// added; default 10 seconds.
+	ScaleUpAfter time.Duration
+	// ScaleDownAfter is how long a replica beyond min_replicas stays idle
+	// before it is unloaded; default 5 minutes.
+	ScaleDownAfter time.Duration
 }
 
 // Action is what a decision does.
@@ -106,6 +118,12 @@ const (
 	AboveMaxReplicas
 	// NotServed: the cluster no longer serves the model.
 	NotServed
+	// ScaledUp: the model's requests in flight per replica stayed at or
+	// above Config.ScaleUpPending for Config.ScaleUpAfter.
+	ScaledUp
+	// ScaledDown: a replica beyond min_replicas had no request for
+	// Config.ScaleDownAfter.
+	ScaledDown
 )
 
 func (r Reason) String() string {
@@ -120,6 +138,10 @@ func (r Reason) String() string {
 		return "above max_replicas"
 	case NotServed:
 		return "no longer served"
+	case ScaledUp:
+		return "requests in flight per replica above the scale-up threshold"
+	case ScaledDown:
+		return "idle replica beyond min_replicas"
 	}
 	return "unknown"
 }
@@ -206,6 +228,9 @@ type Planner struct {
 	ops        map[opKey]op      // decided, outcome not yet known
 	failed     map[opKey]time.Time
 	demand     map[string]time.Time
+	// hot is when each model's requests in flight per replica last rose
+	// to Config.ScaleUpPending (or when it last got a replica for it).
+	hot map[string]time.Time
 }
 
 // NewPlanner returns a planner with cfg's defaults filled.
@@ -222,8 +247,15 @@ func NewPlanner(cfg Config) *Planner {
 	if cfg.DemandTTL <= 0 {
 		cfg.DemandTTL = time.Minute
 	}
+	if cfg.ScaleUpAfter <= 0 {
+		cfg.ScaleUpAfter = 10 * time.Second
+	}
+	if cfg.ScaleDownAfter <= 0 {
+		cfg.ScaleDownAfter = 5 * time.Minute
+	}
 	return &Planner{cfg: cfg, executors: map[string]*Executor{}, models: map[string]Model{},
-		footprints: map[string]uint64{}, ops: map[opKey]op{}, failed: map[opKey]time.Time{}, demand: map[string]time.Time{}}
+		footprints: map[string]uint64{}, ops: map[opKey]op{}, failed: map[opKey]time.Time{}, demand: map[string]time.Time{},
+		hot: map[string]time.Time{}}
 }
 
 // SetModels replaces the set of models the cluster serves.
@@ -584,7 +616,71 @@ func (p *Planner) Plan(now time.Time) Plan {
 			decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: OnDemand, Footprint: f})
 		}
 	}
+	if p.cfg.ScaleUpPending > 0 {
+		p.scale(now, ids, states, replicas, decide)
+	}
 	return plan
+}
+
+// scale adds a replica to each model whose requests in flight per replica
+// stayed at or above Config.ScaleUpPending for Config.ScaleUpAfter (in free
+// capacity only: a busy model takes no room from another), and unloads
+// replicas beyond min_replicas idle for Config.ScaleDownAfter, least
+// recently used first.
+func (p *Planner) scale(now time.Time, ids []string, states map[string]*execState, replicas func(string) []string, decide func(Decision)) {
+	for name := range p.hot {
+		if _, ok := p.models[name]; !ok {
+			delete(p.hot, name)
+		}
+	}
+	for _, m := range p.Models() {
+		have := replicas(m.Name)
+		minR := cmp.Or(m.MinReplicas, p.cfg.MinReplicas)
+		maxR := cmp.Or(m.MaxReplicas, p.cfg.MaxReplicas)
+		inflight, underway := 0, false
+		for _, id := range have {
+			h := states[id].held[m.Name]
+			inflight += h.inflight
+			underway = underway || !h.settled
+		}
+		if len(have) == 0 || float64(inflight) < p.cfg.ScaleUpPending*float64(len(have)) {
+			delete(p.hot, m.Name)
+		} else if since, ok := p.hot[m.Name]; !ok {
+			p.hot[m.Name] = now
+		} else if now.Sub(since) >= p.cfg.ScaleUpAfter && !underway && (maxR == 0 || len(have) < maxR) {
+			nodes := map[string]bool{}
+			for _, id := range have {
+				nodes[states[id].e.Node] = true
+			}
+			var cands []*execState
+			for _, id := range ids {
+				s := states[id]
+				if _, failed := p.failed[opKey{m.Name, id}]; !failed && s.repo[m.Name] && s.held[m.Name] == nil && !s.e.Draining && (!m.GPU || s.e.GPU) {
+					cands = append(cands, s)
+				}
+			}
+			if s := bestFit(cands, nodes, p.Footprint(m.Name)); s != nil {
+				decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: ScaledUp, Footprint: p.Footprint(m.Name)})
+				p.hot[m.Name] = now // the next replica only after another ScaleUpAfter of load
+				continue
+			}
+		}
+		if len(have) <= minR || m.Sequence {
+			continue // a sequence model's replicas may hold live sequences
+		}
+		var idle []string
+		for _, id := range have {
+			if h := states[id].held[m.Name]; h.settled && h.inflight == 0 && now.Sub(h.lastUse) >= p.cfg.ScaleDownAfter {
+				idle = append(idle, id)
+			}
+		}
+		slices.SortStableFunc(idle, func(a, b string) int {
+			return states[a].held[m.Name].lastUse.Compare(states[b].held[m.Name].lastUse)
+		})
+		for _, id := range idle[:min(len(idle), len(have)-minR)] {
+			decide(Decision{Action: Unload, Model: m.Name, Executor: id, Reason: ScaledDown, Footprint: states[id].held[m.Name].footprint})
+		}
+	}
 }
 
 // states is every executor's holdings with the actions under way counted

@@ -69,7 +69,8 @@ func (c *cluster) apply(now time.Time, plan Plan) {
 // planString writes a plan compactly: "+m@e/why" loads, "-m@e/why"
 // unloads ("lru>x": evicted for x), "?m:why" waiting models.
 func planString(plan Plan) string {
-	short := map[Reason]string{BelowMinReplicas: "min", OnDemand: "demand", Evicted: "lru", AboveMaxReplicas: "max", NotServed: "gone"}
+	short := map[Reason]string{BelowMinReplicas: "min", OnDemand: "demand", Evicted: "lru", AboveMaxReplicas: "max", NotServed: "gone",
+		ScaledUp: "up", ScaledDown: "down"}
 	waits := map[Why]string{NoExecutor: "none", NoGPUExecutor: "gpu", NoCapacity: "full", NothingEvictable: "stuck"}
 	var parts []string
 	for _, d := range plan.Actions {
@@ -358,6 +359,66 @@ func TestPlanner(t *testing.T) {
 			{6, "plan", "", "?m1:full"},
 			{12, "demand", "m1", ""},
 			{12, "plan", "", "-m0@e1/lru>m1 +m1@e1/demand"},
+		},
+	}, {
+		name:   "scaling by load is off by default",
+		models: []Model{{Name: "m"}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=3 m", ""},
+			{0, "exec", "e2 n2 slots=3 m", ""},
+			{0, "plan", "", "+m@e1/min"},
+			{1, "inflight", "e1 m 50", ""},
+			{1, "plan", "", ""},
+			{100, "plan", "", ""},
+		},
+	}, {
+		name:   "a replica is added while the load lasts, one per window, and idle ones go",
+		cfg:    Config{ScaleUpPending: 4, ScaleUpAfter: 10 * time.Second, ScaleDownAfter: time.Minute},
+		models: []Model{{Name: "m", MaxReplicas: 3}, {Name: "quiet"}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=2 m,quiet", ""},
+			{0, "exec", "e2 n2 slots=2 m,quiet", ""},
+			{0, "exec", "e3 n3 slots=2 m,quiet", ""},
+			{0, "exec", "e4 n4 slots=2 m,quiet", ""},
+			{0, "plan", "", "+m@e1/min +quiet@e1/min"},
+			// 3 per replica: under the threshold.
+			{1, "inflight", "e1 m 3", ""},
+			{1, "plan", "", ""},
+			// 8: above it, but not yet for ScaleUpAfter.
+			{2, "inflight", "e1 m 8", ""},
+			{2, "plan", "", ""},
+			{11, "plan", "", ""},
+			// Spread: a node without a replica, best fit among them.
+			{12, "plan", "", "+m@e2/up"},
+			// 8 over two replicas is 4 each: still at the threshold; the
+			// next replica only after another window.
+			{13, "inflight", "e2 m 0", ""},
+			{13, "plan", "", ""},
+			{22, "plan", "", "+m@e3/up"},
+			// max_replicas 3 bounds it.
+			{40, "plan", "", ""},
+			// The load ends; e1 keeps serving, e2 and e3 go idle and are
+			// unloaded once idle for ScaleDownAfter, down to min_replicas,
+			// least recently used first.
+			{41, "inflight", "e1 m 0", ""},
+			{45, "use", "e3 m", ""},
+			{70, "use", "e1 m", ""},
+			{72, "plan", "", "-m@e2/down"},
+			{104, "plan", "", ""},
+			{106, "plan", "", "-m@e3/down"},
+			{500, "plan", "", ""},
+		},
+	}, {
+		name:   "scaling up takes only free room: it never evicts",
+		cfg:    Config{ScaleUpPending: 1, ScaleUpAfter: time.Second},
+		models: []Model{{Name: "m"}, {Name: "other"}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=1 m,other", ""},
+			{0, "exec", "e2 n2 slots=1 m,other", ""},
+			{0, "plan", "", "+m@e1/min +other@e2/min"},
+			{1, "inflight", "e1 m 10", ""},
+			{1, "plan", "", ""},
+			{5, "plan", "", ""},
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/fdlimit"
@@ -39,6 +40,9 @@ func main() {
 	tritonflag.BoolVar(fs, &placed, "placement", false, "also run the placement controller (docs/placement.md): leader-elected in --redis-url, it decides which executors started with --placement load which models")
 	minReplicas := fs.Int("placement-min-replicas", 1, "under --placement, executors each model should be on (a model's nereid_min_replicas parameter overrides it)")
 	maxReplicas := fs.Int("placement-max-replicas", 0, "under --placement, executors each model may be on at most (0: no bound; a model's nereid_max_replicas parameter overrides it)")
+	scaleUp := fs.Float64("placement-scale-up-pending", 0, "under --placement, scale by load: a model whose requests in flight per replica stay at or above this for --placement-scale-up-after gets another replica in free capacity (0: off)")
+	scaleUpAfter := fs.Duration("placement-scale-up-after", 10*time.Second, "under --placement, how long the load must last before each replica added")
+	scaleDownAfter := fs.Duration("placement-scale-down-after", 5*time.Minute, "under --placement with scaling by load, how long a replica beyond min_replicas stays idle before it is unloaded")
 	var logFlags logsetting.Flags
 	logFlags.Register(fs)
 	var auth natsconn.Auth
@@ -61,7 +65,8 @@ func main() {
 	var pcfg *placer.Config
 	if placed {
 		pcfg = &placer.Config{RedisURL: *redisURL, RedisAuth: redisAuth, ID: *id, LeaseTTL: *leaseTTL,
-			Planner: placement.Config{MinReplicas: *minReplicas, MaxReplicas: *maxReplicas}}
+			Planner: placement.Config{MinReplicas: *minReplicas, MaxReplicas: *maxReplicas,
+				ScaleUpPending: *scaleUp, ScaleUpAfter: *scaleUpAfter, ScaleDownAfter: *scaleDownAfter}}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
