@@ -191,6 +191,9 @@ type Gateway struct {
 	host hostmetrics.Sampler
 	// cache is the response cache (respcache.go); nil without one.
 	cache *respcache.Cache
+	// orca keeps the executors' metric families for the ORCA load
+	// reports (orca.go).
+	orca orcaReports
 	// gateways are the other gateways, from their presence (admin.go):
 	// those whose part of the statistics to wait for (stats.go).
 	gateways presenceTable[*adminv1.Gateway]

@@ -90,6 +90,7 @@ func (g *Gateway) serveInfer(w http.ResponseWriter, r *http.Request, name, v str
 	if front.traced() {
 		defer g.sent(front, time.Now()) // HTTP_SEND_START now, HTTP_SEND_END once the response is written
 	}
+	g.orcaLoad(r.Context(), w.Header(), r.Header, name) // endpoint-load-metrics (orca.go)
 	if err != nil {
 		writeError(w, err)
 		return
