@@ -111,12 +111,14 @@ helm-lint: $(HELM)
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/gpu-values.yaml
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/secure-values.yaml
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/nodepools-values.yaml
+	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/placement-values.yaml
 	@mkdir -p $(BIN)/helm-out
 	$(HELM) template nereid $(CHART) > $(BIN)/helm-out/default.yaml
 	$(HELM) template nereid $(CHART) -f $(CHART)/ci/gpu-values.yaml > $(BIN)/helm-out/gpu.yaml
 	$(HELM) template nereid $(CHART) -f $(CHART)/ci/secure-values.yaml > $(BIN)/helm-out/secure.yaml
 	$(HELM) template nereid $(CHART) -f $(CHART)/ci/nodepools-values.yaml > $(BIN)/helm-out/nodepools.yaml
-	NEREID_HELM_MANIFESTS=$(BIN)/helm-out/default.yaml,$(BIN)/helm-out/gpu.yaml,$(BIN)/helm-out/secure.yaml,$(BIN)/helm-out/nodepools.yaml $(GO) test -count=1 -run TestChart -v ./deploy/validate
+	$(HELM) template nereid $(CHART) -f $(CHART)/ci/placement-values.yaml > $(BIN)/helm-out/placement.yaml
+	NEREID_HELM_MANIFESTS=$(BIN)/helm-out/default.yaml,$(BIN)/helm-out/gpu.yaml,$(BIN)/helm-out/secure.yaml,$(BIN)/helm-out/nodepools.yaml,$(BIN)/helm-out/placement.yaml $(GO) test -count=1 -run TestChart -v ./deploy/validate
 
 clean:
 	rm -rf $(BIN)

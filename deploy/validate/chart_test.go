@@ -57,6 +57,16 @@ type (
 			// A PodDisruptionBudget's
 			MaxUnavailable any `yaml:"maxUnavailable"`
 			MinAvailable   any `yaml:"minAvailable"`
+			// A KEDA ScaledObject's
+			ScaleTargetRef struct {
+				Name string `yaml:"name"`
+			} `yaml:"scaleTargetRef"`
+			MinReplicaCount int `yaml:"minReplicaCount"`
+			MaxReplicaCount int `yaml:"maxReplicaCount"`
+			Triggers        []struct {
+				Type     string            `yaml:"type"`
+				Metadata map[string]string `yaml:"metadata"`
+			} `yaml:"triggers"`
 		} `yaml:"spec"`
 	}
 	labelSelector struct {
@@ -157,6 +167,65 @@ func TestChartManifests(t *testing.T) {
 	}
 }
 
+// checkScaling checks the placement and autoscaling objects: executors
+// under --placement only beside a sequence router running the controller
+// (and the other way round); every KEDA ScaledObject targets an executor
+// Deployment that leaves its replica count to it, with a Prometheus
+// trigger on the pending requests.
+func checkScaling(t *testing.T, file string, docs []manifest) {
+	placedExec, placedRouter := false, false
+	deployments := map[string]manifest{}
+	for _, m := range docs {
+		if m.Kind == "Deployment" {
+			deployments[m.Metadata.Name] = m
+		}
+		if m.Kind != "Deployment" && m.Kind != "DaemonSet" {
+			continue
+		}
+		for _, c := range m.Spec.Template.Spec.Containers {
+			svc, _ := nereidService(c.Image)
+			if !slices.Contains(c.Args, "--placement=true") {
+				continue
+			}
+			switch svc {
+			case "executor":
+				placedExec = true
+			case "sequence-router":
+				placedRouter = true
+			default:
+				t.Errorf("%s: %s/%s runs %s with --placement", file, m.Kind, m.Metadata.Name, svc)
+			}
+		}
+	}
+	if placedExec != placedRouter {
+		t.Errorf("%s: executors under --placement %v, but a sequence router running the placement controller %v", file, placedExec, placedRouter)
+	}
+	for _, m := range docs {
+		if m.Kind != "ScaledObject" {
+			continue
+		}
+		what := file + " ScaledObject/" + m.Metadata.Name
+		d, ok := deployments[m.Spec.ScaleTargetRef.Name]
+		if !ok {
+			t.Errorf("%s: targets %q, which is no Deployment of the chart", what, m.Spec.ScaleTargetRef.Name)
+			continue
+		}
+		if svc, _ := nereidService(d.Spec.Template.Spec.Containers[0].Image); svc != "executor" {
+			t.Errorf("%s: targets the %s Deployment %s", what, svc, d.Metadata.Name)
+		}
+		if d.Spec.Replicas != nil {
+			t.Errorf("%s: Deployment %s sets replicas %d, which KEDA would be fought over on every upgrade", what, d.Metadata.Name, *d.Spec.Replicas)
+		}
+		if m.Spec.MaxReplicaCount < max(m.Spec.MinReplicaCount, 1) {
+			t.Errorf("%s: replicas %d to %d", what, m.Spec.MinReplicaCount, m.Spec.MaxReplicaCount)
+		}
+		if len(m.Spec.Triggers) != 1 || m.Spec.Triggers[0].Type != "prometheus" ||
+			!strings.Contains(m.Spec.Triggers[0].Metadata["query"], "nv_inference_pending_request_count") || m.Spec.Triggers[0].Metadata["threshold"] == "" {
+			t.Errorf("%s: triggers %+v, want one prometheus trigger on nv_inference_pending_request_count with a threshold", what, m.Spec.Triggers)
+		}
+	}
+}
+
 func checkChart(t *testing.T, file string) {
 	f, err := os.Open(file)
 	if err != nil {
@@ -178,6 +247,8 @@ func checkChart(t *testing.T, file string) {
 			docs = append(docs, m)
 		}
 	}
+
+	checkScaling(t, file, docs)
 
 	// The gateways' admin API, when the chart enables it: its Service and
 	// gRPC port, which executors drain through before they stop.
