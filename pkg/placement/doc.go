@@ -34,7 +34,9 @@
 //     Config.DefaultFootprint.
 //   - A model whose instance_group asks for KIND_GPU is placed only on
 //     executors with a GPU; only executors whose repository has the model
-//     can load it; draining executors receive nothing.
+//     can load it; draining executors receive nothing, and their replicas
+//     do not count, so that their models are placed elsewhere before they
+//     stop.
 //   - Without demand, models are placed only in free capacity: the planner
 //     never evicts a model to place one nobody asked for (that would
 //     thrash). A model with demand (Demand: a request found it placed

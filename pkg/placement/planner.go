@@ -465,10 +465,12 @@ func (p *Planner) Plan(now time.Time) Plan {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	// A draining executor's replicas do not count: it is going away, so
+	// its models are placed elsewhere while it finishes what it has.
 	replicas := func(model string) []string {
 		var out []string
 		for _, id := range ids {
-			if states[id].held[model] != nil {
+			if states[id].held[model] != nil && !states[id].e.Draining {
 				out = append(out, id)
 			}
 		}

@@ -361,6 +361,22 @@ func TestPlanner(t *testing.T) {
 			{12, "plan", "", "-m0@e1/lru>m1 +m1@e1/demand"},
 		},
 	}, {
+		name:   "a draining executor's models are placed elsewhere before it stops",
+		cfg:    Config{MaxReplicas: 1},
+		models: []Model{{Name: "a"}, {Name: "b"}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=3 a,b", ""},
+			{0, "plan", "", "+a@e1/min +b@e1/min"},
+			{1, "exec", "e2 n2 slots=3 a,b", ""},
+			{1, "plan", "", ""},
+			// e1 drains: its replicas count for nothing, max_replicas
+			// included, and it is not unloaded from under its requests.
+			{2, "inflight", "e1 a 3", ""},
+			{2, "exec", "e1 n1 slots=3 a,b drain", ""},
+			{2, "plan", "", "+a@e2/min +b@e2/min"},
+			{3, "plan", "", ""},
+		},
+	}, {
 		name:   "scaling by load is off by default",
 		models: []Model{{Name: "m"}},
 		steps: []step{
