@@ -1569,6 +1569,495 @@ func (x *DrainStatus) GetWaitingFor() string {
 	return ""
 }
 
+type GetPlacementRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPlacementRequest) Reset() {
+	*x = GetPlacementRequest{}
+	mi := &file_adminv1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPlacementRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPlacementRequest) ProtoMessage() {}
+
+func (x *GetPlacementRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_adminv1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPlacementRequest.ProtoReflect.Descriptor instead.
+func (*GetPlacementRequest) Descriptor() ([]byte, []int) {
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+// The placement controller's view (docs/placement.md).
+type Placement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The controller leading placement.
+	ControllerId string               `protobuf:"bytes,1,opt,name=controller_id,json=controllerId,proto3" json:"controller_id,omitempty"`
+	Models       []*PlacedModel       `protobuf:"bytes,2,rep,name=models,proto3" json:"models,omitempty"`
+	Executors    []*PlacementExecutor `protobuf:"bytes,3,rep,name=executors,proto3" json:"executors,omitempty"`
+	// Models short of their min_replicas, and why.
+	Waiting []*WaitingModel `protobuf:"bytes,4,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	// The latest decisions, oldest first (at most 100).
+	Decisions     []*PlacementDecision `protobuf:"bytes,5,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Placement) Reset() {
+	*x = Placement{}
+	mi := &file_adminv1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Placement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Placement) ProtoMessage() {}
+
+func (x *Placement) ProtoReflect() protoreflect.Message {
+	mi := &file_adminv1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Placement.ProtoReflect.Descriptor instead.
+func (*Placement) Descriptor() ([]byte, []int) {
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Placement) GetControllerId() string {
+	if x != nil {
+		return x.ControllerId
+	}
+	return ""
+}
+
+func (x *Placement) GetModels() []*PlacedModel {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *Placement) GetExecutors() []*PlacementExecutor {
+	if x != nil {
+		return x.Executors
+	}
+	return nil
+}
+
+func (x *Placement) GetWaiting() []*WaitingModel {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
+}
+
+func (x *Placement) GetDecisions() []*PlacementDecision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+// A model the cluster serves and where it is.
+type PlacedModel struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The executors holding it (READY or loading).
+	Executors []string `protobuf:"bytes,2,rep,name=executors,proto3" json:"executors,omitempty"`
+	// What the controller counts it to take: the largest footprint
+	// measured, else the configuration's hint, else 0.
+	FootprintBytes uint64 `protobuf:"varint,3,opt,name=footprint_bytes,json=footprintBytes,proto3" json:"footprint_bytes,omitempty"`
+	// Its replica bounds, 0 for the cluster's defaults.
+	MinReplicas   int64 `protobuf:"varint,4,opt,name=min_replicas,json=minReplicas,proto3" json:"min_replicas,omitempty"`
+	MaxReplicas   int64 `protobuf:"varint,5,opt,name=max_replicas,json=maxReplicas,proto3" json:"max_replicas,omitempty"`
+	Pinned        bool  `protobuf:"varint,6,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	Gpu           bool  `protobuf:"varint,7,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	Sequence      bool  `protobuf:"varint,8,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacedModel) Reset() {
+	*x = PlacedModel{}
+	mi := &file_adminv1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacedModel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacedModel) ProtoMessage() {}
+
+func (x *PlacedModel) ProtoReflect() protoreflect.Message {
+	mi := &file_adminv1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacedModel.ProtoReflect.Descriptor instead.
+func (*PlacedModel) Descriptor() ([]byte, []int) {
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PlacedModel) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PlacedModel) GetExecutors() []string {
+	if x != nil {
+		return x.Executors
+	}
+	return nil
+}
+
+func (x *PlacedModel) GetFootprintBytes() uint64 {
+	if x != nil {
+		return x.FootprintBytes
+	}
+	return 0
+}
+
+func (x *PlacedModel) GetMinReplicas() int64 {
+	if x != nil {
+		return x.MinReplicas
+	}
+	return 0
+}
+
+func (x *PlacedModel) GetMaxReplicas() int64 {
+	if x != nil {
+		return x.MaxReplicas
+	}
+	return 0
+}
+
+func (x *PlacedModel) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
+func (x *PlacedModel) GetGpu() bool {
+	if x != nil {
+		return x.Gpu
+	}
+	return false
+}
+
+func (x *PlacedModel) GetSequence() bool {
+	if x != nil {
+		return x.Sequence
+	}
+	return false
+}
+
+// An executor under placement: what it may hold and holds.
+type PlacementExecutor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Node  string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	// Its --model-capacity; 0 where unbounded.
+	CapacityBytes uint64 `protobuf:"varint,3,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	CapacitySlots int64  `protobuf:"varint,4,opt,name=capacity_slots,json=capacitySlots,proto3" json:"capacity_slots,omitempty"`
+	// The footprints and the number of the models it holds.
+	HeldBytes     uint64 `protobuf:"varint,5,opt,name=held_bytes,json=heldBytes,proto3" json:"held_bytes,omitempty"`
+	HeldModels    int64  `protobuf:"varint,6,opt,name=held_models,json=heldModels,proto3" json:"held_models,omitempty"`
+	Gpu           bool   `protobuf:"varint,7,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	Draining      bool   `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementExecutor) Reset() {
+	*x = PlacementExecutor{}
+	mi := &file_adminv1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementExecutor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementExecutor) ProtoMessage() {}
+
+func (x *PlacementExecutor) ProtoReflect() protoreflect.Message {
+	mi := &file_adminv1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementExecutor.ProtoReflect.Descriptor instead.
+func (*PlacementExecutor) Descriptor() ([]byte, []int) {
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PlacementExecutor) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PlacementExecutor) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *PlacementExecutor) GetCapacityBytes() uint64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *PlacementExecutor) GetCapacitySlots() int64 {
+	if x != nil {
+		return x.CapacitySlots
+	}
+	return 0
+}
+
+func (x *PlacementExecutor) GetHeldBytes() uint64 {
+	if x != nil {
+		return x.HeldBytes
+	}
+	return 0
+}
+
+func (x *PlacementExecutor) GetHeldModels() int64 {
+	if x != nil {
+		return x.HeldModels
+	}
+	return 0
+}
+
+func (x *PlacementExecutor) GetGpu() bool {
+	if x != nil {
+		return x.Gpu
+	}
+	return false
+}
+
+func (x *PlacementExecutor) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+type WaitingModel struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Model string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Executors holding it now.
+	Replicas int64  `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Why      string `protobuf:"bytes,3,opt,name=why,proto3" json:"why,omitempty"`
+	// A request waits for it.
+	Demanded      bool `protobuf:"varint,4,opt,name=demanded,proto3" json:"demanded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitingModel) Reset() {
+	*x = WaitingModel{}
+	mi := &file_adminv1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitingModel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitingModel) ProtoMessage() {}
+
+func (x *WaitingModel) ProtoReflect() protoreflect.Message {
+	mi := &file_adminv1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitingModel.ProtoReflect.Descriptor instead.
+func (*WaitingModel) Descriptor() ([]byte, []int) {
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *WaitingModel) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *WaitingModel) GetReplicas() int64 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *WaitingModel) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
+func (x *WaitingModel) GetDemanded() bool {
+	if x != nil {
+		return x.Demanded
+	}
+	return false
+}
+
+type PlacementDecision struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UnixMs int64                  `protobuf:"varint,1,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
+	// "load" or "unload".
+	Action   string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	Model    string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	Executor string `protobuf:"bytes,4,opt,name=executor,proto3" json:"executor,omitempty"`
+	Reason   string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The model an eviction made room for.
+	ForModel string `protobuf:"bytes,6,opt,name=for_model,json=forModel,proto3" json:"for_model,omitempty"`
+	// The executor's answer, when it failed.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementDecision) Reset() {
+	*x = PlacementDecision{}
+	mi := &file_adminv1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementDecision) ProtoMessage() {}
+
+func (x *PlacementDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_adminv1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementDecision.ProtoReflect.Descriptor instead.
+func (*PlacementDecision) Descriptor() ([]byte, []int) {
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *PlacementDecision) GetUnixMs() int64 {
+	if x != nil {
+		return x.UnixMs
+	}
+	return 0
+}
+
+func (x *PlacementDecision) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *PlacementDecision) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *PlacementDecision) GetExecutor() string {
+	if x != nil {
+		return x.Executor
+	}
+	return ""
+}
+
+func (x *PlacementDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PlacementDecision) GetForModel() string {
+	if x != nil {
+		return x.ForModel
+	}
+	return ""
+}
+
+func (x *PlacementDecision) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_adminv1_admin_proto protoreflect.FileDescriptor
 
 const file_adminv1_admin_proto_rawDesc = "" +
@@ -1686,13 +2175,53 @@ const file_adminv1_admin_proto_rawDesc = "" +
 	"\x11inflight_requests\x18\x03 \x01(\x03R\x10inflightRequests\x126\n" +
 	"\x17busy_sequence_instances\x18\x04 \x01(\x03R\x15busySequenceInstances\x12\x1f\n" +
 	"\vwaiting_for\x18\x05 \x01(\tR\n" +
-	"waitingFor*u\n" +
+	"waitingFor\"\x15\n" +
+	"\x13GetPlacementRequest\"\xa3\x02\n" +
+	"\tPlacement\x12#\n" +
+	"\rcontroller_id\x18\x01 \x01(\tR\fcontrollerId\x124\n" +
+	"\x06models\x18\x02 \x03(\v2\x1c.nereid.admin.v1.PlacedModelR\x06models\x12@\n" +
+	"\texecutors\x18\x03 \x03(\v2\".nereid.admin.v1.PlacementExecutorR\texecutors\x127\n" +
+	"\awaiting\x18\x04 \x03(\v2\x1d.nereid.admin.v1.WaitingModelR\awaiting\x12@\n" +
+	"\tdecisions\x18\x05 \x03(\v2\".nereid.admin.v1.PlacementDecisionR\tdecisions\"\xf4\x01\n" +
+	"\vPlacedModel\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\texecutors\x18\x02 \x03(\tR\texecutors\x12'\n" +
+	"\x0ffootprint_bytes\x18\x03 \x01(\x04R\x0efootprintBytes\x12!\n" +
+	"\fmin_replicas\x18\x04 \x01(\x03R\vminReplicas\x12!\n" +
+	"\fmax_replicas\x18\x05 \x01(\x03R\vmaxReplicas\x12\x16\n" +
+	"\x06pinned\x18\x06 \x01(\bR\x06pinned\x12\x10\n" +
+	"\x03gpu\x18\a \x01(\bR\x03gpu\x12\x1a\n" +
+	"\bsequence\x18\b \x01(\bR\bsequence\"\xf3\x01\n" +
+	"\x11PlacementExecutor\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12%\n" +
+	"\x0ecapacity_bytes\x18\x03 \x01(\x04R\rcapacityBytes\x12%\n" +
+	"\x0ecapacity_slots\x18\x04 \x01(\x03R\rcapacitySlots\x12\x1d\n" +
+	"\n" +
+	"held_bytes\x18\x05 \x01(\x04R\theldBytes\x12\x1f\n" +
+	"\vheld_models\x18\x06 \x01(\x03R\n" +
+	"heldModels\x12\x10\n" +
+	"\x03gpu\x18\a \x01(\bR\x03gpu\x12\x1a\n" +
+	"\bdraining\x18\b \x01(\bR\bdraining\"n\n" +
+	"\fWaitingModel\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
+	"\breplicas\x18\x02 \x01(\x03R\breplicas\x12\x10\n" +
+	"\x03why\x18\x03 \x01(\tR\x03why\x12\x1a\n" +
+	"\bdemanded\x18\x04 \x01(\bR\bdemanded\"\xc1\x01\n" +
+	"\x11PlacementDecision\x12\x17\n" +
+	"\aunix_ms\x18\x01 \x01(\x03R\x06unixMs\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\x1a\n" +
+	"\bexecutor\x18\x04 \x01(\tR\bexecutor\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1b\n" +
+	"\tfor_model\x18\x06 \x01(\tR\bforModel\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error*u\n" +
 	"\n" +
 	"DrainState\x12\x1b\n" +
 	"\x17DRAIN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13DRAIN_STATE_SERVING\x10\x01\x12\x18\n" +
 	"\x14DRAIN_STATE_DRAINING\x10\x02\x12\x17\n" +
-	"\x13DRAIN_STATE_DRAINED\x10\x032\xaf\x05\n" +
+	"\x13DRAIN_STATE_DRAINED\x10\x032\x83\x06\n" +
 	"\x05Admin\x12]\n" +
 	"\fListGateways\x12$.nereid.admin.v1.ListGatewaysRequest\x1a%.nereid.admin.v1.ListGatewaysResponse\"\x00\x12`\n" +
 	"\rListExecutors\x12%.nereid.admin.v1.ListExecutorsRequest\x1a&.nereid.admin.v1.ListExecutorsResponse\"\x00\x12r\n" +
@@ -1700,7 +2229,8 @@ const file_adminv1_admin_proto_rawDesc = "" +
 	"\x0eListShmRegions\x12&.nereid.admin.v1.ListShmRegionsRequest\x1a'.nereid.admin.v1.ListShmRegionsResponse\"\x00\x12V\n" +
 	"\rDrainExecutor\x12%.nereid.admin.v1.DrainExecutorRequest\x1a\x1c.nereid.admin.v1.DrainStatus\"\x00\x12Z\n" +
 	"\x0fUndrainExecutor\x12'.nereid.admin.v1.UndrainExecutorRequest\x1a\x1c.nereid.admin.v1.DrainStatus\"\x00\x12X\n" +
-	"\x0eGetDrainStatus\x12&.nereid.admin.v1.GetDrainStatusRequest\x1a\x1c.nereid.admin.v1.DrainStatus\"\x00B1Z/github.com/nereid-io/nereid/api/adminv1;adminv1b\x06proto3"
+	"\x0eGetDrainStatus\x12&.nereid.admin.v1.GetDrainStatusRequest\x1a\x1c.nereid.admin.v1.DrainStatus\"\x00\x12R\n" +
+	"\fGetPlacement\x12$.nereid.admin.v1.GetPlacementRequest\x1a\x1a.nereid.admin.v1.Placement\"\x00B1Z/github.com/nereid-io/nereid/api/adminv1;adminv1b\x06proto3"
 
 var (
 	file_adminv1_admin_proto_rawDescOnce sync.Once
@@ -1715,7 +2245,7 @@ func file_adminv1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_adminv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_adminv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_adminv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_adminv1_admin_proto_goTypes = []any{
 	(DrainState)(0),                     // 0: nereid.admin.v1.DrainState
 	(*ListGatewaysRequest)(nil),         // 1: nereid.admin.v1.ListGatewaysRequest
@@ -1741,6 +2271,12 @@ var file_adminv1_admin_proto_goTypes = []any{
 	(*UndrainExecutorRequest)(nil),      // 21: nereid.admin.v1.UndrainExecutorRequest
 	(*GetDrainStatusRequest)(nil),       // 22: nereid.admin.v1.GetDrainStatusRequest
 	(*DrainStatus)(nil),                 // 23: nereid.admin.v1.DrainStatus
+	(*GetPlacementRequest)(nil),         // 24: nereid.admin.v1.GetPlacementRequest
+	(*Placement)(nil),                   // 25: nereid.admin.v1.Placement
+	(*PlacedModel)(nil),                 // 26: nereid.admin.v1.PlacedModel
+	(*PlacementExecutor)(nil),           // 27: nereid.admin.v1.PlacementExecutor
+	(*WaitingModel)(nil),                // 28: nereid.admin.v1.WaitingModel
+	(*PlacementDecision)(nil),           // 29: nereid.admin.v1.PlacementDecision
 }
 var file_adminv1_admin_proto_depIdxs = []int32{
 	3,  // 0: nereid.admin.v1.ListGatewaysResponse.gateways:type_name -> nereid.admin.v1.Gateway
@@ -1756,25 +2292,31 @@ var file_adminv1_admin_proto_depIdxs = []int32{
 	18, // 10: nereid.admin.v1.ListShmRegionsResponse.nodes:type_name -> nereid.admin.v1.ShmNode
 	19, // 11: nereid.admin.v1.ShmNode.regions:type_name -> nereid.admin.v1.ShmRegion
 	0,  // 12: nereid.admin.v1.DrainStatus.state:type_name -> nereid.admin.v1.DrainState
-	1,  // 13: nereid.admin.v1.Admin.ListGateways:input_type -> nereid.admin.v1.ListGatewaysRequest
-	4,  // 14: nereid.admin.v1.Admin.ListExecutors:input_type -> nereid.admin.v1.ListExecutorsRequest
-	11, // 15: nereid.admin.v1.Admin.ListSequenceRouters:input_type -> nereid.admin.v1.ListSequenceRoutersRequest
-	16, // 16: nereid.admin.v1.Admin.ListShmRegions:input_type -> nereid.admin.v1.ListShmRegionsRequest
-	20, // 17: nereid.admin.v1.Admin.DrainExecutor:input_type -> nereid.admin.v1.DrainExecutorRequest
-	21, // 18: nereid.admin.v1.Admin.UndrainExecutor:input_type -> nereid.admin.v1.UndrainExecutorRequest
-	22, // 19: nereid.admin.v1.Admin.GetDrainStatus:input_type -> nereid.admin.v1.GetDrainStatusRequest
-	2,  // 20: nereid.admin.v1.Admin.ListGateways:output_type -> nereid.admin.v1.ListGatewaysResponse
-	5,  // 21: nereid.admin.v1.Admin.ListExecutors:output_type -> nereid.admin.v1.ListExecutorsResponse
-	12, // 22: nereid.admin.v1.Admin.ListSequenceRouters:output_type -> nereid.admin.v1.ListSequenceRoutersResponse
-	17, // 23: nereid.admin.v1.Admin.ListShmRegions:output_type -> nereid.admin.v1.ListShmRegionsResponse
-	23, // 24: nereid.admin.v1.Admin.DrainExecutor:output_type -> nereid.admin.v1.DrainStatus
-	23, // 25: nereid.admin.v1.Admin.UndrainExecutor:output_type -> nereid.admin.v1.DrainStatus
-	23, // 26: nereid.admin.v1.Admin.GetDrainStatus:output_type -> nereid.admin.v1.DrainStatus
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	26, // 13: nereid.admin.v1.Placement.models:type_name -> nereid.admin.v1.PlacedModel
+	27, // 14: nereid.admin.v1.Placement.executors:type_name -> nereid.admin.v1.PlacementExecutor
+	28, // 15: nereid.admin.v1.Placement.waiting:type_name -> nereid.admin.v1.WaitingModel
+	29, // 16: nereid.admin.v1.Placement.decisions:type_name -> nereid.admin.v1.PlacementDecision
+	1,  // 17: nereid.admin.v1.Admin.ListGateways:input_type -> nereid.admin.v1.ListGatewaysRequest
+	4,  // 18: nereid.admin.v1.Admin.ListExecutors:input_type -> nereid.admin.v1.ListExecutorsRequest
+	11, // 19: nereid.admin.v1.Admin.ListSequenceRouters:input_type -> nereid.admin.v1.ListSequenceRoutersRequest
+	16, // 20: nereid.admin.v1.Admin.ListShmRegions:input_type -> nereid.admin.v1.ListShmRegionsRequest
+	20, // 21: nereid.admin.v1.Admin.DrainExecutor:input_type -> nereid.admin.v1.DrainExecutorRequest
+	21, // 22: nereid.admin.v1.Admin.UndrainExecutor:input_type -> nereid.admin.v1.UndrainExecutorRequest
+	22, // 23: nereid.admin.v1.Admin.GetDrainStatus:input_type -> nereid.admin.v1.GetDrainStatusRequest
+	24, // 24: nereid.admin.v1.Admin.GetPlacement:input_type -> nereid.admin.v1.GetPlacementRequest
+	2,  // 25: nereid.admin.v1.Admin.ListGateways:output_type -> nereid.admin.v1.ListGatewaysResponse
+	5,  // 26: nereid.admin.v1.Admin.ListExecutors:output_type -> nereid.admin.v1.ListExecutorsResponse
+	12, // 27: nereid.admin.v1.Admin.ListSequenceRouters:output_type -> nereid.admin.v1.ListSequenceRoutersResponse
+	17, // 28: nereid.admin.v1.Admin.ListShmRegions:output_type -> nereid.admin.v1.ListShmRegionsResponse
+	23, // 29: nereid.admin.v1.Admin.DrainExecutor:output_type -> nereid.admin.v1.DrainStatus
+	23, // 30: nereid.admin.v1.Admin.UndrainExecutor:output_type -> nereid.admin.v1.DrainStatus
+	23, // 31: nereid.admin.v1.Admin.GetDrainStatus:output_type -> nereid.admin.v1.DrainStatus
+	25, // 32: nereid.admin.v1.Admin.GetPlacement:output_type -> nereid.admin.v1.Placement
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_adminv1_admin_proto_init() }
@@ -1788,7 +2330,7 @@ func file_adminv1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_adminv1_admin_proto_rawDesc), len(file_adminv1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

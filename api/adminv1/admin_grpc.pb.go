@@ -32,6 +32,7 @@ const (
 	Admin_DrainExecutor_FullMethodName       = "/nereid.admin.v1.Admin/DrainExecutor"
 	Admin_UndrainExecutor_FullMethodName     = "/nereid.admin.v1.Admin/UndrainExecutor"
 	Admin_GetDrainStatus_FullMethodName      = "/nereid.admin.v1.Admin/GetDrainStatus"
+	Admin_GetPlacement_FullMethodName        = "/nereid.admin.v1.Admin/GetPlacement"
 )
 
 // AdminClient is the client API for Admin service.
@@ -53,6 +54,11 @@ type AdminClient interface {
 	UndrainExecutor(ctx context.Context, in *UndrainExecutorRequest, opts ...grpc.CallOption) (*DrainStatus, error)
 	// The drain status of an executor.
 	GetDrainStatus(ctx context.Context, in *GetDrainStatusRequest, opts ...grpc.CallOption) (*DrainStatus, error)
+	// What the placement controller leading the cluster (routers run with
+	// --placement) knows and decided: which executors hold which models,
+	// footprints, capacities, the models left waiting and the latest
+	// decisions with their reasons. UNAVAILABLE when none leads.
+	GetPlacement(ctx context.Context, in *GetPlacementRequest, opts ...grpc.CallOption) (*Placement, error)
 }
 
 type adminClient struct {
@@ -133,6 +139,16 @@ func (c *adminClient) GetDrainStatus(ctx context.Context, in *GetDrainStatusRequ
 	return out, nil
 }
 
+func (c *adminClient) GetPlacement(ctx context.Context, in *GetPlacementRequest, opts ...grpc.CallOption) (*Placement, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Placement)
+	err := c.cc.Invoke(ctx, Admin_GetPlacement_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -152,6 +168,11 @@ type AdminServer interface {
 	UndrainExecutor(context.Context, *UndrainExecutorRequest) (*DrainStatus, error)
 	// The drain status of an executor.
 	GetDrainStatus(context.Context, *GetDrainStatusRequest) (*DrainStatus, error)
+	// What the placement controller leading the cluster (routers run with
+	// --placement) knows and decided: which executors hold which models,
+	// footprints, capacities, the models left waiting and the latest
+	// decisions with their reasons. UNAVAILABLE when none leads.
+	GetPlacement(context.Context, *GetPlacementRequest) (*Placement, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -182,6 +203,9 @@ func (UnimplementedAdminServer) UndrainExecutor(context.Context, *UndrainExecuto
 }
 func (UnimplementedAdminServer) GetDrainStatus(context.Context, *GetDrainStatusRequest) (*DrainStatus, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetDrainStatus not implemented")
+}
+func (UnimplementedAdminServer) GetPlacement(context.Context, *GetPlacementRequest) (*Placement, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetPlacement not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -330,6 +354,24 @@ func _Admin_GetDrainStatus_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_GetPlacement_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPlacementRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetPlacement(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetPlacement_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetPlacement(ctx, req.(*GetPlacementRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -364,6 +406,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetDrainStatus",
 			Handler:    _Admin_GetDrainStatus_Handler,
+		},
+		{
+			MethodName: "GetPlacement",
+			Handler:    _Admin_GetPlacement_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -5,11 +5,13 @@ package placement
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,7 +118,9 @@ func TestPlacement(t *testing.T) {
 	for i := range 3 {
 		e.executor(fmt.Sprintf("exec%d", i), fmt.Sprintf("node%d", i))
 	}
-	e.g = e.c.Gateway("--placement", "true")
+	adminHTTP := constellation.FreePort(t)
+	e.g = e.c.Gateway("--placement", "true", "--admin-http-port", strconv.Itoa(adminHTTP))
+	adminURL := "http://" + constellation.Addr(adminHTTP) + "/v1/admin/placement"
 
 	if !constellation.WaitFor(30*time.Second, func() bool { return readyCount(e.g) == 9 }) {
 		t.Fatalf("%d models ready, want 9 (3 executors x 3 slots)\nrouter:\n%s", readyCount(e.g), lead.Output())
@@ -139,6 +143,39 @@ func TestPlacement(t *testing.T) {
 		}
 		if n := readyCount(e.g); n > 9 {
 			t.Fatalf("%d models ready on 9 slots", n)
+		}
+	})
+
+	t.Run("the admin API shows placement: models and executors, capacity, the decisions with reasons", func(t *testing.T) {
+		st := placementView(t, adminURL)
+		if st.ControllerID != "router0" {
+			t.Errorf("controller %q, want router0", st.ControllerID)
+		}
+		holders := map[string]int{}
+		for _, m := range st.Models {
+			for _, id := range m.Executors {
+				holders[id]++
+			}
+			if len(m.Executors) > 1 {
+				t.Errorf("%s on %v: one replica wanted", m.Name, m.Executors)
+			}
+		}
+		if len(st.Models) != models || len(st.Executors) != 3 {
+			t.Fatalf("%d models and %d executors in the view, want %d and 3: %+v", len(st.Models), len(st.Executors), models, st)
+		}
+		for _, x := range st.Executors {
+			if x.CapacitySlots != "3" || x.HeldModels != "3" || holders[x.ID] != 3 {
+				t.Errorf("executor %+v (holding %d models in the model list), want 3 of 3 slots", x, holders[x.ID])
+			}
+		}
+		reasons := map[string]bool{}
+		for _, d := range st.Decisions {
+			reasons[d.Action+" "+d.Reason] = true
+		}
+		for _, want := range []string{"load below min_replicas", "load on demand", "unload least recently used, evicted"} {
+			if !reasons[want] {
+				t.Errorf("no decision %q in %+v", want, st.Decisions)
+			}
 		}
 	})
 
@@ -188,4 +225,42 @@ func TestPlacement(t *testing.T) {
 			t.Fatalf("the new leader placed nothing on demand:\n%s", standby.Output())
 		}
 	})
+}
+
+// placementJSON is the admin API's GetPlacement as its REST mapping
+// writes it (protojson with the proto's names, 64-bit integers as strings).
+type placementJSON struct {
+	ControllerID string `json:"controller_id"`
+	Models       []struct {
+		Name      string   `json:"name"`
+		Executors []string `json:"executors"`
+	} `json:"models"`
+	Executors []struct {
+		ID            string `json:"id"`
+		CapacitySlots string `json:"capacity_slots"`
+		HeldModels    string `json:"held_models"`
+	} `json:"executors"`
+	Decisions []struct {
+		Action string `json:"action"`
+		Model  string `json:"model"`
+		Reason string `json:"reason"`
+	} `json:"decisions"`
+}
+
+func placementView(t *testing.T, url string) placementJSON {
+	t.Helper()
+	r, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, r.StatusCode, body)
+	}
+	var st placementJSON
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatalf("%v: %s", err, body)
+	}
+	return st
 }

@@ -165,6 +165,7 @@ func TestReplyClass(t *testing.T) {
 		"not.a.nereid.subject":                  unroutedClass,
 		ExecutorStatsSubject("e1"):              "executor",
 		GatewayStatsSubject:                     "gateway",
+		PlacementStateSubject:                   "sequence-router",
 	} {
 		if got := ReplyClass(subj); got != want {
 			t.Errorf("ReplyClass(%q) = %q, want %q", subj, got, want)

@@ -40,6 +40,7 @@ var subjectExamples = map[string]string{
 	"ExecutorPlaceSubject":           ExecutorPlaceSubject("e1"),
 	"ExecutorEnsembleSubject":        ExecutorEnsembleSubject("e1"),
 	"PlacementSubject":               PlacementSubject,
+	"PlacementStateSubject":          PlacementStateSubject,
 	"GatewayPresenceSubject":         GatewayPresenceSubject,
 	"ResponseCacheInvalidateSubject": ResponseCacheInvalidateSubject,
 	"RouterPresenceSubject":          RouterPresenceSubject,

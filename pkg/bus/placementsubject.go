@@ -15,3 +15,9 @@ func ExecutorPlaceSubject(id string) string {
 // no executor holds) with busv1.PlacementDemandReply once the model is
 // placed or cannot be: "nereid.v1.placement.demand".
 const PlacementSubject = Prefix + ".placement.demand"
+
+// PlacementStateSubject is where the placement controller leading the
+// cluster answers adminv1.GetPlacementRequest from a gateway's admin API
+// with adminv1.Placement, its view and latest decisions:
+// "nereid.v1.placement.state".
+const PlacementStateSubject = Prefix + ".placement.state"

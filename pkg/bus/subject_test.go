@@ -65,6 +65,7 @@ func TestSubjects(t *testing.T) {
 		{ExecutorStatsSubject("node a/0"), "nereid.v1.exec.node~20a~2F0.stats"},
 		{ExecutorEnsembleSubject("gpu-0"), "nereid.v1.exec.gpu-0.ensemble"},
 		{GatewayStatsSubject, "nereid.v1.gateway.stats"},
+		{PlacementStateSubject, "nereid.v1.placement.state"},
 		{HeartbeatSubject, "nereid.v1.catalog.heartbeat"},
 		{SolicitSubject, "nereid.v1.catalog.solicit"},
 	}

@@ -9,6 +9,7 @@ package placementbus
 import (
 	"context"
 
+	"github.com/nereid-io/nereid/api/adminv1"
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -71,4 +72,17 @@ func (x *Controller) Demand(ctx context.Context, model string) ([]string, error)
 		return nil, tritonerr.Unavailablef("model '%s' is placed on no executor: %s", model, reply.GetReason())
 	}
 	return reply.GetExecutors(), nil
+}
+
+// State asks the controller leading placement for its view and latest
+// decisions; UNAVAILABLE when no controller leads.
+func (x *Controller) State(ctx context.Context) (*adminv1.Placement, error) {
+	var st adminv1.Placement
+	if err := x.c.Request(ctx, bus.PlacementStateSubject, &adminv1.GetPlacementRequest{}, &st); err != nil {
+		if bus.IsNoResponders(err) {
+			return nil, tritonerr.Unavailablef("no placement controller leads: start the sequence routers with --placement true (docs/placement.md)")
+		}
+		return nil, err
+	}
+	return &st, nil
 }

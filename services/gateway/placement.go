@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/nereid-io/nereid/api/adminv1"
 	"github.com/nereid-io/nereid/pkg/placementbus"
 )
 
@@ -45,4 +46,12 @@ func (g *Gateway) resolveInfer(ctx context.Context, name, version string) (*vers
 		case <-tick.C:
 		}
 	}
+}
+
+// GetPlacement is the placement controller's view, asked of the controller
+// leading placement (placementbus.Controller.State).
+func (a *adminService) GetPlacement(ctx context.Context, _ *adminv1.GetPlacementRequest) (*adminv1.Placement, error) {
+	ctx, cancel := context.WithTimeout(ctx, adminCallTimeout)
+	defer cancel()
+	return placementbus.NewController(a.g.bus).State(ctx)
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nereid-io/nereid/api/adminv1"
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/failover"
@@ -80,6 +81,10 @@ type Controller struct {
 	leading  bool
 	poke     chan struct{}
 	lastWait string
+	// The admin API's view (state.go): the models the last round left
+	// waiting, the latest decisions.
+	waiting   []*adminv1.WaitingModel
+	decisions []*adminv1.PlacementDecision
 }
 
 // New checks cfg and fills its defaults.
@@ -138,11 +143,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	close(c.ready)
 
 	var lease *failover.Lease
-	var demand *bus.Subscription
+	var demand, state *bus.Subscription
 	stepDown := func(r failover.Reason) {
-		if demand != nil {
-			_ = demand.Unsubscribe()
-			demand = nil
+		for _, s := range []**bus.Subscription{&demand, &state} {
+			if *s != nil {
+				_ = (*s).Unsubscribe()
+				*s = nil
+			}
 		}
 		c.mu.Lock()
 		c.leading, c.planner = false, nil
@@ -169,6 +176,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			if lease != nil {
 				if demand, err = bc.HandleDelegated(bus.PlacementSubject, "placement", c.handleDemand); err != nil {
 					c.log.Error("placement: cannot serve demands", "err", err)
+				}
+				if state, err = bc.Handle(bus.PlacementStateSubject, "placement", c.handleState); err != nil {
+					c.log.Error("placement: cannot serve its state to the admin API", "err", err)
 				}
 			}
 		}
@@ -324,6 +334,7 @@ func (c *Controller) round(ctx context.Context, epoch uint64) {
 		if err != nil {
 			c.log.Warn("placement: decision failed", "action", d.Action.String(), "model", d.Model, "executor", d.Executor, "err", err)
 		}
+		c.decided(time.Now(), d, err)
 		if cat != nil {
 			c.observe(time.Now(), cat)
 		}
@@ -337,6 +348,9 @@ func (c *Controller) round(ctx context.Context, epoch uint64) {
 	for _, w := range plan.Waiting {
 		waits = append(waits, w.Model+": "+w.Why.String())
 	}
+	c.mu.Lock()
+	c.waiting = waitingOf(plan.Waiting)
+	c.mu.Unlock()
 	if joined := strings.Join(waits, "; "); joined != c.lastWait {
 		c.log.Info("placement: models waiting", "waiting", joined)
 		c.lastWait = joined

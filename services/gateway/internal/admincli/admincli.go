@@ -25,6 +25,8 @@ commands:
   executors                executors: node, GPUs, models, instances, requests in flight, drain state
   routers                  sequence routers and the models they lead
   regions                  registered shared-memory regions, by node
+  placement                the placement controller's view: models and their executors, executors'
+                           capacity and holdings, models waiting, the latest decisions with reasons
   drain [executor]         drain an executor and wait until it is drained
   undrain [executor]       undo a drain, finished or not: the executor serves again
   drain-status [executor]  where an executor's drain stands
@@ -42,7 +44,7 @@ func Run(ctx context.Context, client adminv1.AdminClient, args []string, executo
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
-	case "gateways", "executors", "routers", "regions":
+	case "gateways", "executors", "routers", "regions", "placement":
 		if len(rest) > 0 {
 			return fmt.Errorf("%s takes no arguments", cmd)
 		}
@@ -81,6 +83,12 @@ func Run(ctx context.Context, client adminv1.AdminClient, args []string, executo
 			return err
 		}
 		return WriteRegions(out, r)
+	case "placement":
+		r, err := client.GetPlacement(ctx, &adminv1.GetPlacementRequest{})
+		if err != nil {
+			return err
+		}
+		return WritePlacement(out, r)
 	case "undrain":
 		st, err := client.UndrainExecutor(ctx, &adminv1.UndrainExecutorRequest{ExecutorId: rest[0]})
 		if err != nil {
@@ -297,4 +305,91 @@ func (f *Flags) Metadata() (key, value string, err error) {
 		return "", "", errors.New("--restricted wants <key>=<value>")
 	}
 	return "triton-grpc-protocol-" + strings.ToLower(k), v, nil
+}
+
+// WritePlacement prints the placement controller's view: its models and
+// where they are, its executors with capacity and holdings, the models
+// waiting and the latest decisions.
+func WritePlacement(out io.Writer, p *adminv1.Placement) error {
+	fmt.Fprintf(out, "controller %s\n\n", p.GetControllerId())
+	var rows [][]string
+	for _, m := range p.GetModels() {
+		var flags []string
+		for _, f := range []struct {
+			on   bool
+			name string
+		}{{m.GetPinned(), "pinned"}, {m.GetGpu(), "gpu"}, {m.GetSequence(), "sequence"}} {
+			if f.on {
+				flags = append(flags, f.name)
+			}
+		}
+		rows = append(rows, []string{m.GetName(), orDash(strings.Join(m.GetExecutors(), ",")), bytesOrDash(m.GetFootprintBytes()),
+			replicaBound(m.GetMinReplicas()), replicaBound(m.GetMaxReplicas()), orDash(strings.Join(flags, ","))})
+	}
+	if err := table(out, "MODEL\tEXECUTORS\tFOOTPRINT\tMIN\tMAX\tFLAGS", rows); err != nil {
+		return err
+	}
+	rows = nil
+	for _, e := range p.GetExecutors() {
+		capa := bytesOrDash(e.GetCapacityBytes())
+		if e.GetCapacitySlots() > 0 {
+			capa += fmt.Sprintf(" / %d slots", e.GetCapacitySlots())
+		}
+		state := "serving"
+		if e.GetDraining() {
+			state = "draining"
+		}
+		rows = append(rows, []string{e.GetId(), orDash(e.GetNode()), capa, fmt.Sprintf("%s / %d models", bytesOrDash(e.GetHeldBytes()), e.GetHeldModels()),
+			strconv.FormatBool(e.GetGpu()), state})
+	}
+	fmt.Fprintln(out)
+	if err := table(out, "EXECUTOR\tNODE\tCAPACITY\tHOLDS\tGPU\tSTATE", rows); err != nil {
+		return err
+	}
+	if len(p.GetWaiting()) > 0 {
+		rows = nil
+		for _, w := range p.GetWaiting() {
+			rows = append(rows, []string{w.GetModel(), strconv.FormatInt(w.GetReplicas(), 10), strconv.FormatBool(w.GetDemanded()), w.GetWhy()})
+		}
+		fmt.Fprintln(out)
+		if err := table(out, "WAITING\tREPLICAS\tDEMANDED\tWHY", rows); err != nil {
+			return err
+		}
+	}
+	rows = nil
+	for _, d := range p.GetDecisions() {
+		reason := d.GetReason()
+		if d.GetForModel() != "" {
+			reason += " for " + d.GetForModel()
+		}
+		if d.GetError() != "" {
+			reason += " (failed: " + d.GetError() + ")"
+		}
+		rows = append(rows, []string{time.UnixMilli(d.GetUnixMs()).UTC().Format(time.TimeOnly), d.GetAction(), d.GetModel(), d.GetExecutor(), reason})
+	}
+	fmt.Fprintln(out)
+	return table(out, "AT\tACTION\tMODEL\tEXECUTOR\tREASON", rows)
+}
+
+func bytesOrDash(n uint64) string {
+	if n == 0 {
+		return "-"
+	}
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatUint(n, 10) + "B"
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func replicaBound(n int64) string {
+	if n == 0 {
+		return "default"
+	}
+	return strconv.FormatInt(n, 10)
 }

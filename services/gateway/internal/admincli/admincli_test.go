@@ -20,6 +20,7 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 		{[]string{"drain-status", ""}, "drain-status needs one executor id"},
 		{[]string{"undrain"}, "undrain needs one executor id"},
 		{[]string{"executors", "x"}, "executors takes no arguments"},
+		{[]string{"placement", "x"}, "placement takes no arguments"},
 	} {
 		// The client is never reached: a nil one would panic.
 		err := Run(context.Background(), nil, tc.args, "", &strings.Builder{})
@@ -114,5 +115,32 @@ func TestRestrictedMetadata(t *testing.T) {
 	f.Restricted = "novalue"
 	if _, _, err := f.Metadata(); err == nil {
 		t.Fatal("a restriction without '=' was accepted")
+	}
+}
+
+func TestPlacementTable(t *testing.T) {
+	var b strings.Builder
+	err := WritePlacement(&b, &adminv1.Placement{
+		ControllerId: "router0",
+		Models: []*adminv1.PlacedModel{
+			{Name: "m0", Executors: []string{"e1", "e2"}, FootprintBytes: 3 << 30, MaxReplicas: 2, Pinned: true},
+			{Name: "m1"},
+		},
+		Executors: []*adminv1.PlacementExecutor{{Id: "e1", Node: "n1", CapacityBytes: 16 << 30, CapacitySlots: 3, HeldBytes: 3 << 30, HeldModels: 1, Draining: true}},
+		Waiting:   []*adminv1.WaitingModel{{Model: "m1", Why: "no executor has room for it", Demanded: true}},
+		Decisions: []*adminv1.PlacementDecision{
+			{UnixMs: 1000, Action: "unload", Model: "m2", Executor: "e1", Reason: "least recently used, evicted", ForModel: "m0"},
+			{UnixMs: 2000, Action: "load", Model: "m0", Executor: "e1", Reason: "on demand", Error: "load failed"},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"controller router0", "e1,e2", "3.0GiB", "pinned", "default", "16.0GiB / 3 slots", "3.0GiB / 1 models",
+		"draining", "no executor has room for it", "least recently used, evicted for m0", "on demand (failed: load failed)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("placement tables lack %q:\n%s", want, out)
+		}
 	}
 }
