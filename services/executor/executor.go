@@ -188,6 +188,7 @@ type Executor struct {
 	revision   atomic.Uint64   // catalog changes within the generation
 	lastLoad   atomic.Int64    // the latest load stamp given (loadStamp)
 	deps       dependencyLoads // models loaded only as an ensemble's composing models (ensemble.go)
+	hints      hintCache       // placement hints of models not loaded here (placement.go)
 	ready      chan struct{}
 
 	bus *bus.Conn
@@ -689,7 +690,11 @@ func (e *Executor) catalog() *busv1.ExecutorCatalog {
 		case onDisk[n] > 1:
 			cat.Models = append(cat.Models, &busv1.ModelVersionState{Name: n, State: StateUnavailable, Reason: reasonDuplicate})
 		case !known[n]:
-			cat.Models = append(cat.Models, &busv1.ModelVersionState{Name: n}) // in the repository, not loaded
+			st := &busv1.ModelVersionState{Name: n} // in the repository, not loaded
+			if e.cfg.Placement {
+				st.Config = e.placementHint(n, time.Now())
+			}
+			cat.Models = append(cat.Models, st)
 		}
 	}
 	return cat

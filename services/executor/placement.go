@@ -6,11 +6,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -131,4 +134,62 @@ func hostMemory() uint64 {
 		}
 	}
 	return 0
+}
+
+// hintTTL is how long the placement hint of a model not loaded here is
+// kept before its configuration is read again.
+const hintTTL = 10 * time.Second
+
+// hintCache keeps the placement hints of the repository's models that are
+// not loaded here (placementHint).
+type hintCache struct {
+	mu  sync.Mutex
+	at  map[string]time.Time
+	cfg map[string]*inference.ModelConfig
+}
+
+// placementHint is what the placement controller reads of a model of this
+// executor's repository that no version of is loaded here, before any
+// load measured it: the nereid_* parameters (footprint hint, replica
+// bounds, pinned), the instance groups' kinds (a GPU model) and whether it
+// has a sequence batcher, from its configuration, read at most once per
+// hintTTL; nil when it does not parse (its load will say why). Only this
+// much travels, so that a catalog of thousands of models stays small.
+func (e *Executor) placementHint(name string, now time.Time) *inference.ModelConfig {
+	e.hints.mu.Lock()
+	defer e.hints.mu.Unlock()
+	if at, ok := e.hints.at[name]; ok && now.Sub(at) < hintTTL {
+		return e.hints.cfg[name]
+	}
+	if e.hints.at == nil {
+		e.hints.at, e.hints.cfg = map[string]time.Time{}, map[string]*inference.ModelConfig{}
+	}
+	var hint *inference.ModelConfig
+	if dir, err := e.modelDir(name); err == nil {
+		if cfg, err := modelconfig.Load(dir); err == nil {
+			hint = hintOf(cfg)
+		}
+	}
+	e.hints.at[name], e.hints.cfg[name] = now, hint
+	return hint
+}
+
+// hintOf is the part of cfg placement reads (placement.ModelFrom).
+func hintOf(cfg *inference.ModelConfig) *inference.ModelConfig {
+	h := &inference.ModelConfig{Name: cfg.GetName()}
+	for k, v := range cfg.GetParameters() {
+		if strings.HasPrefix(k, "nereid_") {
+			if h.Parameters == nil {
+				h.Parameters = map[string]*inference.ModelParameter{}
+			}
+			h.Parameters[k] = v
+		}
+	}
+	for _, g := range cfg.GetInstanceGroup() {
+		h.InstanceGroup = append(h.InstanceGroup, &inference.ModelInstanceGroup{Kind: g.GetKind()})
+	}
+	if cfg.GetSequenceBatching() != nil {
+		h.SchedulingChoice = &inference.ModelConfig_SequenceBatching{SequenceBatching: &inference.ModelSequenceBatching{}}
+	}
+	return h
 }

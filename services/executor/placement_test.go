@@ -2,8 +2,11 @@ package executor
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
@@ -111,4 +114,48 @@ func simpleRequest() *inference.ModelInferRequest {
 		{"INPUT0", "INT32", []int64{1, 16}, int32s(func(i int) int32 { return int32(i) })},
 		{"INPUT1", "INT32", []int64{1, 16}, int32s(func(int) int32 { return 1 })},
 	})
+}
+
+// TestPlacementHint: under placement, a model of the repository that is
+// not loaded is listed with what placement reads of its configuration (the
+// nereid_* parameters, the instance groups' kinds, a sequence batcher) and
+// nothing else, so that the controller knows its footprint hint and
+// replica bounds before any load; a change of the configuration shows
+// once the hint is read again.
+func TestPlacementHint(t *testing.T) {
+	repo := t.TempDir()
+	named := func(name string) string { return strings.Replace(addsubConfig, `name: "simple"`, `name: "`+name+`"`, 1) }
+	writeModel(t, repo, "hinted", named("hinted")+`parameters { key: "nereid_model_footprint" value { string_value: "512MiB" } }
+parameters { key: "nereid_max_replicas" value { string_value: "2" } }
+parameters { key: "other" value { string_value: "x" } }
+instance_group [ { kind: KIND_CPU count: 2 } ]
+`)
+	writeModel(t, repo, "stateful", named("stateful")+"sequence_batching { }\n")
+	url := startNATS(t)
+	client, err := bus.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, url: url, client: client}
+	h.ex, h.stop = runExecutor(t, url, Config{RepositoryPath: repo, ID: "ex-h", Node: "node-a", Placement: true})
+	cat := h.catalog()
+	hint := placedState(cat, "hinted").GetConfig()
+	m, err := placement.ModelFrom(hint)
+	if err != nil || m.FootprintHint != 512<<20 || m.MaxReplicas != 2 || m.GPU || m.Sequence {
+		t.Fatalf("placement of the hint %v: %+v, %v", hint, m, err)
+	}
+	if _, ok := hint.GetParameters()["other"]; ok || len(hint.GetInput()) != 0 || len(hint.GetInstanceGroup()) != 1 || hint.GetInstanceGroup()[0].GetCount() != 0 {
+		t.Errorf("the hint carries more than placement reads: %v", hint)
+	}
+	if m, _ := placement.ModelFrom(placedState(cat, "stateful").GetConfig()); !m.Sequence {
+		t.Errorf("stateful's hint does not say it has a sequence batcher: %v", placedState(cat, "stateful").GetConfig())
+	}
+	// Read once per hintTTL: the catalog a moment later carries the same.
+	writeModel(t, repo, "hinted", named("hinted"))
+	if got := placedState(h.catalog(), "hinted").GetConfig(); !proto.Equal(got, hint) {
+		t.Errorf("hint read again within hintTTL: %v", got)
+	}
+	if got := h.ex.placementHint("hinted", time.Now().Add(hintTTL)); len(got.GetParameters()) != 0 {
+		t.Errorf("hint after hintTTL, the parameters gone from the configuration: %v", got)
+	}
 }
