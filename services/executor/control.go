@@ -705,6 +705,9 @@ func (e *Executor) poll(ctx context.Context) func(context.Context) {
 
 // pollOnce loads the models on disk (a reload only of the versions whose
 // configuration or files changed) and unloads those whose directory is gone.
+// Under placement it loads none that it does not hold: the controller
+// places models (new ones show in the catalog by name); it reloads the
+// ones it holds whose files changed, and unloads those gone from disk.
 func (e *Executor) pollOnce() {
 	found, err := e.scan()
 	if err != nil {
@@ -719,6 +722,9 @@ func (e *Executor) pollOnce() {
 			continue // in two repositories: not available
 		}
 		onDisk[m.Name] = true
+		if e.cfg.Placement && !e.servesReady(m.Name) {
+			continue
+		}
 		if err := e.loadModel(e.execCtx, &busv1.ModelControlRequest{Name: m.Name, Load: true}); err != nil {
 			e.log.Debug("poll: model failed to load", "model", m.Name, "err", err)
 		}

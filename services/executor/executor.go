@@ -260,8 +260,8 @@ func New(cfg Config) (*Executor, error) {
 		// tritonserver's startup check, word for word.
 		return nil, errors.New("executor: Wildcard model name '*' must be the ONLY startup model if specified at all.")
 	}
-	if cfg.Placement && cfg.ControlMode != ControlNone && cfg.ControlMode != "" {
-		return nil, fmt.Errorf("executor: --placement works with --model-control-mode none only for now, not %s", cfg.ControlMode)
+	if cfg.Placement && cfg.ControlMode == ControlExplicit {
+		return nil, fmt.Errorf("executor: --placement works with --model-control-mode none or poll only for now, not %s", cfg.ControlMode)
 	}
 	if cfg.ID == "" {
 		var b [8]byte

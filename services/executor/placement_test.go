@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -124,7 +126,9 @@ func simpleRequest() *inference.ModelInferRequest {
 // once the hint is read again.
 func TestPlacementHint(t *testing.T) {
 	repo := t.TempDir()
-	named := func(name string) string { return strings.Replace(addsubConfig, `name: "simple"`, `name: "`+name+`"`, 1) }
+	named := func(name string) string {
+		return strings.Replace(addsubConfig, `name: "simple"`, `name: "`+name+`"`, 1)
+	}
 	writeModel(t, repo, "hinted", named("hinted")+`parameters { key: "nereid_model_footprint" value { string_value: "512MiB" } }
 parameters { key: "nereid_max_replicas" value { string_value: "2" } }
 parameters { key: "other" value { string_value: "x" } }
@@ -158,4 +162,48 @@ instance_group [ { kind: KIND_CPU count: 2 } ]
 	if got := h.ex.placementHint("hinted", time.Now().Add(hintTTL)); len(got.GetParameters()) != 0 {
 		t.Errorf("hint after hintTTL, the parameters gone from the configuration: %v", got)
 	}
+}
+
+// TestPlacementPoll: under placement in poll mode, an executor loads none
+// of the models it scans by itself (the controller places them); a model
+// the controller placed on it is reloaded when its files change, and
+// unloaded when its directory goes.
+func TestPlacementPoll(t *testing.T) {
+	repo := t.TempDir()
+	named := func(name, extra string) string {
+		return strings.Replace(addsubConfig, `name: "simple"`, `name: "`+name+`"`, 1) + extra
+	}
+	writeModel(t, repo, "a", named("a", ""))
+	writeModel(t, repo, "b", named("b", ""))
+	url := startNATS(t)
+	client, err := bus.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, url: url, client: client}
+	h.ex, h.stop = runExecutor(t, url, Config{RepositoryPath: repo, ID: "ex-poll", Node: "node-a", Placement: true,
+		ControlMode: ControlPoll, PollInterval: 20 * time.Millisecond})
+	time.Sleep(100 * time.Millisecond) // several polls
+	for _, m := range h.catalog().GetModels() {
+		if m.GetState() != "" {
+			t.Fatalf("%s is %s after polls under placement, want listed only", m.GetName(), m.GetState())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := placementbus.NewExecutors(client).Load(ctx, "ex-poll", "a"); err != nil {
+		t.Fatal(err)
+	}
+	writeModel(t, repo, "a", named("a", `parameters { key: "changed" value { string_value: "yes" } }`+"\n"))
+	waitUntil(t, "a reloaded after its configuration changed", func() bool {
+		_, ok := placedState(h.catalog(), "a").GetConfig().GetParameters()["changed"]
+		return ok && placedState(h.catalog(), "a").GetState() == StateReady
+	})
+	if st := placedState(h.catalog(), "b").GetState(); st != "" {
+		t.Errorf("b is %s: polls loaded a model not placed here", st)
+	}
+	if err := os.RemoveAll(filepath.Join(repo, "a")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "a unloaded after its directory went", func() bool { return placedState(h.catalog(), "a").GetState() != StateReady })
 }

@@ -43,7 +43,7 @@ func main() {
 	tritonflag.BoolVar(fs, &allowUploadedCode, "allow-uploaded-code", false, "let a repository load run code that arrives in the request: backend libraries, other shared libraries and Python files among its file: parameters (default false: such a load is refused, and an uploaded model's backend library comes from --backend-directory only)")
 	uploadBudget := fs.Int64("model-upload-budget", executor.DefaultUploadBudget, "bytes of temporary storage that the files of load requests (file: parameters) may take at once on this executor; -1: unbounded")
 	var placed bool
-	tritonflag.BoolVar(fs, &placed, "placement", false, "run under the placement controller (docs/placement.md): load no model at start, load and unload what the controller tells this executor; with --model-control-mode none")
+	tritonflag.BoolVar(fs, &placed, "placement", false, "run under the placement controller (docs/placement.md): load no model at start, load and unload what the controller tells this executor; with --model-control-mode none, or poll (which then only reloads the models it holds when their files change)")
 	var capacity placement.Capacity
 	fs.Func("model-capacity", "what this executor may hold under --placement: bytes of model footprint (4GiB), model slots (slots=3) or both (slots=3,4GiB); default unbounded", func(v string) (err error) {
 		capacity, err = placement.ParseCapacity(v)
