@@ -264,3 +264,75 @@ func placementView(t *testing.T, url string) placementJSON {
 	}
 	return st
 }
+
+// TestPlacementDrain: under placement, a drained executor's models are
+// placed on the others, and its drain (what nereidctl drain and a pod's
+// preStop wait for) is over only once they serve there: when the admin API
+// says DRAINED, every model is ready without it.
+func TestPlacementDrain(t *testing.T) {
+	src, err := os.ReadFile(constellation.RepoPath(t, "deploy/model_repository/simple/config.pbtxt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"m0", "m1"} {
+		if err := os.MkdirAll(filepath.Join(dir, name, "1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg := strings.Replace(string(src), `name: "simple"`, `name: "`+name+`"`, 1)
+		if err := os.WriteFile(filepath.Join(dir, name, "config.pbtxt"), []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &env{c: constellation.NewCluster(t), repo: dir, execs: map[string]*constellation.Proc{}}
+	e.redis, _ = constellation.Redis(t)
+	lead := e.router(t, "router0")
+	e.executor("exec0", "node0")
+	adminHTTP := constellation.FreePort(t)
+	e.g = e.c.Gateway("--placement", "true", "--admin-http-port", strconv.Itoa(adminHTTP))
+	admin := "http://" + constellation.Addr(adminHTTP) + "/v1/admin"
+	if !constellation.WaitFor(30*time.Second, func() bool { return ready(e.g, "m0") && ready(e.g, "m1") }) {
+		t.Fatalf("m0 and m1 not ready on exec0\nrouter:\n%s", lead.Output())
+	}
+	e.executor("exec1", "node1")
+	time.Sleep(2 * time.Second) // exec1 is heard, and holds nothing: min_replicas is met
+
+	drainState := func(method string) (string, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, admin+"/executors/exec0/drain", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		var st struct {
+			State      string `json:"state"`
+			WaitingFor string `json:"waiting_for"`
+		}
+		if r.StatusCode != http.StatusOK || json.Unmarshal(body, &st) != nil {
+			t.Fatalf("%s drain: %d %s", method, r.StatusCode, body)
+		}
+		return st.State, st.WaitingFor
+	}
+	drainState("POST")
+	var state, waiting string
+	if !constellation.WaitFor(30*time.Second, func() bool {
+		state, waiting = drainState("GET")
+		return state == "DRAIN_STATE_DRAINED"
+	}) {
+		t.Fatalf("exec0 not drained: %s (waiting for %s)\nrouter:\n%s", state, waiting, lead.Output())
+	}
+	// Drained: exec0 takes nothing new, so ready means exec1 serves it.
+	for _, m := range []string{"m0", "m1"} {
+		if !ready(e.g, m) {
+			t.Errorf("%s is not ready elsewhere when exec0's drain is over", m)
+		}
+	}
+	if !logged(e.execs["exec1"], "placement: load") {
+		t.Errorf("exec1 loaded nothing:\n%s", e.execs["exec1"].Output())
+	}
+}

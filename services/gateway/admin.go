@@ -267,6 +267,7 @@ func (a *adminService) drain(ctx context.Context, id string, act drainAction) (*
 	if err != nil {
 		return nil, err
 	}
+	a.placedDrain(id, st) // placement.go
 	return st, nil
 }
 

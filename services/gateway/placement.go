@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nereid-io/nereid/api/adminv1"
@@ -54,4 +56,53 @@ func (a *adminService) GetPlacement(ctx context.Context, _ *adminv1.GetPlacement
 	ctx, cancel := context.WithTimeout(ctx, adminCallTimeout)
 	defer cancel()
 	return placementbus.NewController(a.g.bus).State(ctx)
+}
+
+// notPlacedElsewhere lists, sorted, the models executor id holds READY
+// that no other executor, not draining, serves READY while one of them
+// has the model in its repository: under placement, a draining executor's
+// models are placed elsewhere (pkg/placement), and its drain is not over
+// until they serve there. A model no other executor can hold is not
+// waited for.
+func (c *catalog) notPlacedElsewhere(id string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.execs[id]
+	if e == nil {
+		return nil
+	}
+	servedElsewhere, listedElsewhere := map[string]bool{}, map[string]bool{}
+	for oid, o := range c.execs {
+		if oid == id || o.draining {
+			continue
+		}
+		for _, m := range o.models {
+			listedElsewhere[m.GetName()] = true
+			if m.GetState() == stateReady {
+				servedElsewhere[m.GetName()] = true
+			}
+		}
+	}
+	var out []string
+	for _, m := range e.models {
+		if n := m.GetName(); m.GetState() == stateReady && listedElsewhere[n] && !servedElsewhere[n] && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// placedDrain holds a drained executor's status at DRAINING under
+// placement while its models are not yet served elsewhere
+// (notPlacedElsewhere), so that whoever waits for the drain (nereidctl
+// drain, a pod's preStop) stops the executor only once they are.
+func (a *adminService) placedDrain(id string, st *adminv1.DrainStatus) {
+	if !a.g.cfg.Placement || st.GetState() != adminv1.DrainState_DRAIN_STATE_DRAINED {
+		return
+	}
+	if wait := a.g.cat.notPlacedElsewhere(id); len(wait) > 0 {
+		st.State = adminv1.DrainState_DRAIN_STATE_DRAINING
+		st.WaitingFor = "its models to be placed on other executors: " + strings.Join(wait, ", ")
+	}
 }
