@@ -72,7 +72,7 @@ func (p *Plan) Drive(ctx context.Context, req *inference.ModelInferRequest, vers
 	if len(wanted) == 0 {
 		wanted = p.Outputs()
 	}
-	placed, err := shmOutputs(req, p.Name)
+	placed, err := shmOutputs(req)
 	if err != nil {
 		return 0, err
 	}
@@ -239,7 +239,7 @@ func stepRequest(req *inference.ModelInferRequest, s Step, it int, tensors map[K
 
 // shmOutputs are the outputs of the ensemble request to be written to the
 // client's shared memory, by ensemble tensor name; nil when none.
-func shmOutputs(req *inference.ModelInferRequest, ensemble string) (map[string]shm.Ref, error) {
+func shmOutputs(req *inference.ModelInferRequest) (map[string]shm.Ref, error) {
 	var placed map[string]shm.Ref
 	for _, o := range req.GetOutputs() {
 		ref, ok, err := shm.FromParams(o.GetName(), o.GetParameters(), false)

@@ -656,7 +656,6 @@ func (e *Executor) handleCatalog(context.Context, []byte) (proto.Message, error)
 func (e *Executor) catalog() *busv1.ExecutorCatalog {
 	onDisk := e.repositoryNames()
 	e.modelsMu.RLock()
-	defer e.modelsMu.RUnlock()
 	cat := &busv1.ExecutorCatalog{ExecutorId: e.cfg.ID, Node: e.cfg.Node, Generation: e.generation, Revision: e.revision.Load(),
 		ExplicitControl: e.cfg.ControlMode == ControlExplicit, Draining: e.draining.Load()}
 	if e.cfg.Placement {
@@ -680,6 +679,9 @@ func (e *Executor) catalog() *busv1.ExecutorCatalog {
 		}
 		cat.Models = append(cat.Models, st)
 	}
+	// The rest reads no version: placement hints read files, which must
+	// not hold up loads and unloads waiting to change the versions.
+	e.modelsMu.RUnlock()
 	names := make([]string, 0, len(onDisk))
 	for n := range onDisk {
 		names = append(names, n)

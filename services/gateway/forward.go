@@ -71,8 +71,7 @@ func (g *Gateway) forwardEnsemble(ctx context.Context, vv *versionView, req *inf
 		}
 		return g.forwardCached(ctx, vv, req, passOn, fw, g.produceEnsemble)
 	}
-	resp, err := g.inferEnsemble(ctx, vv, req)
-	return resp, nil, err
+	return g.produceEnsemble(ctx, vv, req, passOn, fw)
 }
 
 // produceEnsemble is inferEnsemble as forwardCached's producer: the
