@@ -146,6 +146,13 @@ func (s *Stream) recvLocal() (StreamItem, error) {
 	if ended {
 		return StreamItem{}, tritonerr.Internalf("bus: stream from %s already ended", target(s.subject))
 	}
+	if err := s.ctx.Err(); err != nil {
+		// The requester left: its cancellation is the answer, not an item
+		// the handler queued as its sends began to fail (next would pick
+		// either at random).
+		s.Close()
+		return StreamItem{}, s.transferError(err)
+	}
 	item, refusal, err := s.local.next(s.ctx)
 	switch {
 	case err != nil:
