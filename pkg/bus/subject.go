@@ -407,8 +407,13 @@ func SubjectKind(subject string) string {
 	}
 	// An inference request's, the most frequent, is named without
 	// splitting the subject (an allocation per request).
-	if first, _, _ := strings.Cut(rest, "."); first == "infer" {
+	first, _, _ := strings.Cut(rest, ".")
+	if first == "infer" {
 		return "infer"
+	}
+	// An ensemble run whole on an executor is as frequent.
+	if first == "exec" && strings.Count(rest, ".") == 2 && strings.HasSuffix(rest, ".ensemble") {
+		return "executor_ensemble"
 	}
 	toks := strings.Split(rest, ".")
 	switch toks[0] {

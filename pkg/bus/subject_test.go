@@ -152,6 +152,7 @@ func TestSubjectKind(t *testing.T) {
 		SequenceStatsSubject("seq", "1"):  "sequence_stats",
 		ExecutorStatsSubject("ex-1"):      "executor_stats",
 		ExecutorCatalogSubject("ex-1"):    "executor_catalog",
+		ExecutorEnsembleSubject("ex-1"):   "executor_ensemble",
 		ModelControlSubject:               "model_control",
 		LoadedModelsSubject:               "model_loaded",
 		ShmRegisterSubject:                "shm_" + strings.Split(ShmRegisterSubject, ".")[3],

@@ -11,10 +11,3 @@
 // steps, which runs them in-process so that the tensors between them never
 // leave it (docs/ensembles.md).
 package ensemble
-
-// ComputeParameter is the response parameter in which an executor that ran
-// an ensemble request's steps itself tells the gateway how long the steps'
-// requests took together (nanoseconds, an int64): the ensemble's compute
-// time in its statistics, as the gateway counts it when it runs the steps.
-// The gateway takes it out of the response before the client sees it.
-const ComputeParameter = "nereid_ensemble_compute_ns"

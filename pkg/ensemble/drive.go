@@ -58,11 +58,13 @@ type stepEvent struct {
 // returned). It returns the time the steps' requests took together (the
 // ensemble's compute time), once every step's request has returned.
 func (p *Plan) Drive(ctx context.Context, req *inference.ModelInferRequest, version string, wanted []string, run StepFunc, emit EmitFunc) (time.Duration, error) {
-	tensors := map[Key]*tensor{}
+	tensors := make(map[Key]*tensor, len(req.GetInputs())+len(wanted))
 	provided := make([]string, 0, len(req.GetInputs()))
 	raw := req.GetRawInputContents()
+	given := make([]tensor, len(req.GetInputs()))
 	for i, in := range req.GetInputs() {
-		t := &tensor{datatype: in.GetDatatype(), shape: in.GetShape(), params: in.GetParameters()}
+		t := &given[i]
+		t.datatype, t.shape, t.params = in.GetDatatype(), in.GetShape(), in.GetParameters()
 		if i < len(raw) {
 			t.data = raw[i]
 		}
@@ -77,8 +79,12 @@ func (p *Plan) Drive(ctx context.Context, req *inference.ModelInferRequest, vers
 		return 0, err
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The steps' context is made cancellable when the first step goes to a
+	// goroutine of its own: steps run inline have nothing running beside
+	// them to cancel, and a chain of them spares each request the
+	// context's registration with its parent.
+	parent, cancel := ctx, context.CancelFunc(func() {})
+	defer func() { cancel() }()
 	r, ready := p.Start(provided, wanted)
 	events := make(chan stepEvent, len(p.Steps))
 	var wg sync.WaitGroup
@@ -112,11 +118,15 @@ func (p *Plan) Drive(ctx context.Context, req *inference.ModelInferRequest, vers
 				mu.Unlock()
 				continue
 			}
+			if ctx == parent {
+				ctx, cancel = context.WithCancel(parent)
+			}
+			sctx := ctx
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				t0 := time.Now()
-				resp, err := run(ctx, p.Steps[l.Step], sreq, func(resp *inference.ModelInferResponse, err error) {
+				resp, err := run(sctx, p.Steps[l.Step], sreq, func(resp *inference.ModelInferResponse, err error) {
 					events <- stepEvent{launch: l, resp: resp, err: err}
 				})
 				events <- stepEvent{launch: l, resp: resp, err: err, final: true, took: time.Since(t0)}
@@ -188,13 +198,18 @@ func (p *Plan) Drive(ctx context.Context, req *inference.ModelInferRequest, vers
 // values of iteration it; an output no step produced is left out, as
 // Triton does.
 func ensembleResponse(req *inference.ModelInferRequest, version string, wanted []string, it int, tensors map[Key]*tensor) *inference.ModelInferResponse {
-	out := &inference.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: version, Id: req.GetId()}
-	for _, name := range wanted {
+	out := &inference.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: version, Id: req.GetId(),
+		Outputs:           make([]*inference.ModelInferResponse_InferOutputTensor, 0, len(wanted)),
+		RawOutputContents: make([][]byte, 0, len(wanted))}
+	ts := make([]inference.ModelInferResponse_InferOutputTensor, len(wanted))
+	for i, name := range wanted {
 		t := tensors[Key{Tensor: name, Iter: it}]
 		if t == nil {
 			continue
 		}
-		out.Outputs = append(out.Outputs, &inference.ModelInferResponse_InferOutputTensor{Name: name, Datatype: t.datatype, Shape: t.shape})
+		o := &ts[i]
+		o.Name, o.Datatype, o.Shape = name, t.datatype, t.shape
+		out.Outputs = append(out.Outputs, o)
 		out.RawOutputContents = append(out.RawOutputContents, t.data)
 	}
 	return out
@@ -206,16 +221,23 @@ func ensembleResponse(req *inference.ModelInferRequest, version string, wanted [
 // inputs from the ensemble tensors it maps, and every output it maps
 // requested.
 func stepRequest(req *inference.ModelInferRequest, s Step, it int, tensors map[Key]*tensor, placed map[string]shm.Ref) (*inference.ModelInferRequest, error) {
-	sreq := &inference.ModelInferRequest{ModelName: s.Model, ModelVersion: s.Version, Id: req.GetId()}
+	sreq := &inference.ModelInferRequest{ModelName: s.Model, ModelVersion: s.Version, Id: req.GetId(),
+		Inputs:           make([]*inference.ModelInferRequest_InferInputTensor, 0, len(s.Inputs)),
+		RawInputContents: make([][]byte, 0, len(s.Inputs)),
+		Outputs:          make([]*inference.ModelInferRequest_InferRequestedOutputTensor, 0, len(s.Outputs))}
 	if len(req.GetParameters()) > 0 {
 		sreq.Parameters = maps.Clone(req.GetParameters()) // forwarding may add its own
 	}
-	for _, b := range s.Inputs {
+	// The step's tensors in one allocation each (inputs, outputs).
+	ins := make([]inference.ModelInferRequest_InferInputTensor, len(s.Inputs))
+	outs := make([]inference.ModelInferRequest_InferRequestedOutputTensor, len(s.Outputs))
+	for i, b := range s.Inputs {
 		t := tensors[Key{Tensor: b.Ensemble, Iter: it}]
 		if t == nil {
 			continue // an optional input the request left out
 		}
-		in := &inference.ModelInferRequest_InferInputTensor{Name: b.Model, Datatype: t.datatype, Shape: t.shape}
+		in := &ins[i]
+		in.Name, in.Datatype, in.Shape = b.Model, t.datatype, t.shape
 		if len(t.params) > 0 {
 			in.Parameters = maps.Clone(t.params)
 		}
@@ -225,8 +247,9 @@ func stepRequest(req *inference.ModelInferRequest, s Step, it int, tensors map[K
 		sreq.Inputs = append(sreq.Inputs, in)
 		sreq.RawInputContents = append(sreq.RawInputContents, t.data)
 	}
-	for _, b := range s.Outputs {
-		o := &inference.ModelInferRequest_InferRequestedOutputTensor{Name: b.Model}
+	for i, b := range s.Outputs {
+		o := &outs[i]
+		o.Name = b.Model
 		if ref, ok := placed[b.Ensemble]; ok {
 			// The step writes the ensemble's output into the client's
 			// region itself, on the region's node.

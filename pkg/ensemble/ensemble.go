@@ -3,6 +3,8 @@ package ensemble
 import (
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/nereid-io/nereid/api/inference"
 )
@@ -36,7 +38,25 @@ type Plan struct {
 	consumers map[string][]int
 	inputs    []string
 	outputs   []string
+
+	// prunes are the pruned graphs of the sets of wanted outputs requests
+	// asked for (Start), made once per set: at most maxPrunes of them.
+	mu     sync.Mutex
+	prunes map[string]*prune
 }
+
+// prune is the part of a plan a set of wanted outputs needs: the steps
+// they depend on, and how many of those steps (plus one for a wanted
+// output) read each tensor. Shared by the runs wanting that set: read
+// only.
+type prune struct {
+	needed  []bool
+	readers map[string]int
+}
+
+// maxPrunes bounds the pruned graphs a plan keeps: the orders in which
+// requests may name their outputs are many, the sets clients use few.
+const maxPrunes = 64
 
 // Compile makes the plan of an ensemble's (validated) configuration;
 // decoupled says which composing models are decoupled.
@@ -106,7 +126,7 @@ type Run struct {
 	plan    *Plan
 	wanted  []string
 	needed  []bool
-	readers map[string]int // needed steps reading each tensor, plus one for a wanted output
+	readers map[string]int // needed steps reading each tensor, plus one for a wanted output (needed and readers: the plan's prune, read only)
 	have    map[Key]bool   // values written, present or a placeholder
 	refs    map[Key]int    // readers of a value not yet served
 	next    map[string]int // a decoupled step's next iteration of each output
@@ -151,8 +171,29 @@ func (p *Plan) Start(provided, wanted []string) (*Run, []Launch) {
 	if len(wanted) == 0 {
 		wanted = p.outputs
 	}
-	r := &Run{plan: p, wanted: wanted, needed: make([]bool, len(p.Steps)), readers: map[string]int{},
-		have: map[Key]bool{}, refs: map[Key]int{}, next: map[string]int{}, started: map[Launch]bool{}}
+	pr0 := p.pruned(wanted)
+	r := &Run{plan: p, wanted: wanted, needed: pr0.needed, readers: pr0.readers,
+		have: map[Key]bool{}, refs: map[Key]int{}, started: map[Launch]bool{}}
+	var pr Progress
+	for _, t := range slices.Concat(p.inputs, provided) {
+		if k := (Key{t, 0}); !r.have[k] {
+			r.write(k, &pr)
+		}
+	}
+	r.launch(&pr)
+	return r, pr.Launch
+}
+
+// pruned is the part of the plan the wanted outputs need.
+func (p *Plan) pruned(wanted []string) *prune {
+	key := strings.Join(wanted, "\x00")
+	p.mu.Lock()
+	pr, ok := p.prunes[key]
+	p.mu.Unlock()
+	if ok {
+		return pr
+	}
+	pr = &prune{needed: make([]bool, len(p.Steps)), readers: map[string]int{}}
 	// The steps the wanted outputs depend on, walking back from them.
 	queue := slices.Clone(wanted)
 	seen := map[string]bool{}
@@ -164,32 +205,33 @@ func (p *Plan) Start(provided, wanted []string) (*Run, []Launch) {
 		}
 		seen[t] = true
 		i, ok := p.producer[t]
-		if !ok || r.needed[i] {
+		if !ok || pr.needed[i] {
 			continue
 		}
-		r.needed[i] = true
+		pr.needed[i] = true
 		for _, b := range p.Steps[i].Inputs {
 			queue = append(queue, b.Ensemble)
 		}
 	}
 	for t, steps := range p.consumers {
 		for _, i := range steps {
-			if r.needed[i] {
-				r.readers[t]++
+			if pr.needed[i] {
+				pr.readers[t]++
 			}
 		}
 	}
 	for _, t := range wanted {
-		r.readers[t]++
+		pr.readers[t]++
 	}
-	var pr Progress
-	for _, t := range slices.Concat(p.inputs, provided) {
-		if k := (Key{t, 0}); !r.have[k] {
-			r.write(k, &pr)
-		}
+	p.mu.Lock()
+	if p.prunes == nil {
+		p.prunes = map[string]*prune{}
 	}
-	r.launch(&pr)
-	return r, pr.Launch
+	if len(p.prunes) < maxPrunes {
+		p.prunes[key] = pr
+	}
+	p.mu.Unlock()
+	return pr
 }
 
 // Response records a response of the request l: with outputs, the step's
@@ -205,6 +247,9 @@ func (r *Run) Response(l Launch, outputs, final bool) Progress {
 		for _, b := range s.Outputs {
 			it := l.Iter
 			if s.Decoupled {
+				if r.next == nil {
+					r.next = map[string]int{}
+				}
 				it = r.next[b.Ensemble]
 				r.next[b.Ensemble]++
 			}
@@ -275,10 +320,10 @@ func (r *Run) launch(pr *Progress) {
 		r.started[l] = true
 		r.open++
 		pr.Launch = append(pr.Launch, l)
-		read := map[string]bool{}
-		for _, b := range r.plan.Steps[l.Step].Inputs {
-			if !read[b.Ensemble] {
-				read[b.Ensemble] = true
+		ins := r.plan.Steps[l.Step].Inputs
+		for j, b := range ins {
+			// A tensor two inputs of the step read is read once.
+			if !slices.ContainsFunc(ins[:j], func(a Binding) bool { return a.Ensemble == b.Ensemble }) {
 				r.read(Key{b.Ensemble, l.Iter}, pr)
 			}
 		}
@@ -306,10 +351,8 @@ func (r *Run) answer(pr *Progress) {
 	if pr.Answer < 0 {
 		return
 	}
-	done := map[string]bool{}
-	for _, t := range r.wanted {
-		if !done[t] {
-			done[t] = true
+	for j, t := range r.wanted {
+		if !slices.Contains(r.wanted[:j], t) {
 			r.read(Key{t, pr.Answer}, pr)
 		}
 	}

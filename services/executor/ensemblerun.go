@@ -25,7 +25,7 @@ import (
 
 // handleEnsemble serves bus.ExecutorEnsembleSubject: one request to an
 // ensemble this executor holds READY, answered with the ensemble's
-// response, the steps' compute time in ensemble.ComputeParameter.
+// response.
 func (e *Executor) handleEnsemble(ctx context.Context, body bus.Body) (proto.Message, error) {
 	req, ok := body.Message.(*inference.ModelInferRequest)
 	if !ok {
@@ -44,7 +44,7 @@ func (e *Executor) handleEnsemble(ctx context.Context, body bus.Body) (proto.Mes
 		wanted = append(wanted, o.GetName())
 	}
 	var out *inference.ModelInferResponse
-	compute, err := plan.Drive(ctx, req, ens.vstr, wanted, e.runEnsembleStep, func(resp *inference.ModelInferResponse, _ bool) error {
+	_, err := plan.Drive(ctx, req, ens.vstr, wanted, e.runEnsembleStep, func(resp *inference.ModelInferResponse, _ bool) error {
 		if resp != nil {
 			out = resp
 		}
@@ -56,11 +56,6 @@ func (e *Executor) handleEnsemble(ctx context.Context, body bus.Body) (proto.Mes
 	if err != nil {
 		return nil, err
 	}
-	if out.Parameters == nil {
-		out.Parameters = map[string]*inference.InferParameter{}
-	}
-	out.Parameters[ensemble.ComputeParameter] = &inference.InferParameter{
-		ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: int64(compute)}}
 	return out, nil
 }
 

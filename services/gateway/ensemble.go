@@ -17,6 +17,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/ensemble"
 	"github.com/nereid-io/nereid/pkg/infer"
+	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/shm"
 	"github.com/nereid-io/nereid/pkg/tracesetting"
@@ -84,6 +85,47 @@ func checkEnsembles(v *view) {
 			})
 		}
 	}
+	for _, vv := range ens {
+		if vv.plan != nil {
+			vv.wholeOn = wholeOn(v, vv)
+		}
+	}
+}
+
+// wholeOn are the executors (their bus.ExecutorEnsembleSubject) to which
+// a request to ensemble vv may go whole, so that the tensors between its steps never leave one: those
+// holding vv and the version each step resolves to READY, not draining
+// (execNodes), when none of the steps is decoupled, a sequence model,
+// cached or an ensemble (those keep the gateway's path, which streams,
+// goes through the sequence router, reads the cache or nests). nil: none.
+func wholeOn(v *view, vv *versionView) []string {
+	if isDecoupled(vv) || len(vv.execNodes) == 0 {
+		return nil
+	}
+	candidates := slices.Sorted(maps.Keys(vv.execNodes))
+	for _, s := range vv.plan.Steps {
+		version, err := parseVersion(s.Version)
+		if err != nil {
+			return nil
+		}
+		svv, err := v.resolve(s.Model, version)
+		if err != nil || s.Decoupled || isDecoupled(svv) || svv.plan != nil || modelconfig.IsEnsemble(svv.config) ||
+			svv.cached || svv.config.GetSequenceBatching() != nil {
+			return nil
+		}
+		candidates = slices.DeleteFunc(candidates, func(id string) bool {
+			_, ok := svv.execNodes[id]
+			return !ok
+		})
+		if len(candidates) == 0 {
+			return nil
+		}
+	}
+	subjects := make([]string, len(candidates))
+	for i, id := range candidates {
+		subjects[i] = bus.ExecutorEnsembleSubject(id)
+	}
+	return subjects
 }
 
 // composing is modelconfig.ValidateComposition's lookup over the view.
@@ -145,28 +187,44 @@ func (v *view) ensemblesUsing(model string) []string {
 func errEnsembleDeadlock(name string) error { return ensemble.ErrDeadlock(name) }
 
 // inferEnsemble runs a request to an ensemble that is not decoupled and
-// returns its one response (runEnsemble).
-func (g *Gateway) inferEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+// returns its one response (runEnsemble). With passOn (and fw) the answer
+// may come as enc instead: the encoding of the response made by the
+// executor that ran the steps, which goes to the client as it is
+// (forwardInfer).
+func (g *Gateway) inferEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
 	start := time.Now()
 	var out *inference.ModelInferResponse
-	batch, compute, err := g.runEnsemble(ctx, vv, req, func(r response) error {
+	var raw []byte
+	batch, compute, err := g.runEnsemble(ctx, vv, req, passOn && fw != nil, func(r response) error {
 		if r.resp != nil {
 			out = r.resp
 		}
+		if r.enc != nil {
+			raw = r.enc
+		}
 		return nil
 	})
-	if err == nil && out == nil {
+	if err == nil && out == nil && raw == nil {
 		err = errEnsembleDeadlock(vv.plan.Name)
 	}
 	g.ensStats.record(statsKey{req.GetModelName(), vv.versionString()}, start, batch, compute, err)
-	return out, err
+	if err != nil {
+		return nil, nil, err
+	}
+	if raw != nil {
+		e := &fw.enc
+		e.reply.Bytes, e.enc = raw, raw
+		e.bufs[0] = &e.enc
+		return nil, e, nil
+	}
+	return out, nil, nil
 }
 
 // streamEnsemble runs a request to a decoupled ensemble, handing each of
 // its responses to emit as it is made, then the final flag (runEnsemble).
 func (g *Gateway) streamEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, emit func(response) error) error {
 	start := time.Now()
-	batch, compute, err := g.runEnsemble(ctx, vv, req, emit)
+	batch, compute, err := g.runEnsemble(ctx, vv, req, false, emit)
 	g.ensStats.record(statsKey{req.GetModelName(), vv.versionString()}, start, batch, compute, err)
 	return err
 }
@@ -180,8 +238,10 @@ func (g *Gateway) streamEnsemble(ctx context.Context, vv *versionView, req *infe
 // client's request). Where one executor serves every step's model, the
 // whole request goes to it and it runs the graph (ensembleExecutor);
 // otherwise, or when it cannot be reached, this gateway does, each step
-// routed as a client's request to its model (runStep).
-func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, emit func(response) error) (int, time.Duration, error) {
+// routed as a client's request to its model (runStep). With encoded, the
+// response of an executor that ran the steps may go to emit as that
+// executor encoded it (response.enc).
+func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, encoded bool, emit func(response) error) (int, time.Duration, error) {
 	plan := vv.plan
 	cfg := vv.config
 	r := backend.NewRequest(nil, nil)
@@ -200,10 +260,14 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 		}
 		wanted = append(wanted, o.GetName())
 	}
-	if id := g.ensembleExecutor(ctx, vv, req); id != "" {
-		if resp, compute, err, ran := g.ensembleOn(ctx, id, vv, req); ran {
+	if subject := g.ensembleExecutor(ctx, vv, req); subject != "" {
+		start := time.Now()
+		if r, err, ran := g.ensembleOn(ctx, subject, vv, req, encoded); ran {
+			// The ensemble's compute time is the time its steps' requests
+			// took: here, the one request that ran them all.
+			compute := time.Since(start)
 			if err == nil {
-				err = emit(response{resp: resp, final: true})
+				err = emit(r)
 			}
 			return batch, compute, err
 		}
@@ -215,69 +279,48 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 }
 
 // ensembleExecutor picks the executor to which a request to ensemble vv
-// goes whole, so that the tensors between its steps never leave it: one
-// holding vv and the version each step resolves to READY, and not
-// draining, none of them
-// decoupled, a sequence model, cached or an ensemble (those keep this
-// gateway's path, which streams, goes through the sequence router, reads
-// the cache or nests). A request traced (spans or Triton's trace file),
-// with tensors in shared memory or as large as a hand-off keeps this
-// gateway's path too: its steps are traced, reach the regions' node and
-// hand large tensors off as any request's do. "": none.
+// goes whole (vv.wholeOn, by its bus.ExecutorEnsembleSubject), so that the tensors between its steps never
+// leave it. A request traced (spans or Triton's trace file), with tensors
+// in shared memory or as large as a hand-off keeps this gateway's path:
+// its steps are traced, reach the regions' node and hand large tensors
+// off as any request's do. "": none.
 func (g *Gateway) ensembleExecutor(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) string {
-	if isDecoupled(vv) || len(vv.execNodes) == 0 || trace.SpanFromContext(ctx).IsRecording() ||
+	if len(vv.wholeOn) == 0 || trace.SpanFromContext(ctx).IsRecording() ||
 		(g.traceFile != nil && g.trace.Level(req.GetModelName()) != tracesetting.LevelOff) ||
 		usesSharedMemory(req) || rawSize(req) >= g.handoffThreshold() {
 		return ""
 	}
-	// Executors that hold the version READY and do not drain (execNodes).
-	candidates := slices.Sorted(maps.Keys(vv.execNodes))
-	for _, s := range vv.plan.Steps {
-		svv, err := g.resolveRequest(s.Model, s.Version)
-		if err != nil || s.Decoupled || isDecoupled(svv) || svv.plan != nil || svv.cached ||
-			svv.config.GetSequenceBatching() != nil {
-			return ""
-		}
-		var both []string
-		for _, id := range candidates {
-			if _, ok := svv.execNodes[id]; ok {
-				both = append(both, id)
-			}
-		}
-		if candidates = both; len(candidates) == 0 {
-			return ""
-		}
-	}
-	return candidates[rand.IntN(len(candidates))]
+	return vv.wholeOn[rand.IntN(len(vv.wholeOn))]
 }
 
-// ensembleOn sends a request to ensemble vv to executor id, which runs
-// its steps itself (bus.ExecutorEnsembleSubject), and returns its
-// response and the steps' compute time. ran is false when the executor
-// took no part in the answer (no longer serves the subject, or was lost
-// with the request: its steps are stateless): this gateway runs the steps
-// then.
-func (g *Gateway) ensembleOn(ctx context.Context, id string, vv *versionView, req *inference.ModelInferRequest) (resp *inference.ModelInferResponse, compute time.Duration, err error, ran bool) {
+// ensembleOn sends a request to ensemble vv to the executor of subject
+// (its bus.ExecutorEnsembleSubject), which runs its steps itself, and
+// returns its response: with encoded, as the executor encoded it when
+// that can go to the client as it is (response.enc). ran is false when
+// the executor took no part in the answer (no longer serves the subject,
+// or was lost with the request: its steps are stateless): this gateway
+// runs the steps then.
+func (g *Gateway) ensembleOn(ctx context.Context, subject string, vv *versionView, req *inference.ModelInferRequest, encoded bool) (r response, err error, ran bool) {
 	var bounded bus.Bounded
 	g.boundInference(&bounded, ctx)
 	defer bounded.Cancel()
 	req.ModelVersion = vv.versionString()
-	out := &inference.ModelInferResponse{}
-	err = g.bus.Request(&bounded, bus.ExecutorEnsembleSubject(id), req, out)
+	var out proto.Message
+	var reply infercodec.Reply
+	if encoded && !g.bus.InProcess(subject) {
+		out = &reply
+	} else {
+		reply.ModelInferResponse = &inference.ModelInferResponse{}
+		out = reply.ModelInferResponse
+	}
+	err = g.bus.Request(&bounded, subject, req, out)
 	if err != nil {
 		if (bus.IsNoResponders(err) || bus.IsResponderLost(err)) && ctx.Err() == nil {
-			return nil, 0, nil, false
+			return r, nil, false
 		}
-		return nil, 0, err, true
+		return r, err, true
 	}
-	if p, ok := out.GetParameters()[ensemble.ComputeParameter]; ok {
-		compute = time.Duration(p.GetInt64Param())
-		delete(out.Parameters, ensemble.ComputeParameter)
-		if len(out.Parameters) == 0 {
-			out.Parameters = nil
-		}
-	}
-	return out, compute, nil, true
+	return response{resp: reply.ModelInferResponse, enc: reply.Bytes, final: true}, nil, true
 }
 
 // runStep routes one step's request as a client's request to its model:

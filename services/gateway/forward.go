@@ -74,11 +74,12 @@ func (g *Gateway) forwardEnsemble(ctx context.Context, vv *versionView, req *inf
 	return g.produceEnsemble(ctx, vv, req, passOn, fw)
 }
 
-// produceEnsemble is inferEnsemble as forwardCached's producer: the
-// response is the steps' (never an executor's encoding).
-func (g *Gateway) produceEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, _ bool, _ *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
-	resp, err := g.inferEnsemble(ctx, vv, req)
-	return resp, nil, err
+// produceEnsemble is inferEnsemble as forwardCached's producer.
+func (g *Gateway) produceEnsemble(ctx context.Context, vv *versionView, req *inference.ModelInferRequest, passOn bool, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
+	if passOn && fw == nil {
+		fw = new(forwarding)
+	}
+	return g.inferEnsemble(ctx, vv, req, passOn, fw)
 }
 
 // forwardUncached is forward without the response cache.
