@@ -127,3 +127,26 @@ func TakeResponse(resp *inference.ModelInferResponse) *Outgoing {
 	o, _ := detach(resp).(*Outgoing)
 	return o
 }
+
+// KeptOutputs returns a reference on the file that resp's handed-off
+// outputs lie in when its Outgoing kept it (Outgoing.KeepOutputs), for
+// later requests to name; nil otherwise. The caller releases it.
+func KeptOutputs(resp *inference.ModelInferResponse) *Region {
+	if resp == nil || live.Load() == 0 {
+		return nil
+	}
+	key := weak.Make(resp)
+	attached.Lock()
+	defer attached.Unlock()
+	// Under the lock: the attachment, and so the Outgoing's reference on
+	// the file, cannot be released meanwhile.
+	a := attached.m[key]
+	if a == nil {
+		return nil
+	}
+	o, _ := a.value.(*Outgoing)
+	if o == nil || !o.resp.Kept() {
+		return nil
+	}
+	return o.resp.Retain()
+}

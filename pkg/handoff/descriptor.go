@@ -16,6 +16,12 @@ type Mode byte
 const (
 	// ModeFile: through a file in Dir on the node both sides run on.
 	ModeFile Mode = 'f'
+	// ModeKept: through a file in Dir that the sender keeps for other
+	// requests to read (an ensemble step's output that later steps take as
+	// their input): the receiver maps it privately, so that a backend
+	// writing into its inputs changes no other reader's bytes, and leaves
+	// it in place.
+	ModeKept Mode = 'k'
 	// ModeProcess: gateway and executor share one process; the tensors are
 	// handed over as slices, with no copy at all.
 	ModeProcess Mode = 'p'
@@ -44,6 +50,7 @@ type Span struct {
 //
 //	f;<file>;<size>[;<index>:<source>:<offset>:<len>]...   (ModeFile; <file> may be empty
 //	                                                          when every span is SourceRequest)
+//	k;<file>;<size>[;<index>:f:<offset>:<len>]...          (ModeKept, in a request)
 //	p;<key>                                                 (ModeProcess)
 //
 // A request always carries one when the gateway can take a handed-off
@@ -99,6 +106,10 @@ func ParseDescriptor(s string, n int, requestSize int64) (Descriptor, error) {
 		}
 		return d, nil
 	case ModeFile:
+	case ModeKept:
+		if d.Name == "" {
+			return bad("a kept file must be named")
+		}
 	default:
 		return bad("unknown mode")
 	}

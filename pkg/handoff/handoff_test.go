@@ -150,6 +150,7 @@ func TestSweep(t *testing.T) {
 }
 
 func TestDescriptor(t *testing.T) {
+	const name0 = filePrefix + "12-ab"
 	good := Descriptor{Mode: ModeFile, Name: filePrefix + "12-ab", Size: 100,
 		Spans: []Span{{0, SourceFile, 0, 40}, {2, SourceFile, 40, 60}, {1, SourceRequest, 5, 5}}}
 	d, err := ParseDescriptor(good.String(), 3, 10)
@@ -158,6 +159,10 @@ func TestDescriptor(t *testing.T) {
 	}
 	if d, err := ParseDescriptor("p;abc-1", 0, -1); err != nil || d.Mode != ModeProcess || d.Name != "abc-1" {
 		t.Fatalf("process descriptor: %v %+v", err, d)
+	}
+	kept := Descriptor{Mode: ModeKept, Name: name0, Size: 100, Spans: []Span{{1, SourceFile, 10, 90}}}
+	if d, err := ParseDescriptor(kept.String(), 3, -1); err != nil || d.String() != kept.String() {
+		t.Fatalf("round trip %q: %v %q", kept.String(), err, d.String())
 	}
 	if _, err := ParseDescriptor("f;;0", 0, -1); err != nil {
 		t.Fatalf("a descriptor without file: %v", err)
@@ -176,6 +181,7 @@ func TestDescriptor(t *testing.T) {
 		"f;" + name + ";10;0:q:0:20",                  // past the request file
 		"f;" + name + ";10;0:f:0",                     // short span
 		"f;" + name + ";10;-1:f:0:1",
+		"k;;0", // a kept file is named
 	} {
 		if _, err := ParseDescriptor(bad, 3, 10); err == nil {
 			t.Errorf("ParseDescriptor(%q) accepted", bad)
@@ -629,5 +635,83 @@ func TestUndo(t *testing.T) {
 	}
 	in.Release()
 	o.Release()
+	noLeaks(t)
+}
+
+// TestKeptFiles: a response file kept for later requests (an ensemble
+// step's output that the next steps read) is named by them as it is, with
+// no copy, by each of them; a receiver maps it privately (its backend's
+// writes into its inputs change no other reader's bytes) and leaves it in
+// place; an output that lies in it is copied into the response's own
+// file; the file goes once the last reference is released.
+func TestKeptFiles(t *testing.T) {
+	const threshold = 1000
+	old := Threshold
+	Threshold = threshold
+	defer func() { Threshold = old }()
+	useDir(t)
+
+	// Step one: its output comes back in a file the gateway keeps.
+	req, _ := request(5000)
+	o1, err := Prepare(req, RouteNode, nil, threshold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o1.KeepOutputs()
+	got := wire(t, req)
+	resp, in := echo(t, got, 3000)
+	in.Reply(context.Background(), resp)
+	in.Release()
+	resp = wire(t, resp)
+	if err := o1.Finish(resp); err != nil {
+		t.Fatal(err)
+	}
+	AttachResponse(resp, o1)
+	kept := KeptOutputs(resp)
+	if kept == nil || !kept.Kept() {
+		t.Fatalf("the response's file is not kept: %v", kept)
+	}
+	if _, ok := kept.Offset(resp.RawOutputContents[1]); !ok {
+		t.Fatal("the fresh output does not lie in the kept file")
+	}
+	fresh := bytes.Clone(resp.RawOutputContents[1])
+
+	// Two later steps read the fresh output: both name the kept file.
+	for i := range 2 {
+		next := &inference.ModelInferRequest{ModelName: "m", ModelVersion: "1",
+			Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "IN0", Datatype: "UINT8", Shape: []int64{3000}}},
+			RawInputContents: [][]byte{resp.RawOutputContents[1]}}
+		o, err := Prepare(next, RouteNode, kept, threshold)
+		if err != nil || o.Mode() != ModeKept {
+			t.Fatalf("step %d: Prepare %v, mode %c", i, err, o.Mode())
+		}
+		if sent, _ := o.Bytes(); sent != 3000 {
+			t.Fatalf("step %d: %d bytes handed off, want 3000", i, sent)
+		}
+		if n := len(files(t)); n != 1 {
+			t.Fatalf("step %d: %d files, want the kept one alone: a copy was made", i, n)
+		}
+		got := wire(t, next)
+		r, in := echo(t, got, 0)
+		got.RawInputContents[0][0] ^= 0xff // the backend writes into its input
+		in.Reply(context.Background(), r)
+		in.Release()
+		r = wire(t, r)
+		if err := o.Finish(r); err != nil {
+			t.Fatal(err)
+		}
+		if want := append([]byte{fresh[0] ^ 0xff}, fresh[1:]...); !bytes.Equal(r.RawOutputContents[0], want) {
+			t.Fatalf("step %d: output differs from what the backend made", i)
+		}
+		if !bytes.Equal(resp.RawOutputContents[1], fresh) {
+			t.Fatalf("step %d: the receiver's write reached the kept file", i)
+		}
+		o.Release()
+		if n := len(files(t)); n != 1 {
+			t.Fatalf("step %d: %d files after the step, want the kept one", i, n)
+		}
+	}
+	kept.Release()
+	TakeResponse(resp).Release()
 	noLeaks(t)
 }

@@ -88,11 +88,15 @@ func AcceptInto(into *Incoming, req *inference.ModelInferRequest, descriptor str
 				raw[i] = b
 			}
 		}
-	case ModeFile:
+	case ModeFile, ModeKept:
 		if d.Name == "" {
 			return in, nil
 		}
-		r, err := Open(d.Name, d.Size)
+		open := Open
+		if d.Mode == ModeKept {
+			open = openKept // the gateway keeps the file for other requests
+		}
+		r, err := open(d.Name, d.Size)
 		if err != nil {
 			// Not run: the gateway may send it again over the bus (this
 			// executor claims the gateway's node but does not share its
@@ -157,7 +161,7 @@ func (in *Incoming) Reply(ctx context.Context, resp *inference.ModelInferRespons
 		if len(b) < Threshold {
 			continue
 		}
-		if off, ok := in.req.Offset(b); ok {
+		if off, ok := in.req.Offset(b); ok && !in.req.borrowed {
 			d.Spans = append(d.Spans, Span{Index: i, Source: SourceRequest, Offset: int64(off), Len: int64(len(b))})
 			continue
 		}
@@ -171,7 +175,7 @@ func (in *Incoming) Reply(ctx context.Context, resp *inference.ModelInferRespons
 			off := 0
 			for i, b := range raw {
 				if len(b) >= Threshold {
-					if _, ok := in.req.Offset(b); !ok {
+					if _, ok := in.req.Offset(b); !ok || in.req.borrowed {
 						copy(out.data[off:], b)
 						d.Spans = append(d.Spans, Span{Index: i, Source: SourceFile, Offset: int64(off), Len: int64(len(b))})
 						off += len(b)

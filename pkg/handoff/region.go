@@ -34,6 +34,10 @@ type Region struct {
 	anon bool   // anonymous mapping (NewAnon)
 	data []byte
 	refs atomic.Int32
+	// kept: the file stays linked until the last reference is released,
+	// for requests that name it with ModeKept; borrowed: mapped privately
+	// from a file another process keeps, and never removed here.
+	kept, borrowed bool
 
 	unlinkOnce sync.Once
 }
@@ -112,7 +116,9 @@ func Create(size int, reserve bool) (*Region, error) {
 // Open maps the hand-off file name, which must hold exactly size bytes,
 // read-write (a backend may write into its inputs), with one reference.
 // The file stays linked: the receiver calls Unlink once it has mapped it.
-func Open(name string, size int64) (*Region, error) {
+func Open(name string, size int64) (*Region, error) { return openAs(name, size, syscall.MAP_SHARED) }
+
+func openAs(name string, size int64, flags int) (*Region, error) {
 	if !ValidName(name) {
 		return nil, fmt.Errorf("handoff: invalid hand-off file name %q", name)
 	}
@@ -132,7 +138,7 @@ func Open(name string, size int64) (*Region, error) {
 	if st.Size != size || size > int64(maxInt) {
 		return nil, fmt.Errorf("handoff: hand-off file %s holds %d bytes, expected %d", path, st.Size, size)
 	}
-	data, err := mmap(fd, int(size))
+	data, err := mmapAs(fd, int(size), flags)
 	if err != nil {
 		return nil, fmt.Errorf("handoff: map %s: %w", path, err)
 	}
@@ -141,13 +147,27 @@ func Open(name string, size int64) (*Region, error) {
 	return r, nil
 }
 
+// openKept maps the hand-off file name, which another process keeps
+// (ModeKept), privately: copy-on-write, so that a backend writing into its
+// inputs changes only its own pages, and never removed from this side.
+func openKept(name string, size int64) (*Region, error) {
+	r, err := openAs(name, size, syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, err
+	}
+	r.borrowed = true
+	return r, nil
+}
+
 const maxInt = int(^uint(0) >> 1)
 
-func mmap(fd, size int) ([]byte, error) {
+func mmap(fd, size int) ([]byte, error) { return mmapAs(fd, size, syscall.MAP_SHARED) }
+
+func mmapAs(fd, size, flags int) ([]byte, error) {
 	if size == 0 {
 		return []byte{}, nil
 	}
-	return syscall.Mmap(fd, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	return syscall.Mmap(fd, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, flags)
 }
 
 // ValidName reports whether name can be a hand-off file name: the prefix,
@@ -183,11 +203,26 @@ func (r *Region) Size() int {
 	return len(r.data)
 }
 
+// Keep leaves the file linked until the last reference is released
+// rather than until whoever maps it next unlinks it, so that several
+// requests can name it (ModeKept): an ensemble request's body, or a step's
+// response file, that later steps read. Call it before the region is
+// handed to another goroutine.
+func (r *Region) Keep() {
+	if r.Shared() {
+		r.kept = true
+	}
+}
+
+// Kept reports whether Keep was called.
+func (r *Region) Kept() bool { return r != nil && r.kept }
+
 // Unlink removes the file (the mapping stays valid). Safe to call more than
 // once and from either side of a hand-off: whoever comes second finds the
-// file gone.
+// file gone. A region borrowed from another process's kept file is never
+// removed from this side.
 func (r *Region) Unlink() {
-	if r.name == "" {
+	if r.name == "" || r.borrowed {
 		return
 	}
 	r.unlinkOnce.Do(func() { _ = syscall.Unlink(r.path) })

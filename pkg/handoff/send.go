@@ -56,6 +56,8 @@ type Outgoing struct {
 	pbuf  paramBuf    // ModeProcess: the bytes of param's string
 	// ownMap: setParam made the request's parameters map (Unset).
 	ownMap bool
+	// keepOutputs: the response's file is kept (KeepOutputs).
+	keepOutputs bool
 	spans  []Span // ModeFile: where the inputs went, for Undo
 
 	// sent and received are the tensor bytes handed off: inputs by
@@ -72,6 +74,16 @@ func (o *Outgoing) Bytes() (inputs, outputs int64) {
 		return 0, 0
 	}
 	return o.sent, o.received
+}
+
+// KeepOutputs makes Finish keep the file of the response's outputs
+// (Region.Keep) rather than remove it once mapped, so that later requests
+// can name them (ModeKept) instead of copying them into files of their
+// own: the steps of an ensemble that read an earlier step's outputs.
+func (o *Outgoing) KeepOutputs() {
+	if o != nil {
+		o.keepOutputs = true
+	}
 }
 
 // Mode is how o hands tensors off.
@@ -158,6 +170,11 @@ func PrepareInto(o *Outgoing, req *inference.ModelInferRequest, route Route, bod
 		switch {
 		case total == 0:
 		case inBody:
+			if body.Kept() {
+				// Other requests may name the file too: the executor
+				// leaves it, and the gateway's last release removes it.
+				o.mode, d.Mode = ModeKept, ModeKept
+			}
 			o.req = body.Retain()
 			for i, b := range raw {
 				if len(b) >= threshold {
@@ -262,7 +279,7 @@ func (o *Outgoing) Undo(req *inference.ModelInferRequest) bool {
 				raw[i] = b
 			}
 		}
-	case ModeFile:
+	case ModeFile, ModeKept:
 		for _, s := range o.spans {
 			if s.Index < len(raw) {
 				raw[s.Index] = o.req.data[s.Offset : s.Offset+s.Len : s.Offset+s.Len]
@@ -296,7 +313,7 @@ func (o *Outgoing) Finish(resp *inference.ModelInferResponse) error {
 	}
 	p, hasParam := resp.GetParameters()[Param]
 	delete(resp.Parameters, Param)
-	if o.req != nil {
+	if o.req != nil && !o.req.Kept() {
 		o.req.Unlink() // the executor has mapped it by now, or never will
 	}
 	n := len(resp.GetOutputs())
@@ -316,7 +333,7 @@ func (o *Outgoing) Finish(resp *inference.ModelInferResponse) error {
 				o.received += int64(len(b))
 			}
 		}
-	case ModeFile:
+	case ModeFile, ModeKept:
 		if !hasParam {
 			return nil
 		}
@@ -336,7 +353,11 @@ func (o *Outgoing) Finish(resp *inference.ModelInferResponse) error {
 			if err != nil {
 				return tritonerr.Internalf("%v", err)
 			}
-			r.Unlink() // both sides have mapped it now
+			if o.keepOutputs {
+				r.Keep() // for later requests to name (ModeKept)
+			} else {
+				r.Unlink() // both sides have mapped it now
+			}
 			o.resp = r
 		}
 		for _, s := range d.Spans {

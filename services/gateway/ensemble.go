@@ -16,6 +16,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/ensemble"
+	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infer"
 	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
@@ -272,10 +273,97 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 			return batch, compute, err
 		}
 	}
-	compute, err := plan.Drive(ensembleStep(ctx), req, vv.versionString(), wanted, g.runStep, func(resp *inference.ModelInferResponse, final bool) error {
+	kept := stepFiles{threshold: g.handoffThreshold()}
+	defer kept.release()
+	if body := handoff.TakeRegion(req); body != nil {
+		// The request's large inputs arrived in a file of this node
+		// (readInferBody, the gRPC codec): kept for every step that reads
+		// them to name it.
+		body.Keep()
+		kept.hold(body)
+	}
+	compute, err := plan.Drive(ensembleStep(ctx), req, vv.versionString(), wanted, kept.lend(g.runStep), func(resp *inference.ModelInferResponse, final bool) error {
 		return emit(response{resp: resp, final: final})
 	})
 	return batch, compute, err
+}
+
+// stepFiles are the files of this node that an ensemble request's large
+// tensors lie in while its steps run here: the request's body, when it was
+// read into one, and the response file of each step whose executor is on
+// this node (its hand-off is told to keep it: forwardUncached). A step
+// whose large inputs all lie in one of them names it to its executor
+// (handoff.ModeKept), which maps the tensors where they are: between
+// executors of one node, a large tensor is copied once per hop, by the
+// executor that produced it, never by the gateway. (Large inputs spread
+// over several files are copied into a file of their own, as any
+// request's are.)
+type stepFiles struct {
+	threshold int
+	mu        sync.Mutex
+	held      []*handoff.Region // one reference each
+}
+
+// hold keeps r (a reference the caller gives up) until release.
+func (s *stepFiles) hold(r *handoff.Region) {
+	if r == nil {
+		return
+	}
+	s.mu.Lock()
+	s.held = append(s.held, r)
+	s.mu.Unlock()
+}
+
+// release drops the references held, once no step runs any more.
+func (s *stepFiles) release() {
+	for _, r := range s.held {
+		r.Release()
+	}
+	s.held = nil
+}
+
+// lend wraps run: a step request whose large inputs all lie in one of the
+// files held carries a reference on it to its hand-off (prepareHandoff
+// takes it), and the kept file of each response it gets is held.
+func (s *stepFiles) lend(run ensemble.StepFunc) ensemble.StepFunc {
+	return func(ctx context.Context, st ensemble.Step, sreq *inference.ModelInferRequest, got func(*inference.ModelInferResponse, error)) (*inference.ModelInferResponse, error) {
+		if r := s.holding(sreq.GetRawInputContents()); r != nil {
+			handoff.AttachRegion(sreq, r)
+		}
+		resp, err := run(ctx, st, sreq, func(resp *inference.ModelInferResponse, err error) {
+			s.hold(handoff.KeptOutputs(resp))
+			got(resp, err)
+		})
+		s.hold(handoff.KeptOutputs(resp))
+		return resp, err
+	}
+}
+
+// holding returns a new reference on the file held that every large
+// tensor of raw lies in; nil when there is none, or no large tensor.
+func (s *stepFiles) holding(raw [][]byte) *handoff.Region {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.held {
+		large, in := false, true
+		for _, b := range raw {
+			if len(b) < s.threshold {
+				continue
+			}
+			large = true
+			if _, ok := r.Offset(b); !ok {
+				in = false
+				break
+			}
+		}
+		if !large {
+			return nil
+		}
+		if in {
+			return r.Retain()
+		}
+	}
+	return nil
 }
 
 // ensembleExecutor picks the executor to which a request to ensemble vv

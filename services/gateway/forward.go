@@ -95,6 +95,11 @@ func (g *Gateway) forwardUncached(ctx context.Context, vv *versionView, req *inf
 	if err != nil {
 		return nil, nil, err
 	}
+	if hs.out != nil && ctx.Value(ensembleStepKey{}) != nil {
+		// An ensemble's later steps name this step's output file rather
+		// than copy its tensors (ensemble.go, stepFiles).
+		hs.out.KeepOutputs()
+	}
 	subject, release, err := g.shmRoute(ctx, req, subject) // tensors in registered shm regions: their node (shm.go)
 	if err != nil {
 		return nil, nil, hs.finish(nil, err)

@@ -114,7 +114,7 @@ func (c catalogCollector) Collect(ch chan<- prometheus.Metric) {
 func (g *Gateway) registerMetrics() {
 	g.handoff = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nereid_handoff_bytes",
-		Help: "Tensor bytes handed to or from executors of this node outside the bus (pkg/handoff), by direction (request, response) and mode (file, process)",
+		Help: "Tensor bytes handed to or from executors of this node outside the bus (pkg/handoff), by direction (request, response) and mode (file; kept: a file an ensemble request's steps share, named without a copy; process)",
 	}, []string{"direction", "mode"})
 	g.reruns = rerunCounter()
 	g.metrics.MustRegister(localCollector{g}, catalogCollector{g}, g.handoff, g.reruns)
@@ -127,8 +127,11 @@ func (g *Gateway) countHandoff(o *handoff.Outgoing) {
 		return
 	}
 	mode := "file"
-	if o.Mode() == handoff.ModeProcess {
+	switch o.Mode() {
+	case handoff.ModeProcess:
 		mode = "process"
+	case handoff.ModeKept:
+		mode = "kept"
 	}
 	g.handoff.WithLabelValues("request", mode).Add(float64(in))
 	g.handoff.WithLabelValues("response", mode).Add(float64(out))
