@@ -8,8 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nereid-io/nereid/api/inference"
+	"github.com/nereid-io/nereid/e2e/constellation"
 	"github.com/nereid-io/nereid/services/standalone"
 )
 
@@ -26,13 +28,21 @@ import (
 //     tensors go through the gateway, each step a request of its own;
 //   - 16 MiB through a two-step identity chain against one 16 MiB
 //     identity request, gRPC unary, c=1 (target req/s >= 0.8x): each
-//     step's tensors take the same-node hand-off as any request's do.
+//     step's tensors take the same-node hand-off as any request's do;
+//   - the three-step chain with its steps spread over two executors (a,
+//     b, a) in a constellation of processes (nats-server, two executors,
+//     a gateway), against one identity request there, at 64 B and 16 MiB
+//     (reported): the gateway runs the steps, and a 16 MiB tensor goes
+//     between the executors through files of /dev/shm that the steps
+//     share (docs/ensembles.md).
 
 func init() {
 	comparisons = append(comparisons,
 		comparison{"ensemble-simple-64B-grpc-unary/c1", "ensemble-base-simple-64B-grpc-unary/c1", latency, 1.15, 0},
 		comparison{"ensemble-identity-chain3-64B-grpc-unary/c1", "ensemble-base-identity-64B-grpc-unary/c1", latency, 1.5, 0},
 		comparison{"ensemble-identity-chain2-16MiB-grpc-unary/c1", "ensemble-base-identity-16MiB-grpc-unary/c1", throughput, 0.8, 0},
+		comparison{"ensemble-identity-chain3-spread-64B-grpc-unary-constellation/c1", "ensemble-base-identity-64B-grpc-unary-constellation/c1", latency, 0, 0},
+		comparison{"ensemble-identity-chain3-spread-16MiB-grpc-unary-constellation/c1", "ensemble-base-identity-16MiB-grpc-unary-constellation/c1", throughput, 0, 0},
 	)
 }
 
@@ -159,4 +169,64 @@ func BenchmarkEnsemble(b *testing.B) {
 		measurePair(b, "ensemble-base-identity-16MiB-grpc-unary/c1", "ensemble-identity-chain2-16MiB-grpc-unary/c1", 1, warmLarge,
 			InferUnary(c, modelRequest(Model, payload)), InferUnary(c, modelRequest("identity_chain2", payload)))
 	})
+	b.Run("identity-chain3-spread-vs-identity/constellation", func(b *testing.B) {
+		addr := spreadConstellation(b)
+		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, addr))
+		for _, size := range []struct {
+			label string
+			bytes int
+			warm  int
+		}{{"64B", small, warmSmall}, {"16MiB", large, warmLarge}} {
+			b.Run(size.label+"/c=1", func(b *testing.B) {
+				payload := FP32Payload(size.bytes)
+				measurePair(b, "ensemble-base-identity-"+size.label+"-grpc-unary-constellation/c1",
+					"ensemble-identity-chain3-spread-"+size.label+"-grpc-unary-constellation/c1", 1, size.warm,
+					InferUnary(c, modelRequest("identity_a", payload)), InferUnary(c, modelRequest("identity_spread3", payload)))
+			})
+		}
+	})
+}
+
+// spreadConstellation starts nats-server, executor a (identity_a and
+// identity_spread3, whose steps are a, b, a), executor b (identity_b) and a
+// gateway, each its own process, and returns the gateway's gRPC address.
+func spreadConstellation(b *testing.B) string {
+	b.Helper()
+	src, err := RepoDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	text, err := os.ReadFile(filepath.Join(src, Model, "config.pbtxt"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	identity := func(name string) string {
+		return strings.Replace(string(text), fmt.Sprintf("name: %q", Model), fmt.Sprintf("name: %q", name), 1)
+	}
+	chain := identityChain("identity_spread3", 3)
+	for _, m := range []string{"identity_a", "identity_b", "identity_a"} {
+		chain = strings.Replace(chain, fmt.Sprintf("model_name: %q", Model), fmt.Sprintf("model_name: %q", m), 1)
+	}
+	write := func(configs map[string]string) string {
+		repo := b.TempDir()
+		for name, text := range configs {
+			if err := os.MkdirAll(filepath.Join(repo, name, "1"), 0o755); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(repo, name, "config.pbtxt"), []byte(text), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return repo
+	}
+	cl := constellation.NewCluster(b)
+	cl.Executor(write(map[string]string{"identity_a": identity("identity_a"), "identity_spread3": chain}), "ex-a")
+	cl.Executor(write(map[string]string{"identity_b": identity("identity_b")}), "ex-b")
+	gw := cl.Gateway()
+	for _, m := range []string{"identity_a", "identity_b", "identity_spread3"} {
+		if err := waitReady(gw.HTTP()+"/v2/models/"+m+"/ready", 60*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return gw.GRPC()
 }
