@@ -128,25 +128,33 @@ func TakeResponse(resp *inference.ModelInferResponse) *Outgoing {
 	return o
 }
 
-// KeptOutputs returns a reference on the file that resp's handed-off
-// outputs lie in when its Outgoing kept it (Outgoing.KeepOutputs), for
-// later requests to name; nil otherwise. The caller releases it.
-func KeptOutputs(resp *inference.ModelInferResponse) *Region {
+// ResponseRegions returns a new reference on each region that resp's
+// handed-off outputs may lie in (the files of its Outgoing: the request's,
+// when an output is an input, and the response's); nil when it has none.
+// The caller releases them. A region kept for later requests
+// (Outgoing.KeepOutputs: Region.Kept) may be named by them.
+func ResponseRegions(resp *inference.ModelInferResponse) []*Region {
 	if resp == nil || live.Load() == 0 {
 		return nil
 	}
 	key := weak.Make(resp)
 	attached.Lock()
 	defer attached.Unlock()
-	// Under the lock: the attachment, and so the Outgoing's reference on
-	// the file, cannot be released meanwhile.
+	// Under the lock: the attachment, and so the Outgoing's references,
+	// cannot be released meanwhile.
 	a := attached.m[key]
 	if a == nil {
 		return nil
 	}
 	o, _ := a.value.(*Outgoing)
-	if o == nil || !o.resp.Kept() {
+	if o == nil {
 		return nil
 	}
-	return o.resp.Retain()
+	var rs []*Region
+	for _, r := range append([]*Region{o.req, o.resp}, o.held...) {
+		if r != nil {
+			rs = append(rs, r.Retain())
+		}
+	}
+	return rs
 }

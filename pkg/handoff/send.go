@@ -58,6 +58,9 @@ type Outgoing struct {
 	ownMap bool
 	// keepOutputs: the response's file is kept (KeepOutputs).
 	keepOutputs bool
+	// held: regions a response made of other requests' outputs lies in
+	// (Holding); one reference each.
+	held []*Region
 	spans  []Span // ModeFile: where the inputs went, for Undo
 
 	// sent and received are the tensor bytes handed off: inputs by
@@ -250,7 +253,19 @@ type stringParam struct {
 
 // holdsMemory reports whether o still holds mapped memory a response's
 // outputs may lie in (a request or response file, a body Region).
-func (o *Outgoing) holdsMemory() bool { return o.req != nil || o.resp != nil }
+func (o *Outgoing) holdsMemory() bool { return o.req != nil || o.resp != nil || len(o.held) > 0 }
+
+// Holding returns an Outgoing that hands nothing off and holds rs
+// (references the caller gives up) until it is released: for a response
+// whose outputs lie in the files of other requests (an ensemble's, made of
+// its steps' outputs), to attach to it (AttachResponse) so that its writer
+// releases them once it is written. Nil when rs is empty.
+func Holding(rs ...*Region) *Outgoing {
+	if len(rs) == 0 {
+		return nil
+	}
+	return &Outgoing{held: rs}
+}
 
 // Undo puts the handed-off inputs back into req and removes Param, so that
 // the request can go over the bus after all: the executors of this node went
@@ -385,5 +400,8 @@ func (o *Outgoing) Release() {
 		}
 		o.req.Release()
 		o.resp.Release()
+		for _, r := range o.held {
+			r.Release()
+		}
 	})
 }

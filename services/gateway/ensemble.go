@@ -283,34 +283,42 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 		kept.hold(body)
 	}
 	compute, err := plan.Drive(ensembleStep(ctx), req, vv.versionString(), wanted, kept.lend(g.runStep), func(resp *inference.ModelInferResponse, final bool) error {
+		// Its outputs may lie in the files held: they stay mapped until
+		// the response is written (its writer releases them).
+		handoff.AttachResponse(resp, kept.under(resp))
 		return emit(response{resp: resp, final: final})
 	})
 	return batch, compute, err
 }
 
 // stepFiles are the files of this node that an ensemble request's large
-// tensors lie in while its steps run here: the request's body, when it was
-// read into one, and the response file of each step whose executor is on
-// this node (its hand-off is told to keep it: forwardUncached). A step
-// whose large inputs all lie in one of them names it to its executor
-// (handoff.ModeKept), which maps the tensors where they are: between
-// executors of one node, a large tensor is copied once per hop, by the
-// executor that produced it, never by the gateway. (Large inputs spread
-// over several files are copied into a file of their own, as any
-// request's are.)
+// tensors lie in while its steps run here: the request's body, when it
+// arrived in one, and the request and response files of each step whose
+// executor is on this node. The body and the steps' response files are
+// kept (Region.Keep; forwardUncached tells a step's hand-off to keep its
+// response's) for later steps: a step whose large inputs all lie in one of
+// them names it to its executor (handoff.ModeKept), which maps the tensors
+// where they are. So a large tensor is copied once per hop between
+// executors of one node: by the executor that wrote it into its response
+// file, or, for an output that lies in its step's own request file (an
+// identity's, which the executor names there without a copy), by the
+// gateway into the next step's file. Large inputs spread over several
+// files are copied into one, as any request's are. The ensemble's
+// responses hold the files their outputs lie in until they are written
+// (under).
 type stepFiles struct {
 	threshold int
 	mu        sync.Mutex
 	held      []*handoff.Region // one reference each
 }
 
-// hold keeps r (a reference the caller gives up) until release.
-func (s *stepFiles) hold(r *handoff.Region) {
-	if r == nil {
+// hold keeps rs (references the caller gives up) until release.
+func (s *stepFiles) hold(rs ...*handoff.Region) {
+	if len(rs) == 0 {
 		return
 	}
 	s.mu.Lock()
-	s.held = append(s.held, r)
+	s.held = append(s.held, rs...)
 	s.mu.Unlock()
 }
 
@@ -323,28 +331,53 @@ func (s *stepFiles) release() {
 }
 
 // lend wraps run: a step request whose large inputs all lie in one of the
-// files held carries a reference on it to its hand-off (prepareHandoff
-// takes it), and the kept file of each response it gets is held.
+// kept files held carries a reference on it to its hand-off
+// (prepareHandoff takes it), and the files each response it gets may lie
+// in are held (the kept ones for later steps to name, all of them for the
+// ensemble's responses made of its outputs: under).
 func (s *stepFiles) lend(run ensemble.StepFunc) ensemble.StepFunc {
 	return func(ctx context.Context, st ensemble.Step, sreq *inference.ModelInferRequest, got func(*inference.ModelInferResponse, error)) (*inference.ModelInferResponse, error) {
 		if r := s.holding(sreq.GetRawInputContents()); r != nil {
 			handoff.AttachRegion(sreq, r)
 		}
 		resp, err := run(ctx, st, sreq, func(resp *inference.ModelInferResponse, err error) {
-			s.hold(handoff.KeptOutputs(resp))
+			s.hold(handoff.ResponseRegions(resp)...)
 			got(resp, err)
 		})
-		s.hold(handoff.KeptOutputs(resp))
+		s.hold(handoff.ResponseRegions(resp)...)
 		return resp, err
 	}
 }
 
-// holding returns a new reference on the file held that every large
+// under returns an Outgoing holding a new reference on each file held
+// that an output of resp lies in (handoff.Holding); nil when none does.
+func (s *stepFiles) under(resp *inference.ModelInferResponse) *handoff.Outgoing {
+	if resp == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var in []*handoff.Region
+	for _, r := range s.held {
+		for _, b := range resp.GetRawOutputContents() {
+			if _, ok := r.Offset(b); ok {
+				in = append(in, r.Retain())
+				break
+			}
+		}
+	}
+	return handoff.Holding(in...)
+}
+
+// holding returns a new reference on the kept file held that every large
 // tensor of raw lies in; nil when there is none, or no large tensor.
 func (s *stepFiles) holding(raw [][]byte) *handoff.Region {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.held {
+		if !r.Kept() {
+			continue // its receiver removed it once mapped
+		}
 		large, in := false, true
 		for _, b := range raw {
 			if len(b) < s.threshold {
