@@ -60,8 +60,8 @@ type Outgoing struct {
 	keepOutputs bool
 	// held: regions a response made of other requests' outputs lies in
 	// (Holding); one reference each.
-	held []*Region
-	spans  []Span // ModeFile: where the inputs went, for Undo
+	held  []*Region
+	spans []Span // ModeFile: where the inputs went, for Undo
 
 	// sent and received are the tensor bytes handed off: inputs by
 	// Prepare, outputs taken by Finish.
