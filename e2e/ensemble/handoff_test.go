@@ -27,13 +27,14 @@ import (
 // executor maps its input where it lies — the request's body, or the
 // response file of the step that produced it — so the gateway copies no
 // tensor into a file of its own: every byte it hands off is named in a
-// shared (kept) file. Over HTTP and gRPC.
+// shared (kept) file. Over HTTP and gRPC. And chain_a, whose steps are
+// both on ex-a, goes there whole with its large input.
 func TestSpreadStepsShareFiles(t *testing.T) {
 	c := constellation.NewCluster(t)
 	c.Executor(constellation.RepoPath(t, "e2e/ensemble/testdata/spread-a"), "ex-a")
 	c.Executor(constellation.RepoPath(t, "e2e/ensemble/testdata/spread-b"), "ex-b")
 	g := c.Gateway()
-	waitReady(t, g, "identity_a", "identity_b", "spread_chain")
+	waitReady(t, g, "identity_a", "identity_b", "spread_chain", "chain_a")
 
 	const n = 1 << 20 // INT32 values: 4 MiB, over the hand-off threshold
 	data := make([]byte, 4*n)
@@ -111,6 +112,42 @@ func TestSpreadStepsShareFiles(t *testing.T) {
 			}
 			return outs
 		})
+	})
+
+	// chain_a's two steps are both on ex-a: the request goes there whole,
+	// its input handed off once, and neither step's tensors leave ex-a
+	// (identity outputs are named where the input lies).
+	t.Run("whole on one executor", func(t *testing.T) {
+		conn, err := grpc.NewClient(g.GRPC(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		before := handoffBytes(t, g)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		resp, err := inference.NewGRPCInferenceServiceClient(conn).ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "chain_a",
+			Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "INT32", Shape: []int64{n}}},
+			RawInputContents: [][]byte{data}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetRawOutputContents()) != 1 || !bytes.Equal(resp.GetRawOutputContents()[0], data) {
+			t.Fatal("chain_a: the output differs from the input")
+		}
+		after := handoffBytes(t, g)
+		var sent, received float64
+		for labels, v := range after {
+			if strings.HasPrefix(labels, `direction="request"`) {
+				sent += v - before[labels]
+			} else {
+				received += v - before[labels]
+			}
+		}
+		if sent != float64(len(data)) || received != float64(len(data)) {
+			t.Errorf("chain_a: %v bytes handed to executors and %v back, want %d each (one request for both steps)", sent, received, len(data))
+		}
 	})
 
 	t.Run("gRPC", func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/ensemble"
+	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
@@ -38,13 +39,20 @@ func (e *Executor) handleEnsemble(ctx context.Context, body bus.Body) (proto.Mes
 	if ens == nil || !isEnsemble(ens.cfg) {
 		return nil, tritonerr.Unavailablef("Request for unknown model: '%s' version %s is not an ensemble ready on executor '%s'", req.GetModelName(), req.GetModelVersion(), e.cfg.ID)
 	}
+	// Large inputs from a gateway of this node (pkg/handoff), mapped
+	// where they lie; the steps read them there.
+	hand, err := handoff.Accept(req)
+	if err != nil {
+		return nil, err
+	}
+	defer hand.Release()
 	plan := e.ensemblePlan(ens)
 	wanted := make([]string, 0, len(req.GetOutputs()))
 	for _, o := range req.GetOutputs() {
 		wanted = append(wanted, o.GetName())
 	}
 	var out *inference.ModelInferResponse
-	_, err := plan.Drive(ctx, req, ens.vstr, wanted, e.runEnsembleStep, func(resp *inference.ModelInferResponse, _ bool) error {
+	_, err = plan.Drive(ctx, req, ens.vstr, wanted, e.runEnsembleStep, func(resp *inference.ModelInferResponse, _ bool) error {
 		if resp != nil {
 			out = resp
 		}
@@ -56,6 +64,9 @@ func (e *Executor) handleEnsemble(ctx context.Context, body bus.Body) (proto.Mes
 	if err != nil {
 		return nil, err
 	}
+	// Large outputs go back to the gateway the same way; those that are
+	// inputs (an identity's) named where they lie.
+	hand.Reply(ctx, out)
 	return out, nil
 }
 

@@ -544,11 +544,11 @@ type versionView struct {
 	// catalog, which this gateway runs (ensemble.go); its config says
 	// decoupled when a decoupled step is on its data path.
 	plan *ensemble.Plan
-	// wholeOn are the executors (their bus.ExecutorEnsembleSubject) to
-	// which a request to this ensemble may go whole (ensembleExecutor): each holds it and the version every step
+	// wholeOn are the executors to which a request to this ensemble may
+	// go whole (ensembleExecutor): each holds it and the version every step
 	// resolves to READY and does not drain, and no step keeps the
 	// gateway's path. Sorted; made with the plan, once per view.
-	wholeOn []string
+	wholeOn []wholeExec
 
 	// subject and nodeSubject are bus.InferSubject and, for the gateway's
 	// node, bus.InferNodeSubject of this version, made once per view

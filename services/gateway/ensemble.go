@@ -93,13 +93,19 @@ func checkEnsembles(v *view) {
 	}
 }
 
-// wholeOn are the executors (their bus.ExecutorEnsembleSubject) to which
-// a request to ensemble vv may go whole, so that the tensors between its steps never leave one: those
+// wholeExec is an executor to which requests to an ensemble may go whole.
+type wholeExec struct {
+	id, node string
+	subject  string // its bus.ExecutorEnsembleSubject
+}
+
+// wholeOn are the executors to which a request to ensemble vv may go
+// whole, so that the tensors between its steps never leave one: those
 // holding vv and the version each step resolves to READY, not draining
 // (execNodes), when none of the steps is decoupled, a sequence model,
 // cached or an ensemble (those keep the gateway's path, which streams,
 // goes through the sequence router, reads the cache or nests). nil: none.
-func wholeOn(v *view, vv *versionView) []string {
+func wholeOn(v *view, vv *versionView) []wholeExec {
 	if isDecoupled(vv) || len(vv.execNodes) == 0 {
 		return nil
 	}
@@ -122,11 +128,11 @@ func wholeOn(v *view, vv *versionView) []string {
 			return nil
 		}
 	}
-	subjects := make([]string, len(candidates))
+	on := make([]wholeExec, len(candidates))
 	for i, id := range candidates {
-		subjects[i] = bus.ExecutorEnsembleSubject(id)
+		on[i] = wholeExec{id: id, node: vv.execNodes[id], subject: bus.ExecutorEnsembleSubject(id)}
 	}
-	return subjects
+	return on
 }
 
 // composing is modelconfig.ValidateComposition's lookup over the view.
@@ -261,9 +267,17 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 		}
 		wanted = append(wanted, o.GetName())
 	}
-	if subject := g.ensembleExecutor(ctx, vv, req); subject != "" {
+	kept := stepFiles{threshold: g.handoffThreshold()}
+	defer kept.release()
+	// The request's large inputs may have arrived in a file of this node
+	// (readInferBody, the gRPC codec).
+	body := handoff.TakeRegion(req)
+	kept.hold(body)
+	if on := g.ensembleExecutor(ctx, vv, req); on != nil {
 		start := time.Now()
-		if r, err, ran := g.ensembleOn(ctx, subject, vv, req, encoded); ran {
+		r, lent, err, ran := g.ensembleOn(ctx, on, vv, req, encoded, body)
+		defer lent.Release()
+		if ran {
 			// The ensemble's compute time is the time its steps' requests
 			// took: here, the one request that ran them all.
 			compute := time.Since(start)
@@ -273,15 +287,8 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 			return batch, compute, err
 		}
 	}
-	kept := stepFiles{threshold: g.handoffThreshold()}
-	defer kept.release()
-	if body := handoff.TakeRegion(req); body != nil {
-		// The request's large inputs arrived in a file of this node
-		// (readInferBody, the gRPC codec): kept for every step that reads
-		// them to name it.
-		body.Keep()
-		kept.hold(body)
-	}
+	// The body is kept for every step that reads it to name it.
+	body.Keep()
 	compute, err := plan.Drive(ensembleStep(ctx), req, vv.versionString(), wanted, kept.lend(g.runStep), func(resp *inference.ModelInferResponse, final bool) error {
 		// Its outputs may lie in the files held: they stay mapped until
 		// the response is written (its writer releases them).
@@ -400,48 +407,88 @@ func (s *stepFiles) holding(raw [][]byte) *handoff.Region {
 }
 
 // ensembleExecutor picks the executor to which a request to ensemble vv
-// goes whole (vv.wholeOn, by its bus.ExecutorEnsembleSubject), so that the tensors between its steps never
-// leave it. A request traced (spans or Triton's trace file), with tensors
-// in shared memory or as large as a hand-off keeps this gateway's path:
-// its steps are traced, reach the regions' node and hand large tensors
-// off as any request's do. "": none.
-func (g *Gateway) ensembleExecutor(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) string {
+// goes whole (vv.wholeOn), so that the tensors between its steps never
+// leave it. A request traced (spans or Triton's trace file), or with
+// tensors in shared memory, keeps this gateway's path: its steps are
+// traced, and reach the regions' node, as any request's do. nil: none.
+func (g *Gateway) ensembleExecutor(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) *wholeExec {
 	if len(vv.wholeOn) == 0 || trace.SpanFromContext(ctx).IsRecording() ||
 		(g.traceFile != nil && g.trace.Level(req.GetModelName()) != tracesetting.LevelOff) ||
-		usesSharedMemory(req) || rawSize(req) >= g.handoffThreshold() {
-		return ""
+		usesSharedMemory(req) {
+		return nil
 	}
-	return vv.wholeOn[rand.IntN(len(vv.wholeOn))]
+	return &vv.wholeOn[rand.IntN(len(vv.wholeOn))]
 }
 
-// ensembleOn sends a request to ensemble vv to the executor of subject
-// (its bus.ExecutorEnsembleSubject), which runs its steps itself, and
-// returns its response: with encoded, as the executor encoded it when
-// that can go to the client as it is (response.enc). ran is false when
-// the executor took no part in the answer (no longer serves the subject,
-// or was lost with the request: its steps are stateless): this gateway
-// runs the steps then.
-func (g *Gateway) ensembleOn(ctx context.Context, subject string, vv *versionView, req *inference.ModelInferRequest, encoded bool) (r response, err error, ran bool) {
+// ensembleOn sends a request to ensemble vv to executor on, which runs its
+// steps itself, and returns its response: with encoded, as the executor
+// encoded it when that can go to the client as it is (response.enc). Its
+// large inputs go as any request's do: handed off when on is on this node
+// (wholeHandoff; body is the memory they may lie in), else carried by the
+// bus. ran is false when the executor took no part in the answer (no
+// longer serves the subject, or was lost with the request: its steps are
+// stateless): this gateway runs the steps then, from req's inputs, which
+// may lie in lent's memory until the caller releases it.
+func (g *Gateway) ensembleOn(ctx context.Context, on *wholeExec, vv *versionView, req *inference.ModelInferRequest, encoded bool, body *handoff.Region) (r response, lent *handoff.Outgoing, err error, ran bool) {
 	var bounded bus.Bounded
 	g.boundInference(&bounded, ctx)
 	defer bounded.Cancel()
 	req.ModelVersion = vv.versionString()
+	o, err := g.wholeHandoff(on, req, body)
+	if err != nil {
+		return r, nil, err, true
+	}
 	var out proto.Message
 	var reply infercodec.Reply
-	if encoded && !g.bus.InProcess(subject) {
+	if encoded && o == nil && !g.bus.InProcess(on.subject) {
 		out = &reply
 	} else {
 		reply.ModelInferResponse = &inference.ModelInferResponse{}
 		out = reply.ModelInferResponse
 	}
-	err = g.bus.Request(&bounded, subject, req, out)
-	if err != nil {
-		if (bus.IsNoResponders(err) || bus.IsResponderLost(err)) && ctx.Err() == nil {
-			return r, nil, false
-		}
-		return r, err, true
+	err = g.bus.Request(&bounded, on.subject, req, out)
+	if bus.IsNoResponders(err) && o.Undo(req) {
+		// The executor could not map the file (it does not share this
+		// node's /dev/shm) or went away: the bus carries the inputs.
+		err = g.bus.Request(&bounded, on.subject, req, out)
 	}
-	return response{resp: reply.ModelInferResponse, enc: reply.Bytes, final: true}, nil, true
+	o.Unset(req)
+	if err != nil {
+		// The steps run here after all read req's inputs, put back.
+		restored := o == nil || o.Undo(req)
+		if restored && (bus.IsNoResponders(err) || bus.IsResponderLost(err)) && ctx.Err() == nil {
+			return r, o, nil, false
+		}
+		o.Release()
+		return r, nil, err, true
+	}
+	if o != nil {
+		resp := reply.ModelInferResponse
+		if err := o.Finish(resp); err != nil {
+			o.Release()
+			return r, nil, err, true
+		}
+		g.countHandoff(o)
+		handoff.AttachResponse(resp, o) // its outputs may lie in o's files
+	}
+	return response{resp: reply.ModelInferResponse, enc: reply.Bytes, final: true}, nil, nil, true
+}
+
+// wholeHandoff hands off the large inputs of a request to an ensemble
+// going whole to executor on, when on is on this node, as prepareHandoff
+// does for a request to a model; nil when the bus carries them.
+func (g *Gateway) wholeHandoff(on *wholeExec, req *inference.ModelInferRequest, body *handoff.Region) (*handoff.Outgoing, error) {
+	if g.cfg.HandoffThreshold < 0 || on.node != g.cfg.Node || g.bus.InProcess(on.subject) || rawSize(req) < g.handoffThreshold() {
+		return nil, nil
+	}
+	route := handoff.RouteNode
+	if handoff.LocalExecutor(on.id) {
+		route = handoff.RouteProcess
+	}
+	if routeForTest != nil {
+		route = *routeForTest
+	}
+	return handoff.PrepareInto(nil, req, route, body, g.handoffThreshold())
 }
 
 // runStep routes one step's request as a client's request to its model:
