@@ -207,21 +207,9 @@ func spreadConstellation(b *testing.B) string {
 	for _, m := range []string{"identity_a", "identity_b", "identity_a"} {
 		chain = strings.Replace(chain, fmt.Sprintf("model_name: %q", Model), fmt.Sprintf("model_name: %q", m), 1)
 	}
-	write := func(configs map[string]string) string {
-		repo := b.TempDir()
-		for name, text := range configs {
-			if err := os.MkdirAll(filepath.Join(repo, name, "1"), 0o755); err != nil {
-				b.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(repo, name, "config.pbtxt"), []byte(text), 0o644); err != nil {
-				b.Fatal(err)
-			}
-		}
-		return repo
-	}
 	cl := constellation.NewCluster(b)
-	cl.Executor(write(map[string]string{"identity_a": identity("identity_a"), "identity_spread3": chain}), "ex-a")
-	cl.Executor(write(map[string]string{"identity_b": identity("identity_b")}), "ex-b")
+	cl.Executor(constellation.WriteRepo(b, map[string]string{"identity_a": identity("identity_a"), "identity_spread3": chain}), "ex-a")
+	cl.Executor(constellation.WriteRepo(b, map[string]string{"identity_b": identity("identity_b")}), "ex-b")
 	gw := cl.Gateway()
 	for _, m := range []string{"identity_a", "identity_b", "identity_spread3"} {
 		if err := waitReady(gw.HTTP()+"/v2/models/"+m+"/ready", 60*time.Second); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/infer"
+	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -21,12 +22,71 @@ import (
 // handler returns, ending the stream, once the backend has sent the final
 // response or flag.
 
+// responseSink takes a decoupled request's responses as they are made:
+// the request's bus stream (*bus.StreamWriter), or the ensemble step of
+// this executor that made the request (stepSink).
+type responseSink interface {
+	Send(ctx context.Context, m proto.Message, final bool) error
+	SendEncoded(ctx context.Context, body []byte, final bool) error
+	SendError(ctx context.Context, err error, final bool) error
+}
+
+// stepSink hands the responses of an ensemble step's request to a
+// decoupled model of this executor straight to the step's consumer
+// (ensemble.StepFunc's got): the tensors between the steps of an ensemble
+// this executor runs whole never leave it, a decoupled step's included.
+type stepSink struct {
+	req *inference.ModelInferRequest // the step's request: only its serving uses the sink
+	got func(*inference.ModelInferResponse, error)
+}
+
+type stepSinkKey struct{}
+
+// withStepSink is ctx for the step request s.req, whose responses go to
+// s.got.
+func withStepSink(ctx context.Context, s *stepSink) context.Context {
+	return context.WithValue(ctx, stepSinkKey{}, s)
+}
+
+// stepSinkFor is the sink of ctx when req is the request it was made for
+// (not another request served under that context: a backend's call
+// inside the step, in this process).
+func stepSinkFor(ctx context.Context, req *inference.ModelInferRequest) *stepSink {
+	s, _ := ctx.Value(stepSinkKey{}).(*stepSink)
+	if s == nil || s.req != req {
+		return nil
+	}
+	return s
+}
+
+func (s *stepSink) Send(_ context.Context, m proto.Message, _ bool) error {
+	if r, ok := m.(*inference.ModelInferResponse); ok && r != nil {
+		s.got(r, nil)
+	}
+	return nil
+}
+
+func (s *stepSink) SendEncoded(_ context.Context, body []byte, _ bool) error {
+	r := &inference.ModelInferResponse{}
+	if err := infercodec.UnmarshalResponse(body, r); err != nil {
+		s.got(nil, tritonerr.Internalf("a response of an ensemble step did not decode: %v", err))
+		return nil
+	}
+	s.got(r, nil)
+	return nil
+}
+
+func (s *stepSink) SendError(_ context.Context, err error, _ bool) error {
+	s.got(nil, err)
+	return nil
+}
+
 // streamResponses makes p's responses go out through w as the backend
 // sends them (p.onResponse), with their statistics; the returned channel
 // is closed once the final response or flag has been taken. The final
 // flag alone and what follows a cancellation are not sent: the stream's
 // end is the caller's.
-func (mv *modelVersion) streamResponses(ctx context.Context, w *bus.StreamWriter, req *inference.ModelInferRequest, p *pending, sh *shmRequest) <-chan struct{} {
+func (mv *modelVersion) streamResponses(ctx context.Context, w responseSink, req *inference.ModelInferRequest, p *pending, sh *shmRequest) <-chan struct{} {
 	final := make(chan struct{})
 	index, first := 0, true
 	var last time.Time // when the previous response went out
@@ -66,7 +126,8 @@ func (mv *modelVersion) streamResponses(ctx context.Context, w *bus.StreamWriter
 		// its final message, held until its execution has returned
 		// (sendHeld): made as a message, to take the parameter.
 		hold := p.stamps != nil && resp.Final && ctx.Err() == nil && err == nil
-		plain := len(classes) == 0 && classErr == nil && sh == nil && !hold
+		_, local := w.(*stepSink) // takes the message itself
+		plain := len(classes) == 0 && classErr == nil && sh == nil && !hold && !local
 		if send && err == nil && plain {
 			var ok bool
 			if enc, ok = mv.encodeResponse(nil, req, p.req, resp); !ok {
@@ -112,8 +173,12 @@ func (mv *modelVersion) streamResponses(ctx context.Context, w *bus.StreamWriter
 // serveDecoupled queues a validated request of a decoupled model and
 // streams its responses until the final one.
 func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.ModelInferRequest, p *pending, sh *shmRequest) (proto.Message, error) {
-	w := bus.StreamOf(ctx)
-	if w == nil {
+	var w responseSink
+	if s := stepSinkFor(ctx, req); s != nil {
+		w = s // an ensemble step of this executor (ensemblerun.go)
+	} else if bw := bus.StreamOf(ctx); bw != nil {
+		w = bw
+	} else {
 		mv.stats.failed(p.received, reasonOther)
 		return nil, tritonerr.Unsupportedf("model '%s' is decoupled: its responses need a stream (gRPC ModelStreamInfer or HTTP generate)", mv.name)
 	}
@@ -161,7 +226,7 @@ func (mv *modelVersion) serveDecoupled(ctx context.Context, req *inference.Model
 // final flag alone a message of nothing but tracing.TimestampsAloneParameter
 // (nothing, leaving the end to the caller, when the backend reported no
 // statistics).
-func (mv *modelVersion) sendHeld(ctx context.Context, w *bus.StreamWriter, p *pending) {
+func (mv *modelVersion) sendHeld(ctx context.Context, w responseSink, p *pending) {
 	if !p.holding {
 		return
 	}

@@ -51,6 +51,17 @@ func (e *Executor) handleEnsemble(ctx context.Context, body bus.Body) (proto.Mes
 	for _, o := range req.GetOutputs() {
 		wanted = append(wanted, o.GetName())
 	}
+	if w := bus.StreamOf(ctx); w != nil {
+		// A decoupled ensemble: each response goes out as it is made; the
+		// final flag alone is the stream's end, once this returns.
+		_, err = plan.Drive(ctx, req, ens.vstr, wanted, e.runEnsembleStep, func(resp *inference.ModelInferResponse, final bool) error {
+			if resp == nil {
+				return nil
+			}
+			return w.Send(ctx, resp, final)
+		})
+		return nil, err
+	}
 	var out *inference.ModelInferResponse
 	_, err = plan.Drive(ctx, req, ens.vstr, wanted, e.runEnsembleStep, func(resp *inference.ModelInferResponse, _ bool) error {
 		if resp != nil {
@@ -111,11 +122,16 @@ func (e *Executor) readyVersion(name, version string) *modelVersion {
 
 // runEnsembleStep runs one step's request (ensemble.StepFunc): in-process
 // when this executor serves the step's version and takes new work, the
-// model neither decoupled nor a sequence model; else over the bus, as a
-// backend's call to the model is made (backendServer.Infer).
+// model not a sequence model (a decoupled model's responses go to got as
+// it makes them: stepSink); else over the bus, as a backend's call to the
+// model is made (backendServer.Infer).
 func (e *Executor) runEnsembleStep(ctx context.Context, s ensemble.Step, sreq *inference.ModelInferRequest, got func(*inference.ModelInferResponse, error)) (*inference.ModelInferResponse, error) {
-	if mv := e.readyVersion(s.Model, s.Version); mv != nil && !e.draining.Load() && mv.seq == nil && !mv.decoupled() && !isEnsemble(mv.cfg) {
+	if mv := e.readyVersion(s.Model, s.Version); mv != nil && !e.draining.Load() && mv.seq == nil && !isEnsemble(mv.cfg) {
 		sreq.ModelVersion = mv.vstr
+		if mv.decoupled() {
+			_, err := mv.handleInfer(withStepSink(ctx, &stepSink{req: sreq, got: got}), bus.Body{Message: sreq})
+			return nil, err
+		}
 		out, err := mv.handleInfer(ctx, bus.Body{Message: sreq})
 		if err != nil {
 			return nil, err

@@ -102,11 +102,13 @@ type wholeExec struct {
 // wholeOn are the executors to which a request to ensemble vv may go
 // whole, so that the tensors between its steps never leave one: those
 // holding vv and the version each step resolves to READY, not draining
-// (execNodes), when none of the steps is decoupled, a sequence model,
-// cached or an ensemble (those keep the gateway's path, which streams,
-// goes through the sequence router, reads the cache or nests). nil: none.
+// (execNodes), when none of the steps is a sequence model, cached or an
+// ensemble (those keep the gateway's path, which goes through the
+// sequence router, reads the cache or nests). A decoupled step streams to
+// the next inside the executor, and a decoupled ensemble's responses
+// stream from it (ensembleStreamOn). nil: none.
 func wholeOn(v *view, vv *versionView) []wholeExec {
-	if isDecoupled(vv) || len(vv.execNodes) == 0 {
+	if len(vv.execNodes) == 0 {
 		return nil
 	}
 	candidates := slices.Sorted(maps.Keys(vv.execNodes))
@@ -116,7 +118,7 @@ func wholeOn(v *view, vv *versionView) []wholeExec {
 			return nil
 		}
 		svv, err := v.resolve(s.Model, version)
-		if err != nil || s.Decoupled || isDecoupled(svv) || svv.plan != nil || modelconfig.IsEnsemble(svv.config) ||
+		if err != nil || svv.plan != nil || modelconfig.IsEnsemble(svv.config) ||
 			svv.cached || svv.config.GetSequenceBatching() != nil {
 			return nil
 		}
@@ -273,7 +275,12 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 	// (readInferBody, the gRPC codec).
 	body := handoff.TakeRegion(req)
 	kept.hold(body)
-	if on := g.ensembleExecutor(ctx, vv, req); on != nil {
+	if on := g.ensembleExecutor(ctx, vv, req); on != nil && isDecoupled(vv) {
+		start := time.Now()
+		if err, ran := g.ensembleStreamOn(ctx, on, vv, req, emit); ran {
+			return batch, time.Since(start), err
+		}
+	} else if on != nil {
 		start := time.Now()
 		r, lent, err, ran := g.ensembleOn(ctx, on, vv, req, encoded, body)
 		defer lent.Release()
@@ -472,6 +479,41 @@ func (g *Gateway) ensembleOn(ctx context.Context, on *wholeExec, vv *versionView
 		handoff.AttachResponse(resp, o) // its outputs may lie in o's files
 	}
 	return response{resp: reply.ModelInferResponse, enc: reply.Bytes, final: true}, nil, nil, true
+}
+
+// ensembleStreamOn is ensembleOn for a decoupled ensemble: the executor
+// streams its responses, each handed to emit as it comes, then the final
+// flag; a step's failure after them is the error returned, as when this
+// gateway runs the steps. ran is false when the executor took no part
+// (gone, or lost before its first response): this gateway runs the steps
+// then.
+func (g *Gateway) ensembleStreamOn(ctx context.Context, on *wholeExec, vv *versionView, req *inference.ModelInferRequest, emit func(response) error) (err error, ran bool) {
+	req.ModelVersion = vv.versionString()
+	gone := func(err error) bool {
+		return (bus.IsNoResponders(err) || bus.IsResponderLost(err)) && ctx.Err() == nil
+	}
+	st, err := g.bus.Stream(ctx, on.subject, req, decoupledWindow)
+	if err != nil {
+		return err, !gone(err)
+	}
+	defer st.Close()
+	emitted := false
+	var failed error
+	err = relay(st, false, func(r response) error {
+		if r.err != nil {
+			failed = r.err
+			return nil
+		}
+		emitted = true
+		return emit(r)
+	})
+	if err != nil && !emitted && gone(err) {
+		return nil, false
+	}
+	if err == nil {
+		err = failed
+	}
+	return err, true
 }
 
 // wholeHandoff hands off the large inputs of a request to an ensemble

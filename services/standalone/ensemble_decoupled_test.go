@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -84,7 +85,8 @@ func streamPipeline(t *testing.T, client inference.GRPCInferenceServiceClient, r
 // milliseconds after its last response); no response
 // at all is the final flag alone; a step's error ends the stream with it;
 // generate_stream answers one event per response; unary inference is
-// refused with Triton's messages for decoupled models.
+// refused with Triton's messages for decoupled models. The one executor
+// serving every step runs the pipeline whole.
 func TestEnsembleDecoupledStep(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Models = []string{"repeat_pipeline"}
@@ -109,10 +111,16 @@ func TestEnsembleDecoupledStep(t *testing.T) {
 	defer conn.Close()
 	client := inference.NewGRPCInferenceServiceClient(conn)
 
+	sent := srv.InProcess()
 	got, emptyFinal := streamPipeline(t, client, repeatPipelineRequest("p1", []int{40, 50, 60, -7}, 300))
 	slices.Sort(got) // the post-processing requests may finish in any order
 	if want := []string{"-7/3", "40/0", "50/1", "60/2"}; !slices.Equal(got, want) || !emptyFinal {
 		t.Errorf("responses %v (empty final %v), want %v then the final flag alone", got, emptyFinal, want)
+	}
+	// The one executor serves every step: the request goes to it whole,
+	// and the decoupled step's responses flow to the next step inside it.
+	if carried := srv.InProcess() - sent; carried != 1 {
+		t.Errorf("the gateway's bus carried %d requests for the pipeline on one executor, want 1 (the ensemble's stream)", carried)
 	}
 	if got, emptyFinal := streamPipeline(t, client, repeatPipelineRequest("p0", nil, 0)); len(got) != 0 || !emptyFinal {
 		t.Errorf("no element: %v (empty final %v), want the final flag alone", got, emptyFinal)
@@ -155,5 +163,91 @@ func TestEnsembleDecoupledStep(t *testing.T) {
 		`{"name":"DELAY","shape":[1],"datatype":"UINT32","data":[0]},{"name":"WAIT","shape":[1],"datatype":"UINT32","data":[0]}]}`)
 	if x.Status != http.StatusNotImplemented || !strings.Contains(fmt.Sprint(x.Body), "HTTP end point doesn't support models with decoupled transaction policy") {
 		t.Errorf("HTTP infer: %d %v", x.Status, x.Body)
+	}
+}
+
+// TestEnsembleDecoupledStepCancel: cancelling the stream of a pipeline
+// that its one executor runs whole reaches the decoupled step inside the
+// executor: repeat_int32 stops, having sent far fewer of the responses
+// asked for, and the next request is served.
+func TestEnsembleDecoupledStepCancel(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Models = []string{"repeat_pipeline"}
+	cfg.AllowMetrics = false
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runReady(t, srv)
+	base := "http://" + srv.Gateway().HTTPAddr()
+	waitModel(t, base, "repeat_pipeline")
+	conn, err := grpc.NewClient(srv.Gateway().GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := inference.NewGRPCInferenceServiceClient(conn)
+
+	const n = 200
+	in := make([]int, n)
+	req := repeatPipelineRequest("long", in, 0)
+	delay := make([]byte, 4*n)
+	for i := range n {
+		binary.LittleEndian.PutUint32(delay[4*i:], 20) // ms before each response
+	}
+	req.RawInputContents[1] = delay
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := client.ModelStreamInfer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r, err := st.Recv(); err != nil || r.GetErrorMessage() != "" {
+			t.Fatalf("before the cancel: %v %v", err, r.GetErrorMessage())
+		}
+	}
+	cancel()
+
+	// repeat_int32's request ends long before its 200 responses (4 s):
+	// its statistics count it, with few responses made.
+	var produced float64
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		code, body := getBody(t, base+"/v2/models/repeat_int32/stats")
+		var st struct {
+			ModelStats []struct {
+				InferenceStats struct {
+					Success struct{ Count float64 } `json:"success"`
+					Fail    struct{ Count float64 } `json:"fail"`
+				} `json:"inference_stats"`
+				ResponseStats map[string]struct {
+					Success struct{ Count float64 } `json:"success"`
+					Cancel  struct{ Count float64 } `json:"cancel"`
+				} `json:"response_stats"`
+			} `json:"model_stats"`
+		}
+		if code == http.StatusOK && json.Unmarshal([]byte(body), &st) == nil && len(st.ModelStats) == 1 {
+			ms := st.ModelStats[0]
+			if ms.InferenceStats.Success.Count+ms.InferenceStats.Fail.Count >= 1 {
+				produced = 0
+				for _, rs := range ms.ResponseStats {
+					produced += rs.Success.Count + rs.Cancel.Count
+				}
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("repeat_int32's request did not end after the cancel: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if produced >= n/2 {
+		t.Errorf("repeat_int32 made %v of %d responses after the client cancelled", produced, n)
+	}
+	if got, _ := streamPipeline(t, client, repeatPipelineRequest("after", []int{5}, 0)); !slices.Equal(got, []string{"5/0"}) {
+		t.Errorf("the next request: %v", got)
 	}
 }
