@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -123,10 +124,16 @@ func (e *Executor) readyVersion(name, version string) *modelVersion {
 // runEnsembleStep runs one step's request (ensemble.StepFunc): in-process
 // when this executor serves the step's version and takes new work, the
 // model not a sequence model (a decoupled model's responses go to got as
-// it makes them: stepSink); else over the bus, as a backend's call to the
-// model is made (backendServer.Infer).
+// it makes them: stepSink; a nested ensemble that answers once runs its
+// own steps here: runNested); else over the bus, as a backend's call to
+// the model is made (backendServer.Infer).
 func (e *Executor) runEnsembleStep(ctx context.Context, s ensemble.Step, sreq *inference.ModelInferRequest, got func(*inference.ModelInferResponse, error)) (*inference.ModelInferResponse, error) {
-	if mv := e.readyVersion(s.Model, s.Version); mv != nil && !e.draining.Load() && mv.seq == nil && !isEnsemble(mv.cfg) {
+	mv := e.readyVersion(s.Model, s.Version)
+	if mv != nil && !e.draining.Load() && !s.Decoupled && isEnsemble(mv.cfg) {
+		if resp, ok, err := e.runNested(ctx, mv, sreq); ok {
+			return resp, err
+		}
+	} else if mv != nil && !e.draining.Load() && mv.seq == nil && !isEnsemble(mv.cfg) {
 		sreq.ModelVersion = mv.vstr
 		if mv.decoupled() {
 			_, err := mv.handleInfer(withStepSink(ctx, &stepSink{req: sreq, got: got}), bus.Body{Message: sreq})
@@ -154,4 +161,45 @@ func (e *Executor) runEnsembleStep(ctx context.Context, s ensemble.Step, sreq *i
 		return err
 	})
 	return last, err
+}
+
+// runNested runs a step that is itself an ensemble this executor holds,
+// answering once (no decoupled step), in this process as the request's
+// own steps run, and counts it in the nested ensemble's statistics as a
+// gateway counts the ensembles it runs (stats.ensembleRun). ok is false
+// for one with a decoupled step: it goes over the bus then.
+func (e *Executor) runNested(ctx context.Context, ens *modelVersion, sreq *inference.ModelInferRequest) (*inference.ModelInferResponse, bool, error) {
+	plan := e.ensemblePlan(ens)
+	for _, st := range plan.Steps {
+		if st.Decoupled {
+			return nil, false, nil
+		}
+	}
+	start := time.Now()
+	sreq.ModelVersion = ens.vstr
+	wanted := make([]string, 0, len(sreq.GetOutputs()))
+	for _, o := range sreq.GetOutputs() {
+		wanted = append(wanted, o.GetName())
+	}
+	var out *inference.ModelInferResponse
+	compute, err := plan.Drive(ctx, sreq, ens.vstr, wanted, e.runEnsembleStep, func(resp *inference.ModelInferResponse, _ bool) error {
+		if resp != nil {
+			out = resp
+		}
+		return nil
+	})
+	if err == nil && out == nil {
+		err = ensemble.ErrDeadlock(plan.Name)
+	}
+	ens.stats.ensembleRun(start, batchOf(ens.cfg, sreq), compute, err)
+	return out, true, err
+}
+
+// batchOf is the batch size of a request to a model of cfg: the first
+// input's first dimension when the model batches, else 1.
+func batchOf(cfg *inference.ModelConfig, req *inference.ModelInferRequest) int {
+	if cfg.GetMaxBatchSize() > 0 && len(req.GetInputs()) > 0 && len(req.GetInputs()[0].GetShape()) > 0 {
+		return max(int(req.GetInputs()[0].GetShape()[0]), 1)
+	}
+	return 1
 }

@@ -166,6 +166,38 @@ func (s *stats) request(p *pending, success bool, t backend.SteadyStamps) {
 	s.touch(end)
 }
 
+// ensembleRun records one request to an ensemble this executor ran
+// (a nested one, in the request of an ensemble it runs whole), as a
+// gateway records the ensembles it runs: a failure its duration; a success
+// its duration, an execution of batch entries whose compute is the time
+// its steps' requests took, and no queue or input/output time.
+func (s *stats) ensembleRun(start time.Time, batch int, compute time.Duration, err error) {
+	end := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.fail.add(end.Sub(start))
+		s.failures[reasonBackend]++
+		return
+	}
+	s.success.add(end.Sub(start))
+	s.queue.add(0)
+	s.computeInput.add(0)
+	s.computeInfer.add(compute)
+	s.out.add(0)
+	s.executionCount++
+	s.inferenceCount += uint64(batch)
+	b := s.batches[uint64(batch)]
+	if b == nil {
+		b = &batchStats{}
+		s.batches[uint64(batch)] = b
+	}
+	b.input.add(0)
+	b.infer.add(compute)
+	b.output.add(0)
+	s.touch(end)
+}
+
 // failed records a request that never reached a backend (invalid, or
 // dropped from the queue), with its reason.
 func (s *stats) failed(received time.Time, why failReason) {

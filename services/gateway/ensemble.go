@@ -102,39 +102,61 @@ type wholeExec struct {
 // wholeOn are the executors to which a request to ensemble vv may go
 // whole, so that the tensors between its steps never leave one: those
 // holding vv and the version each step resolves to READY, not draining
-// (execNodes), when none of the steps is a sequence model, cached or an
-// ensemble (those keep the gateway's path, which goes through the
-// sequence router, reads the cache or nests). A decoupled step streams to
-// the next inside the executor, and a decoupled ensemble's responses
-// stream from it (ensembleStreamOn). nil: none.
+// (execNodes), when none of the steps is a sequence model or cached
+// (those keep the gateway's path, which goes through the sequence router
+// or reads the cache): holdingSteps. A decoupled step streams to the next
+// inside the executor, a decoupled ensemble's responses stream from it
+// (ensembleStreamOn), and a nested ensemble that answers once runs there
+// too, counting its own statistics there. nil: none.
 func wholeOn(v *view, vv *versionView) []wholeExec {
 	if len(vv.execNodes) == 0 {
 		return nil
 	}
 	candidates := slices.Sorted(maps.Keys(vv.execNodes))
-	for _, s := range vv.plan.Steps {
-		version, err := parseVersion(s.Version)
-		if err != nil {
-			return nil
-		}
-		svv, err := v.resolve(s.Model, version)
-		if err != nil || svv.plan != nil || modelconfig.IsEnsemble(svv.config) ||
-			svv.cached || svv.config.GetSequenceBatching() != nil {
-			return nil
-		}
-		candidates = slices.DeleteFunc(candidates, func(id string) bool {
-			_, ok := svv.execNodes[id]
-			return !ok
-		})
-		if len(candidates) == 0 {
-			return nil
-		}
+	if !holdingSteps(v, vv.plan, &candidates, 0) {
+		return nil
 	}
 	on := make([]wholeExec, len(candidates))
 	for i, id := range candidates {
 		on[i] = wholeExec{id: id, node: vv.execNodes[id], subject: bus.ExecutorEnsembleSubject(id)}
 	}
 	return on
+}
+
+// maxNesting bounds how deep holdingSteps follows ensembles within
+// ensembles (validation refuses cycles; this keeps a bad view finite).
+const maxNesting = 16
+
+// holdingSteps narrows candidates to the executors holding READY the
+// version each step of plan resolves to, and, for a step that is itself an
+// ensemble answering once (no decoupled step), every step of it in turn.
+// It reports false when none is left, or a step keeps the gateway's path.
+func holdingSteps(v *view, plan *ensemble.Plan, candidates *[]string, depth int) bool {
+	for _, s := range plan.Steps {
+		version, err := parseVersion(s.Version)
+		if err != nil {
+			return false
+		}
+		svv, err := v.resolve(s.Model, version)
+		if err != nil || svv.cached || svv.config.GetSequenceBatching() != nil {
+			return false
+		}
+		*candidates = slices.DeleteFunc(*candidates, func(id string) bool {
+			_, ok := svv.execNodes[id]
+			return !ok
+		})
+		if len(*candidates) == 0 {
+			return false
+		}
+		if modelconfig.IsEnsemble(svv.config) {
+			if svv.plan == nil || isDecoupled(svv) || depth >= maxNesting ||
+				slices.ContainsFunc(svv.plan.Steps, func(st ensemble.Step) bool { return st.Decoupled }) ||
+				!holdingSteps(v, svv.plan, candidates, depth+1) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // composing is modelconfig.ValidateComposition's lookup over the view.

@@ -66,6 +66,13 @@ ensemble_scheduling { step [ ` + strings.Join([]string{
 			simpleStep("S1", "D1", "S2", "D2"),
 			simpleStep("S2", "D2", "OUTPUT0", "OUTPUT1")}, ", ") + ` ] }
 `,
+		// nested's first step is chain3, an ensemble itself.
+		"nested": `name: "nested"
+platform: "ensemble"
+` + ensembleIO + `output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling { step [ { model_name: "chain3" model_version: -1 input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" } output_map { key: "OUTPUT0" value: "C0" } output_map { key: "OUTPUT1" value: "C1" } }, ` +
+			simpleStep("C0", "C1", "OUTPUT0", "OUTPUT1") + ` ] }
+`,
 		"span": `name: "span"
 platform: "ensemble"
 ` + ensembleIO + `output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
@@ -110,7 +117,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
 			t.Error("the second executor did not stop")
 		}
 	}()
-	for _, m := range []string{"simple", "chain3", "identity_int32", "span"} {
+	for _, m := range []string{"simple", "chain3", "identity_int32", "span", "nested"} {
 		waitModel(t, base, m)
 	}
 
@@ -157,6 +164,31 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
 	}
 	if s := stats(t, base, "chain3"); s.Success-chainBefore.Success != 1 || s.Execution-chainBefore.Execution != 1 || !s.SuccessNs {
 		t.Errorf("chain3's statistics: %+v (before %+v), want one more success and execution, with its time", s, chainBefore)
+	}
+
+	// An ensemble whose step is an ensemble runs whole too: chain3 counts
+	// its run (on the executor), nested its own (on the gateway).
+	simpleBefore, chainBefore = stats(t, base, "simple"), stats(t, base, "chain3")
+	nestedBefore := stats(t, base, "nested")
+	sent = srv.InProcess()
+	got = outputs(post(t, base+"/v2/models/nested/infer", simpleRequest("n", in0, in1)))
+	if carried := srv.InProcess() - sent; carried != 1 {
+		t.Errorf("the gateway's bus carried %d requests for a nested ensemble on one executor, want 1", carried)
+	}
+	// chain3, then simple: (2a+2b, 2a-2b) -> (4a, 4b)
+	if want := map[string]any{"OUTPUT0": asAny(seq16(func(i int) int { return 4 * i })), "OUTPUT1": asAny(seq16(func(int) int { return 4 }))}; !reflect.DeepEqual(got, want) {
+		t.Errorf("nested = %v, want %v", got, want)
+	}
+	if s := stats(t, base, "simple"); s.Execution-simpleBefore.Execution != 4 {
+		t.Errorf("simple: %v executions for nested, want 4", s.Execution-simpleBefore.Execution)
+	}
+	for _, m := range []struct {
+		name   string
+		before counts
+	}{{"chain3", chainBefore}, {"nested", nestedBefore}} {
+		if s := stats(t, base, m.name); s.Success-m.before.Success != 1 || s.Execution-m.before.Execution != 1 || !s.SuccessNs {
+			t.Errorf("%s's statistics after a request to nested: %+v (before %+v), want one more success and execution, with its time", m.name, s, m.before)
+		}
 	}
 
 	idBefore := stats(t, base, "identity_int32")
