@@ -192,17 +192,7 @@ func BenchmarkEnsemble(b *testing.B) {
 // gateway, each its own process, and returns the gateway's gRPC address.
 func spreadConstellation(b *testing.B) string {
 	b.Helper()
-	src, err := RepoDir()
-	if err != nil {
-		b.Fatal(err)
-	}
-	text, err := os.ReadFile(filepath.Join(src, Model, "config.pbtxt"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	identity := func(name string) string {
-		return strings.Replace(string(text), fmt.Sprintf("name: %q", Model), fmt.Sprintf("name: %q", name), 1)
-	}
+	identity := func(name string) string { return identityConfig(b, name) }
 	chain := identityChain("identity_spread3", 3)
 	for _, m := range []string{"identity_a", "identity_b", "identity_a"} {
 		chain = strings.Replace(chain, fmt.Sprintf("model_name: %q", Model), fmt.Sprintf("model_name: %q", m), 1)
@@ -217,4 +207,19 @@ func spreadConstellation(b *testing.B) string {
 		}
 	}
 	return gw.GRPC()
+}
+
+// identityConfig is the configuration of the benchmarks' identity model
+// under another name.
+func identityConfig(b *testing.B, name string) string {
+	b.Helper()
+	src, err := RepoDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	text, err := os.ReadFile(filepath.Join(src, Model, "config.pbtxt"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return strings.Replace(string(text), fmt.Sprintf("name: %q", Model), fmt.Sprintf("name: %q", name), 1)
 }
