@@ -549,6 +549,10 @@ type versionView struct {
 	// resolves to READY and does not drain, and no step keeps the
 	// gateway's path. Sorted; made with the plan, once per view.
 	wholeOn []wholeExec
+	// wholeRerun: every step (nested ones included) may run again when
+	// its executor is lost (reruns), so a request whose executor was lost
+	// running it whole may run from this gateway.
+	wholeRerun bool
 
 	// subject and nodeSubject are bus.InferSubject and, for the gateway's
 	// node, bus.InferNodeSubject of this version, made once per view

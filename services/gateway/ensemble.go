@@ -89,6 +89,7 @@ func checkEnsembles(v *view) {
 	for _, vv := range ens {
 		if vv.plan != nil {
 			vv.wholeOn = wholeOn(v, vv)
+			vv.wholeRerun = stepsRerun(v, vv.plan, 0)
 		}
 	}
 }
@@ -121,6 +122,31 @@ func wholeOn(v *view, vv *versionView) []wholeExec {
 		on[i] = wholeExec{id: id, node: vv.execNodes[id], subject: bus.ExecutorEnsembleSubject(id)}
 	}
 	return on
+}
+
+// stepsRerun reports whether every step of plan, and of the ensembles
+// among them, may run again when its executor is lost (reruns): only then
+// may a request whose executor was lost while running it whole run again
+// from the gateway, since the loss may otherwise be the request's doing.
+func stepsRerun(v *view, plan *ensemble.Plan, depth int) bool {
+	for _, s := range plan.Steps {
+		version, err := parseVersion(s.Version)
+		if err != nil {
+			return false
+		}
+		svv, err := v.resolve(s.Model, version)
+		if err != nil || depth >= maxNesting {
+			return false
+		}
+		if svv.plan != nil {
+			if !stepsRerun(v, svv.plan, depth+1) {
+				return false
+			}
+		} else if !reruns(svv) {
+			return false
+		}
+	}
+	return true
 }
 
 // maxNesting bounds how deep holdingSteps follows ensembles within
@@ -483,9 +509,12 @@ func (g *Gateway) ensembleOn(ctx context.Context, on *wholeExec, vv *versionView
 	}
 	o.Unset(req)
 	if err != nil {
-		// The steps run here after all read req's inputs, put back.
+		// The steps run here after all read req's inputs, put back: when
+		// the executor was gone, or was lost while running steps that may
+		// all run again (rerun.go).
 		restored := o == nil || o.Undo(req)
-		if restored && (bus.IsNoResponders(err) || bus.IsResponderLost(err)) && ctx.Err() == nil {
+		again := bus.IsNoResponders(err) || (bus.IsResponderLost(err) && vv.wholeRerun && g.cfg.LostRequestReruns > 0)
+		if restored && again && ctx.Err() == nil {
 			return r, o, nil, false
 		}
 		o.Release()
@@ -518,6 +547,7 @@ func (g *Gateway) ensembleStreamOn(ctx context.Context, on *wholeExec, vv *versi
 	if err != nil {
 		return err, !gone(err)
 	}
+	lostRerun := vv.wholeRerun && g.cfg.LostRequestReruns > 0
 	defer st.Close()
 	emitted := false
 	var failed error
@@ -529,7 +559,7 @@ func (g *Gateway) ensembleStreamOn(ctx context.Context, on *wholeExec, vv *versi
 		emitted = true
 		return emit(r)
 	})
-	if err != nil && !emitted && gone(err) {
+	if err != nil && !emitted && gone(err) && (bus.IsNoResponders(err) || lostRerun) {
 		return nil, false
 	}
 	if err == nil {
