@@ -1,6 +1,11 @@
 package bench
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +25,7 @@ func init() {
 	comparisons = append(comparisons,
 		comparison{"placement-remote-64B-grpc-unary-constellation/c1", "placement-local-64B-grpc-unary-constellation/c1", latency, 0, 0},
 		comparison{"placement-remote-16MiB-grpc-unary-constellation/c1", "placement-local-16MiB-grpc-unary-constellation/c1", throughput, 0, 0},
+		comparison{"placement-evicted-simple-grpc-unary-constellation/c1", "placement-placed-simple-grpc-unary-constellation/c1", latency, 0, 0},
 	)
 }
 
@@ -47,5 +53,69 @@ func BenchmarkPlacement(b *testing.B) {
 					InferUnary(c, modelRequest("identity_local", payload)), InferUnary(c, modelRequest("identity_remote", payload)))
 			})
 		}
+	})
+}
+
+// evictedPair is the first request to an evicted model against a request
+// to a placed one, with the placement controller (a sequence router with
+// --placement, over redis-server) and two executors with --placement: one
+// of a single slot holding evict_a or evict_b, the other holding
+// placed_w. The measured side alternates between evict_a and evict_b, so
+// that each of its requests finds its model evicted by the one before: the
+// gateway waits for an on-demand placement, which evicts the other model
+// and loads this one (Triton's simple, whose load takes little).
+func evictedPair(b *testing.B) (addr string) {
+	b.Helper()
+	simple := func(name string) string {
+		return strings.Replace(simpleConfig(b), `name: "simple"`, `name: "`+name+`"`, 1)
+	}
+	redisURL, _ := constellation.Redis(b)
+	cl := constellation.NewCluster(b)
+	constellation.Start(b, "router", cl.Bin.Path("nereid-sequence-router"), "--nats-url", cl.NATSURL,
+		"--redis-url", redisURL, "--id", "router0", "--placement", "true")
+	cl.Executor(constellation.WriteRepo(b, map[string]string{"evict_a": simple("evict_a"), "evict_b": simple("evict_b")}), "ex-cold",
+		"--placement", "true", "--model-capacity", "slots=1")
+	cl.Executor(constellation.WriteRepo(b, map[string]string{"placed_w": simple("placed_w")}), "ex-warm",
+		"--placement", "true", "--model-capacity", "slots=1")
+	gw := cl.Gateway("--placement", "true")
+	for _, m := range []string{"placed_w"} {
+		if err := waitReady(gw.HTTP()+"/v2/models/"+m+"/ready", 60*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return gw.GRPC()
+}
+
+// simpleConfig is deploy/model_repository's simple configuration.
+func simpleConfig(b *testing.B) string {
+	b.Helper()
+	text, err := os.ReadFile(filepath.Join("..", "..", "deploy", "model_repository", "simple", "config.pbtxt"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return string(text)
+}
+
+// alternating is a worker whose requests go to the models in turn.
+func alternating(c inference.GRPCInferenceServiceClient, models ...string) Worker {
+	return func(int) (Op, func(), error) {
+		next := 0
+		return func(full bool) error {
+			m := models[next%len(models)]
+			next++
+			resp, err := c.ModelInfer(context.Background(), simpleRequest(m))
+			if err != nil {
+				return fmt.Errorf("%s: %w", m, err)
+			}
+			return checkInferResponse(resp, simpleRequest(m).GetRawInputContents()[0], full)
+		}, nil, nil
+	}
+}
+
+func BenchmarkPlacementEvicted(b *testing.B) {
+	b.Run("first-request-vs-placed/simple/c=1", func(b *testing.B) {
+		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, evictedPair(b)))
+		measurePair(b, "placement-placed-simple-grpc-unary-constellation/c1", "placement-evicted-simple-grpc-unary-constellation/c1", 1, 1,
+			InferUnary(c, simpleRequest("placed_w")), alternating(c, "evict_a", "evict_b"))
 	})
 }
