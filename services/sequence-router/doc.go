@@ -123,8 +123,9 @@
 //     received them, a router refused them without acting, or the new
 //     router declared them lost), within the request's deadline and at
 //     most the gateway's ResendLimit.
-//   - A START whose binding the store cannot record while Redis restarts
-//     or loads its data set (LOADING; redisconn.Transient), or after the
+//   - A START whose binding the store cannot record while Redis restarts,
+//     loads its data set (LOADING; redisconn.Transient) or does not answer
+//     within the store's bound on a write (storeAway), or after the
 //     router lost its lease, is refused as not run and sent again by its
 //     gateway; other requests of a sequence need no Redis. No request of
 //     a sequence runs before the store has its binding: a sequence waiting

@@ -11,7 +11,6 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/failover"
-	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -394,8 +393,8 @@ func (s *Service) RenewalLateness() time.Duration {
 // bound, which need no Redis, wait for the lock (their executors then run
 // nothing, and their gateways, whose requests the ordered infer handler
 // has not even taken, count them lost). After a write failed for a reason
-// waiting fixes (Redis restarting or loading its data set:
-// redisconn.Transient), the writes of the next storePause fail at once
+// waiting fixes (Redis restarting, loading its data set or not
+// answering: storeAway), the writes of the next storePause fail at once
 // with that error: a START is refused as not run (storeRefusal), a
 // backlog sequence keeps waiting (seqbatch fill), a failed unbind leaves
 // a stale binding that the slot's next binding replaces. Calls come from
@@ -417,7 +416,7 @@ func (f fencedWrites) write(op func() error) error {
 	}
 	err := op()
 	m.storeDown = nil
-	if redisconn.Transient(err) {
+	if storeAway(err) {
 		m.storeDown, m.storeRetry = err, time.Now().Add(storePause)
 	}
 	if errors.Is(err, errLeaseLost) {

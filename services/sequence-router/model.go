@@ -14,7 +14,6 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/failover"
-	"github.com/nereid-io/nereid/pkg/redisconn"
 	"github.com/nereid-io/nereid/pkg/seqbatch"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -296,12 +295,12 @@ func (m *model) errNotServing() error {
 
 // storeRefusal turns the failure of a START the store could not record
 // into one its gateway sends again, when waiting can fix it: Redis
-// restarting or loading its data set (redisconn.Transient), or this
+// restarting, loading its data set or not answering (storeAway), or this
 // router's lease lost (the next router records it). The START did not run
 // (seqbatch.StoreError). Other errors stay as they are.
 func (m *model) storeRefusal(it *item, err error) error {
 	var se *seqbatch.StoreError
-	if !errors.As(err, &se) || !(redisconn.Transient(se.Err) || errors.Is(se.Err, errLeaseLost)) {
+	if !errors.As(err, &se) || !(storeAway(se.Err) || errors.Is(se.Err, errLeaseLost)) {
 		return err
 	}
 	return bus.NotTaken("the sequence router for model '%s' cannot record the start of sequence %s in its store now (%v); the request was not run",

@@ -276,10 +276,26 @@ func (m *redisModel) write(script *redis.Script, id seqbatch.ID, arg string) err
 	ctx, cancel := m.s.ctx()
 	defer cancel()
 	err := script.Run(ctx, m.s.rdb, []string{leaseKey(m.key), bindKey(m.key), backlogKey(m.key)}, m.lease, id.Key(), arg).Err()
-	if err != nil && strings.Contains(err.Error(), "NOLEASE") {
+	switch {
+	case err != nil && strings.Contains(err.Error(), "NOLEASE"):
 		return errLeaseLost
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+		// The write's own bound, not a caller's: Redis did not answer
+		// (a restart whose address does not refuse connections yet).
+		return fmt.Errorf("%w within %v", errStoreUnanswered, m.s.opTimeout)
 	}
 	return err
+}
+
+// errStoreUnanswered is a store write that Redis did not answer within
+// the store's bound on one operation: like a refused connection, waiting
+// may fix it (storeAway).
+var errStoreUnanswered = errors.New("redis did not answer")
+
+// storeAway reports whether a store write failed for a reason waiting
+// fixes: Redis restarting, loading its data set or not answering.
+func storeAway(err error) bool {
+	return redisconn.Transient(err) || errors.Is(err, errStoreUnanswered)
 }
 
 func (m *redisModel) Bind(id seqbatch.ID, at seqbatch.SlotRef) error {

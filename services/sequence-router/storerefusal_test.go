@@ -2,6 +2,7 @@ package seqrouter
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"syscall"
@@ -33,6 +34,7 @@ func TestStoreRefusal(t *testing.T) {
 		{"loading", errors.New("LOADING Redis is loading the dataset in memory"), true},
 		{"connection refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, true},
 		{"lease lost", errLeaseLost, true},
+		{"not answered", fmt.Errorf("%w within 2s", errStoreUnanswered), true},
 		{"script error", errors.New("ERR Error running script (call to f_1234): @user_script:2: -OOM command not allowed"), false},
 		{"no permission", errors.New("NOPERM User sequence-router has no permissions to access the 'x' key"), false},
 	}
