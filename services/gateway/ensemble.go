@@ -130,7 +130,11 @@ func wholeOn(v *view, vv *versionView) []wholeExec {
 // from the gateway, since the loss may otherwise be the request's doing.
 func stepsRerun(v *view, plan *ensemble.Plan, depth int) bool {
 	for _, s := range plan.Steps {
-		svv, err := v.step(s)
+		version, err := parseVersion(s.Version)
+		if err != nil {
+			return false
+		}
+		svv, err := v.resolve(s.Model, version)
 		if err != nil || depth >= maxNesting {
 			return false
 		}
@@ -145,15 +149,6 @@ func stepsRerun(v *view, plan *ensemble.Plan, depth int) bool {
 	return true
 }
 
-// step is the version step s resolves to in the view.
-func (v *view) step(s ensemble.Step) (*versionView, error) {
-	version, err := parseVersion(s.Version)
-	if err != nil {
-		return nil, err
-	}
-	return v.resolve(s.Model, version)
-}
-
 // maxNesting bounds how deep holdingSteps follows ensembles within
 // ensembles (validation refuses cycles; this keeps a bad view finite).
 const maxNesting = 16
@@ -164,7 +159,11 @@ const maxNesting = 16
 // It reports false when none is left, or a step keeps the gateway's path.
 func holdingSteps(v *view, plan *ensemble.Plan, candidates *[]string, depth int) bool {
 	for _, s := range plan.Steps {
-		svv, err := v.step(s)
+		version, err := parseVersion(s.Version)
+		if err != nil {
+			return false
+		}
+		svv, err := v.resolve(s.Model, version)
 		if err != nil || svv.cached || svv.config.GetSequenceBatching() != nil {
 			return false
 		}
@@ -270,7 +269,10 @@ func (g *Gateway) inferEnsemble(ctx context.Context, vv *versionView, req *infer
 		return nil, nil, err
 	}
 	if raw != nil {
-		return nil, fw.encoded(raw), nil
+		e := &fw.enc
+		e.reply.Bytes, e.enc = raw, raw
+		e.bufs[0] = &e.enc
+		return nil, e, nil
 	}
 	return out, nil, nil
 }
@@ -372,15 +374,13 @@ type stepFiles struct {
 	held      []*handoff.Region // one reference each
 }
 
-// hold keeps rs (references the caller gives up; nil ones are none)
-// until release.
+// hold keeps rs (references the caller gives up) until release.
 func (s *stepFiles) hold(rs ...*handoff.Region) {
-	s.mu.Lock()
-	for _, r := range rs {
-		if r != nil {
-			s.held = append(s.held, r)
-		}
+	if len(rs) == 0 {
+		return
 	}
+	s.mu.Lock()
+	s.held = append(s.held, rs...)
 	s.mu.Unlock()
 }
 
