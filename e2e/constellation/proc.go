@@ -115,15 +115,39 @@ func (p *Proc) Exited() bool {
 	}
 }
 
-// FreePort returns a loopback port that was free a moment ago.
+// handedOut holds the ports FreePort returned in this process. A port is
+// free only until the process it is meant for binds it, and that can be
+// seconds later (a process starting under load); meanwhile the kernel
+// may give the same port to the next FreePort, and two processes of one
+// test would race for it.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// FreePort returns a loopback port that was free a moment ago and that no
+// earlier call in this process returned.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	for range 1000 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
+	}
+	t.Fatal("no free port that was not handed out already")
+	return 0
 }
 
 // Addr is "127.0.0.1:port".

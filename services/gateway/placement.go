@@ -26,14 +26,9 @@ func (g *Gateway) resolveInfer(ctx context.Context, name, version string) (*vers
 	if v := g.cat.current(); err == nil || !g.cfg.Placement || (v.models[name] == nil && !v.listed[name]) {
 		return vv, err
 	}
-	wait := g.cfg.PlacementWait
-	if wait <= 0 {
-		wait = DefaultPlacementWait
-	}
-	ctx, cancel := context.WithTimeout(ctx, wait)
+	ctx, cancel := g.placementWait(ctx)
 	defer cancel()
-	if _, derr := placementbus.NewController(g.bus).Demand(ctx, name); derr != nil {
-		g.log.Warn("placement: model not placed on demand", "model", name, "err", derr)
+	if g.demand(ctx, name) != nil {
 		return nil, err
 	}
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -48,6 +43,26 @@ func (g *Gateway) resolveInfer(ctx context.Context, name, version string) (*vers
 		case <-tick.C:
 		}
 	}
+}
+
+// placementWait bounds ctx by Config.PlacementWait (DefaultPlacementWait
+// when unset): how long a request waits for its model to be placed.
+func (g *Gateway) placementWait(ctx context.Context) (context.Context, context.CancelFunc) {
+	wait := g.cfg.PlacementWait
+	if wait <= 0 {
+		wait = DefaultPlacementWait
+	}
+	return context.WithTimeout(ctx, wait)
+}
+
+// demand asks the placement controller to place model and waits until an
+// executor holds it (bounded by ctx).
+func (g *Gateway) demand(ctx context.Context, model string) error {
+	if _, err := placementbus.NewController(g.bus).Demand(ctx, model); err != nil {
+		g.log.Warn("placement: model not placed on demand", "model", model, "err", err)
+		return err
+	}
+	return nil
 }
 
 // GetPlacement is the placement controller's view, asked of the controller

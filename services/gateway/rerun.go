@@ -66,11 +66,14 @@ func reruns(vv *versionView) bool {
 // the inputs are put back and the request goes over the bus to any
 // executor of the model. When the executor holding it was lost, it runs
 // again (see above) on the same subject: its tensors' hand-off or its
-// shared-memory regions' node still decide where it may run.
+// shared-memory regions' node still decide where it may run. Under
+// placement, a request that no executor takes has its model placed again
+// on demand, once, and goes to the executor that then holds it.
 func (g *Gateway) send(ctx context.Context, hs *handoffState, vv *versionView, subject string, req *inference.ModelInferRequest, resp proto.Message) error {
 	var (
 		lost   error // the last loss, when the request was lost before
 		undone bool  // the hand-off was undone: the bus carries the inputs
+		placed bool  // the model was placed again on demand
 		reruns = -1  // reruns left; -1: not yet known (rerunsOf)
 	)
 	for {
@@ -81,6 +84,22 @@ func (g *Gateway) send(ctx context.Context, hs *handoffState, vv *versionView, s
 		case bus.IsNoResponders(err) && !undone && hs.out != nil && hs.out.Undo(req):
 			undone = true
 			subject = bus.InferSubject(req.GetModelName(), req.GetModelVersion())
+		case bus.IsNoResponders(err) && g.cfg.Placement && !placed && ctx.Err() == nil:
+			// Under placement, nobody serving a model the catalog lists
+			// means the executors holding it went away (the catalog
+			// forgets them only when their heartbeats expire) or
+			// unloaded it: the controller, which watches them, places
+			// it again, and the request, not run, goes to the new one.
+			placed = true
+			pctx, cancel := g.placementWait(ctx)
+			derr := g.demand(pctx, req.GetModelName())
+			cancel()
+			if derr != nil {
+				if lost != nil {
+					return lost
+				}
+				return err
+			}
 		case bus.IsNoResponders(err) && lost != nil:
 			// Nobody else serves the model: the loss is the answer.
 			return lost
