@@ -170,21 +170,27 @@ func BenchmarkEnsemble(b *testing.B) {
 			InferUnary(c, modelRequest(Model, payload)), InferUnary(c, modelRequest("identity_chain2", payload)))
 	})
 	b.Run("identity-chain3-spread-vs-identity/constellation", func(b *testing.B) {
-		addr := spreadConstellation(b)
-		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, addr))
-		for _, size := range []struct {
-			label string
-			bytes int
-			warm  int
-		}{{"64B", small, warmSmall}, {"16MiB", large, warmLarge}} {
-			b.Run(size.label+"/c=1", func(b *testing.B) {
-				payload := FP32Payload(size.bytes)
-				measurePair(b, "ensemble-base-identity-"+size.label+"-grpc-unary-constellation/c1",
-					"ensemble-identity-chain3-spread-"+size.label+"-grpc-unary-constellation/c1", 1, size.warm,
-					InferUnary(c, modelRequest("identity_a", payload)), InferUnary(c, modelRequest("identity_spread3", payload)))
-			})
-		}
+		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, spreadConstellation(b)))
+		constellationPairs(b, c, "ensemble-base-identity", "identity_a", "ensemble-identity-chain3-spread", "identity_spread3")
 	})
+}
+
+// constellationPairs measures, at 64 B and 16 MiB, gRPC unary c=1, a
+// request to model against one to baseModel through c, under the keys
+// "<key>-<size>-grpc-unary-constellation/c1" and the same of baseKey.
+func constellationPairs(b *testing.B, c inference.GRPCInferenceServiceClient, baseKey, baseModel, key, model string) {
+	for _, size := range []struct {
+		label string
+		bytes int
+		warm  int
+	}{{"64B", small, warmSmall}, {"16MiB", large, warmLarge}} {
+		b.Run(size.label+"/c=1", func(b *testing.B) {
+			payload := FP32Payload(size.bytes)
+			suffix := "-" + size.label + "-grpc-unary-constellation/c1"
+			measurePair(b, baseKey+suffix, key+suffix, 1, size.warm,
+				InferUnary(c, modelRequest(baseModel, payload)), InferUnary(c, modelRequest(model, payload)))
+		})
+	}
 }
 
 // spreadConstellation starts nats-server, executor a (identity_a and

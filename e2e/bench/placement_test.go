@@ -41,18 +41,7 @@ func BenchmarkPlacement(b *testing.B) {
 			}
 		}
 		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, gw.GRPC()))
-		for _, size := range []struct {
-			label string
-			bytes int
-			warm  int
-		}{{"64B", small, warmSmall}, {"16MiB", large, warmLarge}} {
-			b.Run(size.label+"/c=1", func(b *testing.B) {
-				payload := FP32Payload(size.bytes)
-				measurePair(b, "placement-local-"+size.label+"-grpc-unary-constellation/c1",
-					"placement-remote-"+size.label+"-grpc-unary-constellation/c1", 1, size.warm,
-					InferUnary(c, modelRequest("identity_local", payload)), InferUnary(c, modelRequest("identity_remote", payload)))
-			})
-		}
+		constellationPairs(b, c, "placement-local", "identity_local", "placement-remote", "identity_remote")
 	})
 }
 

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -47,15 +48,10 @@ func (e *Executor) handleEnsemble(ctx context.Context, body bus.Body) (proto.Mes
 		return nil, err
 	}
 	defer hand.Release()
-	plan := e.ensemblePlan(ens)
-	wanted := make([]string, 0, len(req.GetOutputs()))
-	for _, o := range req.GetOutputs() {
-		wanted = append(wanted, o.GetName())
-	}
 	if w := bus.StreamOf(ctx); w != nil {
 		// A decoupled ensemble: each response goes out as it is made; the
 		// final flag alone is the stream's end, once this returns.
-		_, err = plan.Drive(ctx, req, ens.vstr, wanted, e.runEnsembleStep, func(resp *inference.ModelInferResponse, final bool) error {
+		_, err = e.ensemblePlan(ens).Drive(ctx, req, ens.vstr, wantedOutputs(req), e.runEnsembleStep, func(resp *inference.ModelInferResponse, final bool) error {
 			if resp == nil {
 				return nil
 			}
@@ -63,16 +59,7 @@ func (e *Executor) handleEnsemble(ctx context.Context, body bus.Body) (proto.Mes
 		})
 		return nil, err
 	}
-	var out *inference.ModelInferResponse
-	_, err = plan.Drive(ctx, req, ens.vstr, wanted, e.runEnsembleStep, func(resp *inference.ModelInferResponse, _ bool) error {
-		if resp != nil {
-			out = resp
-		}
-		return nil
-	})
-	if err == nil && out == nil {
-		err = ensemble.ErrDeadlock(plan.Name)
-	}
+	out, _, err := e.runOnce(ctx, ens, req)
 	if err != nil {
 		return nil, err
 	}
@@ -169,20 +156,22 @@ func (e *Executor) runEnsembleStep(ctx context.Context, s ensemble.Step, sreq *i
 // gateway counts the ensembles it runs (stats.ensembleRun). ok is false
 // for one with a decoupled step: it goes over the bus then.
 func (e *Executor) runNested(ctx context.Context, ens *modelVersion, sreq *inference.ModelInferRequest) (*inference.ModelInferResponse, bool, error) {
-	plan := e.ensemblePlan(ens)
-	for _, st := range plan.Steps {
-		if st.Decoupled {
-			return nil, false, nil
-		}
+	if slices.ContainsFunc(e.ensemblePlan(ens).Steps, func(st ensemble.Step) bool { return st.Decoupled }) {
+		return nil, false, nil
 	}
 	start := time.Now()
 	sreq.ModelVersion = ens.vstr
-	wanted := make([]string, 0, len(sreq.GetOutputs()))
-	for _, o := range sreq.GetOutputs() {
-		wanted = append(wanted, o.GetName())
-	}
+	out, compute, err := e.runOnce(ctx, ens, sreq)
+	ens.stats.ensembleRun(start, batchOf(ens.cfg, sreq), compute, err)
+	return out, true, err
+}
+
+// runOnce runs req's steps of ensemble ens, which answers once, here and
+// returns its response and the time the steps' requests took.
+func (e *Executor) runOnce(ctx context.Context, ens *modelVersion, req *inference.ModelInferRequest) (*inference.ModelInferResponse, time.Duration, error) {
+	plan := e.ensemblePlan(ens)
 	var out *inference.ModelInferResponse
-	compute, err := plan.Drive(ctx, sreq, ens.vstr, wanted, e.runEnsembleStep, func(resp *inference.ModelInferResponse, _ bool) error {
+	compute, err := plan.Drive(ctx, req, ens.vstr, wantedOutputs(req), e.runEnsembleStep, func(resp *inference.ModelInferResponse, _ bool) error {
 		if resp != nil {
 			out = resp
 		}
@@ -191,8 +180,16 @@ func (e *Executor) runNested(ctx context.Context, ens *modelVersion, sreq *infer
 	if err == nil && out == nil {
 		err = ensemble.ErrDeadlock(plan.Name)
 	}
-	ens.stats.ensembleRun(start, batchOf(ens.cfg, sreq), compute, err)
-	return out, true, err
+	return out, compute, err
+}
+
+// wantedOutputs names the outputs req asks for (none: all of them).
+func wantedOutputs(req *inference.ModelInferRequest) []string {
+	wanted := make([]string, 0, len(req.GetOutputs()))
+	for _, o := range req.GetOutputs() {
+		wanted = append(wanted, o.GetName())
+	}
+	return wanted
 }
 
 // batchOf is the batch size of a request to a model of cfg: the first

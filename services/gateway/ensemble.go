@@ -130,11 +130,7 @@ func wholeOn(v *view, vv *versionView) []wholeExec {
 // from the gateway, since the loss may otherwise be the request's doing.
 func stepsRerun(v *view, plan *ensemble.Plan, depth int) bool {
 	for _, s := range plan.Steps {
-		version, err := parseVersion(s.Version)
-		if err != nil {
-			return false
-		}
-		svv, err := v.resolve(s.Model, version)
+		svv, err := v.step(s)
 		if err != nil || depth >= maxNesting {
 			return false
 		}
@@ -149,6 +145,15 @@ func stepsRerun(v *view, plan *ensemble.Plan, depth int) bool {
 	return true
 }
 
+// step is the version step s resolves to in the view.
+func (v *view) step(s ensemble.Step) (*versionView, error) {
+	version, err := parseVersion(s.Version)
+	if err != nil {
+		return nil, err
+	}
+	return v.resolve(s.Model, version)
+}
+
 // maxNesting bounds how deep holdingSteps follows ensembles within
 // ensembles (validation refuses cycles; this keeps a bad view finite).
 const maxNesting = 16
@@ -159,11 +164,7 @@ const maxNesting = 16
 // It reports false when none is left, or a step keeps the gateway's path.
 func holdingSteps(v *view, plan *ensemble.Plan, candidates *[]string, depth int) bool {
 	for _, s := range plan.Steps {
-		version, err := parseVersion(s.Version)
-		if err != nil {
-			return false
-		}
-		svv, err := v.resolve(s.Model, version)
+		svv, err := v.step(s)
 		if err != nil || svv.cached || svv.config.GetSequenceBatching() != nil {
 			return false
 		}
@@ -269,10 +270,7 @@ func (g *Gateway) inferEnsemble(ctx context.Context, vv *versionView, req *infer
 		return nil, nil, err
 	}
 	if raw != nil {
-		e := &fw.enc
-		e.reply.Bytes, e.enc = raw, raw
-		e.bufs[0] = &e.enc
-		return nil, e, nil
+		return nil, fw.encoded(raw), nil
 	}
 	return out, nil, nil
 }
@@ -374,13 +372,15 @@ type stepFiles struct {
 	held      []*handoff.Region // one reference each
 }
 
-// hold keeps rs (references the caller gives up) until release.
+// hold keeps rs (references the caller gives up; nil ones are none)
+// until release.
 func (s *stepFiles) hold(rs ...*handoff.Region) {
-	if len(rs) == 0 {
-		return
-	}
 	s.mu.Lock()
-	s.held = append(s.held, rs...)
+	for _, r := range rs {
+		if r != nil {
+			s.held = append(s.held, r)
+		}
+	}
 	s.mu.Unlock()
 }
 

@@ -137,6 +137,15 @@ type forwarding struct {
 	utf8Valid bool
 }
 
+// encoded is fw's encodedResponse made of b, a response encoding the
+// client gets as it is.
+func (fw *forwarding) encoded(b []byte) *encodedResponse {
+	e := &fw.enc
+	e.reply.Bytes, e.enc = b, b
+	e.bufs[0] = &e.enc
+	return e
+}
+
 // forwardEncoded sends req over the bus and returns the executor's
 // encoding of the response when it can go to the client as it is (it is
 // what encoding the decoded response gives, and no output was handed off
@@ -144,8 +153,7 @@ type forwarding struct {
 // of this process (bus.Local) gets the executor's message itself, which is
 // cheaper than its encoding.)
 func (g *Gateway) forwardEncoded(ctx context.Context, vv *versionView, subject string, hs *handoffState, req *inference.ModelInferRequest, fw *forwarding) (*inference.ModelInferResponse, *encodedResponse, error) {
-	e := &fw.enc
-	r := &e.reply
+	r := &fw.enc.reply
 	err := g.send(ctx, hs, vv, subject, req, r)
 	if err == nil && r.Bytes != nil && !hs.out.OutputsHandedOver() && !infercodec.HasParameter(r.Bytes, handoff.Param) {
 		err = hs.finishEncoded()
@@ -153,8 +161,7 @@ func (g *Gateway) forwardEncoded(ctx context.Context, vv *versionView, subject s
 		if err != nil {
 			return nil, nil, err
 		}
-		e.bufs[0], e.enc = &e.enc, r.Bytes
-		return nil, e, nil
+		return nil, fw.encoded(r.Bytes), nil
 	}
 	resp := r.ModelInferResponse
 	if err == nil && resp == nil {

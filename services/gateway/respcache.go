@@ -45,11 +45,8 @@ func (g *Gateway) forwardCached(ctx context.Context, vv *versionView, req *infer
 	if l.Hit {
 		b := respcache.WithID(l.Entry, req.GetId())
 		if passOn {
-			e := &fw.enc
-			e.reply.Bytes, e.enc = b, b
-			e.bufs[0] = &e.enc
 			g.cache.Hit(&l, begin)
-			return nil, e, nil
+			return nil, fw.encoded(b), nil
 		}
 		resp := &fw.resp
 		if err := infercodec.UnmarshalResponse(b, resp); err == nil {

@@ -75,6 +75,29 @@ func streamPipeline(t *testing.T, client inference.GRPCInferenceServiceClient, r
 	}
 }
 
+// pipelineServer starts the standalone server with repeat_pipeline and
+// its composing models, and returns it with its HTTP base URL and a gRPC
+// client.
+func pipelineServer(t *testing.T) (*Server, string, inference.GRPCInferenceServiceClient) {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.Models = []string{"repeat_pipeline"}
+	cfg.AllowMetrics = false
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runReady(t, srv)
+	base := "http://" + srv.Gateway().HTTPAddr()
+	waitModel(t, base, "repeat_pipeline")
+	conn, err := grpc.NewClient(srv.Gateway().GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return srv, base, inference.NewGRPCInferenceServiceClient(conn)
+}
+
 // TestEnsembleDecoupledStep serves deploy/model_repository's
 // repeat_pipeline (identity_int32 -> repeat_int32, decoupled ->
 // identity_int32), loaded explicitly with its composing models: its
@@ -88,28 +111,11 @@ func streamPipeline(t *testing.T, client inference.GRPCInferenceServiceClient, r
 // refused with Triton's messages for decoupled models. The one executor
 // serving every step runs the pipeline whole.
 func TestEnsembleDecoupledStep(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Models = []string{"repeat_pipeline"}
-	cfg.AllowMetrics = false
-	srv, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runReady(t, srv)
-	base := "http://" + srv.Gateway().HTTPAddr()
-	waitModel(t, base, "repeat_pipeline")
-
+	srv, base, client := pipelineServer(t)
 	code, conf := getBody(t, base+"/v2/models/repeat_pipeline/config")
 	if code != http.StatusOK || !strings.Contains(conf, `"model_transaction_policy":{"decoupled":true}`) {
 		t.Errorf("config: %d %s", code, conf)
 	}
-
-	conn, err := grpc.NewClient(srv.Gateway().GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := inference.NewGRPCInferenceServiceClient(conn)
 
 	sent := srv.InProcess()
 	got, emptyFinal := streamPipeline(t, client, repeatPipelineRequest("p1", []int{40, 50, 60, -7}, 300))
@@ -171,22 +177,7 @@ func TestEnsembleDecoupledStep(t *testing.T) {
 // executor: repeat_int32 stops, having sent far fewer of the responses
 // asked for, and the next request is served.
 func TestEnsembleDecoupledStepCancel(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Models = []string{"repeat_pipeline"}
-	cfg.AllowMetrics = false
-	srv, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runReady(t, srv)
-	base := "http://" + srv.Gateway().HTTPAddr()
-	waitModel(t, base, "repeat_pipeline")
-	conn, err := grpc.NewClient(srv.Gateway().GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := inference.NewGRPCInferenceServiceClient(conn)
+	_, base, client := pipelineServer(t)
 
 	const n = 200
 	in := make([]int, n)
