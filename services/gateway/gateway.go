@@ -422,6 +422,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 func (g *Gateway) run(ctx context.Context) error {
 	defer g.bus.Close()
+	// Last of all, the unsubscriptions reach the NATS server before Run
+	// returns: over a connection that stays open (one the caller owns), a
+	// peer asking this gateway after that would otherwise find a
+	// subscription nobody answers, and wait out its timeout rather than
+	// hear at once that nobody serves it.
+	defer func() { _ = g.bus.NATS().FlushTimeout(time.Second) }()
 	defer g.streamWork.Close()
 	defer g.group.Stop()
 	if g.grpcSrv != nil {
