@@ -168,9 +168,18 @@ func (c *catalog) heartbeat(hb *busv1.ExecutorHeartbeat) {
 	e.hbGen = hb.GetGeneration()
 	e.hbRev = hb.GetRevision()
 	e.lastSeen = time.Now()
+	c.fetchIfBehindLocked(e)
+}
+
+// fetchIfBehindLocked fetches e's catalog when its last heartbeat
+// announced a newer one than the gateway holds and no fetch is under way.
+// A heartbeat that comes while a fetch is under way starts none; the
+// fetch's answer may predate it, so the answer's arrival checks again
+// (take). c.mu held.
+func (c *catalog) fetchIfBehindLocked(e *executorState) {
 	if (!e.haveCat || e.catGen != e.hbGen || e.catRev < e.hbRev) && !e.fetching {
 		e.fetching = true
-		go c.fetch(id)
+		go c.fetch(e.id)
 	}
 }
 

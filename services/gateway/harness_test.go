@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -108,7 +109,8 @@ type fakeExecutor struct {
 	models []*busv1.ModelVersionState
 
 	// catalogAsked and catalogGate, when set, make the catalog request
-	// announce itself and wait for the gate before it is answered.
+	// announce itself and wait for the gate before it is answered with
+	// the catalog as it was when the request came (set them under mu).
 	catalogAsked, catalogGate chan struct{}
 	// hold, when set, runs in each infer request's handler, with its
 	// context, before the request is computed; an error is the answer.
@@ -116,6 +118,7 @@ type fakeExecutor struct {
 
 	mu    sync.Mutex
 	gen   uint64
+	rev   uint64
 	subs  []*bus.Subscription
 	stop  chan struct{}
 	stats map[string]*inference.ModelStatistics
@@ -146,7 +149,7 @@ func newFakeExecutor(t testing.TB, ns *server.Server, id string, models ...*busv
 
 func (f *fakeExecutor) heartbeat(withdraw bool) {
 	f.mu.Lock()
-	hb := &busv1.ExecutorHeartbeat{ExecutorId: f.id, Node: "test", Generation: f.gen, Withdraw: withdraw}
+	hb := &busv1.ExecutorHeartbeat{ExecutorId: f.id, Node: "test", Generation: f.gen, Revision: f.rev, Withdraw: withdraw}
 	f.mu.Unlock()
 	_ = f.bc.Publish(bus.HeartbeatSubject, hb)
 }
@@ -162,16 +165,18 @@ func (f *fakeExecutor) start() {
 		f.subs = append(f.subs, s)
 	}
 	handle(bus.ExecutorCatalogSubject(f.id), "", func(context.Context, []byte) (proto.Message, error) {
-		if f.catalogGate != nil {
+		f.mu.Lock()
+		cat := &busv1.ExecutorCatalog{ExecutorId: f.id, Node: "test", Generation: f.gen, Revision: f.rev, Models: slices.Clone(f.models)}
+		asked, gate := f.catalogAsked, f.catalogGate
+		f.mu.Unlock()
+		if gate != nil {
 			select {
-			case f.catalogAsked <- struct{}{}:
+			case asked <- struct{}{}:
 			default:
 			}
-			<-f.catalogGate
+			<-gate
 		}
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return &busv1.ExecutorCatalog{ExecutorId: f.id, Node: "test", Generation: f.gen, Models: f.models}, nil
+		return cat, nil
 	})
 	// Model control as an executor in mode none answers it.
 	handle(bus.ModelControlSubject, "", func(context.Context, []byte) (proto.Message, error) {
@@ -237,14 +242,19 @@ func (f *fakeExecutor) start() {
 	f.t.Cleanup(f.kill)
 }
 
+// quiet stops the periodic heartbeats; the executor answers as before,
+// and heartbeats only when the test calls heartbeat.
+func (f *fakeExecutor) quiet() {
+	if f.stop != nil {
+		close(f.stop)
+		f.stop = nil
+	}
+}
+
 // kill stops answering and heartbeating without a withdraw, as a crashed
 // process would.
 func (f *fakeExecutor) kill() {
-	if f.stop == nil {
-		return
-	}
-	close(f.stop)
-	f.stop = nil
+	f.quiet()
 	for _, s := range f.subs {
 		_ = s.Unsubscribe()
 	}

@@ -108,6 +108,7 @@ func (c *catalog) take(id string, cat *busv1.ExecutorCatalog, fetched bool) {
 		e.fetching = false
 	}
 	c.applyLocked(e, cat)
+	c.fetchIfBehindLocked(e)
 }
 
 // rememberLoadsLocked records the load stamps of the READY versions in
