@@ -3,8 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,15 +56,16 @@ func BenchmarkPlacement(b *testing.B) {
 // that each of its requests finds its model evicted by the one before: the
 // gateway waits for an on-demand placement, which evicts the other model
 // and loads this one (Triton's simple, whose load takes little).
-func evictedPair(b *testing.B) (addr string) {
+func evictedPair(b *testing.B) (addr, metrics string) {
 	b.Helper()
 	simple := func(name string) string {
 		return strings.Replace(simpleConfig(b), `name: "simple"`, `name: "`+name+`"`, 1)
 	}
 	redisURL, _ := constellation.Redis(b)
 	cl := constellation.NewCluster(b)
+	port := constellation.FreePort(b)
 	constellation.Start(b, "router", cl.Bin.Path("nereid-sequence-router"), "--nats-url", cl.NATSURL,
-		"--redis-url", redisURL, "--id", "router0", "--placement", "true")
+		"--redis-url", redisURL, "--id", "router0", "--placement", "true", "--metrics-port", strconv.Itoa(port))
 	cl.Executor(constellation.WriteRepo(b, map[string]string{"evict_a": simple("evict_a"), "evict_b": simple("evict_b")}), "ex-cold",
 		"--placement", "true", "--model-capacity", "slots=1")
 	cl.Executor(constellation.WriteRepo(b, map[string]string{"placed_w": simple("placed_w")}), "ex-warm",
@@ -72,7 +76,7 @@ func evictedPair(b *testing.B) (addr string) {
 			b.Fatal(err)
 		}
 	}
-	return gw.GRPC()
+	return gw.GRPC(), "http://" + constellation.Addr(port) + "/metrics"
 }
 
 // simpleConfig is deploy/model_repository's simple configuration.
@@ -103,8 +107,43 @@ func alternating(c inference.GRPCInferenceServiceClient, models ...string) Worke
 
 func BenchmarkPlacementEvicted(b *testing.B) {
 	b.Run("first-request-vs-placed/simple/c=1", func(b *testing.B) {
-		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, evictedPair(b)))
+		addr, metrics := evictedPair(b)
+		c := inference.NewGRPCInferenceServiceClient(fx.conn(b, addr))
 		measurePair(b, "placement-placed-simple-grpc-unary-constellation/c1", "placement-evicted-simple-grpc-unary-constellation/c1", 1, 1,
 			InferUnary(c, simpleRequest("placed_w")), alternating(c, "evict_a", "evict_b"))
+		// The controller's own part, timed apart from the load
+		// (nereid_placement_on_demand_seconds): place is the first demand
+		// to the load command, the eviction included; load is the
+		// executor's load.
+		for _, phase := range []string{"place", "load"} {
+			for _, q := range []string{"0.5", "0.99"} {
+				v, err := onDemandQuantile(metrics, phase, q)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(v*1000, fmt.Sprintf("%s-p%s-ms", phase, map[string]string{"0.5": "50", "0.99": "99"}[q]))
+			}
+		}
 	})
+}
+
+// onDemandQuantile reads quantile q of the controller's
+// nereid_placement_on_demand_seconds for phase from its metrics page.
+func onDemandQuantile(url, phase, q string) (float64, error) {
+	r, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Body.Close()
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return 0, err
+	}
+	prefix := `nereid_placement_on_demand_seconds{phase="` + phase + `",quantile="` + q + `"} `
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in the controller's metrics", strings.TrimSpace(prefix))
 }

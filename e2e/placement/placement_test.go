@@ -50,13 +50,42 @@ type env struct {
 	repo    string
 	routers []*constellation.Proc
 	execs   map[string]*constellation.Proc
+	metrics map[string]string // router id: its metrics URL
 }
 
 func (e *env) router(t *testing.T, id string) *constellation.Proc {
+	port := constellation.FreePort(t)
 	p := constellation.Start(t, id, e.c.Bin.Path("nereid-sequence-router"), "--nats-url", e.c.NATSURL, "--redis-url", e.redis,
-		"--lease-ttl", "2s", "--id", id, "--placement", "true")
+		"--lease-ttl", "2s", "--id", id, "--placement", "true", "--metrics-port", strconv.Itoa(port))
 	e.routers = append(e.routers, p)
+	if e.metrics == nil {
+		e.metrics = map[string]string{}
+	}
+	e.metrics[id] = "http://" + constellation.Addr(port) + "/metrics"
 	return p
+}
+
+// onDemandCount is the count of router id's
+// nereid_placement_on_demand_seconds for phase (-1: not exported).
+func (e *env) onDemandCount(t *testing.T, id, phase string) int {
+	t.Helper()
+	r, err := http.Get(e.metrics[id])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	body, _ := io.ReadAll(r.Body)
+	prefix := `nereid_placement_on_demand_seconds_count{phase="` + phase + `"} `
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return n
+		}
+	}
+	return -1
 }
 
 func (e *env) executor(id, node string) *constellation.Proc {
@@ -140,6 +169,15 @@ func TestPlacement(t *testing.T) {
 		}
 		if !logged(lead, `reason="on demand"`) || !logged(lead, `reason="least recently used, evicted"`) {
 			t.Fatalf("no on-demand placement or eviction in the controller's log:\n%s", lead.Output())
+		}
+		// The placement and the load are timed apart.
+		if !logged(lead, `msg="placement: on demand, placed"`) {
+			t.Errorf("the controller does not log the on-demand placement's phases:\n%s", lead.Output())
+		}
+		for _, phase := range []string{"place", "load"} {
+			if n := e.onDemandCount(t, "router0", phase); n < 1 {
+				t.Errorf("nereid_placement_on_demand_seconds{phase=%q}: count %d, want at least 1", phase, n)
+			}
 		}
 		if n := readyCount(e.g); n > 9 {
 			t.Fatalf("%d models ready on 9 slots", n)

@@ -73,6 +73,10 @@ func (c routerCollector) Collect(ch chan<- prometheus.Metric) {
 // MetricsHandler serves the router's metrics at /metrics.
 func (s *Service) MetricsHandler() http.Handler { return s.metrics.Handler(nil) }
 
+// MetricsRegistry is the registry MetricsHandler serves: what runs beside
+// the router in its process (the placement controller) adds its own.
+func (s *Service) MetricsRegistry() prometheus.Registerer { return s.metrics }
+
 func newRouterMetrics(s *Service) *opsmetrics.Registry {
 	reg := opsmetrics.New()
 	reg.MustRegister(routerCollector{s})

@@ -19,6 +19,7 @@ package placer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/adminv1"
@@ -62,6 +64,9 @@ type Config struct {
 	// Planner are the planner's cluster-wide settings.
 	Planner placement.Config
 	Logger  *slog.Logger
+	// Metrics, when set, gets the controller's metrics
+	// (nereid_placement_on_demand_seconds, timing.go).
+	Metrics prometheus.Registerer
 }
 
 // Controller is a placement controller.
@@ -74,13 +79,17 @@ type Controller struct {
 	st    *store
 	execs *placementbus.Executors
 
-	mu       sync.Mutex
-	planner  *placement.Planner // nil unless leading
-	heard    map[string]time.Time
-	waiters  map[string][]chan []string
-	leading  bool
-	poke     chan struct{}
-	lastWait string
+	mu      sync.Mutex
+	planner *placement.Planner // nil unless leading
+	heard   map[string]time.Time
+	waiters map[string][]chan []string
+	// demandedAt: when each model demanded and not yet loaded was first
+	// demanded (timing.go).
+	demandedAt map[string]time.Time
+	onDemand   *prometheus.SummaryVec
+	leading    bool
+	poke       chan struct{}
+	lastWait   string
 	// The admin API's view (state.go): the models the last round left
 	// waiting, the latest decisions.
 	waiting   []*adminv1.WaitingModel
@@ -107,8 +116,15 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.ID == "" {
 		cfg.ID = "placement-" + time.Now().Format("150405.000000000")
 	}
-	return &Controller{cfg: cfg, log: cfg.Logger.With("service", "placement", "controller", cfg.ID), ready: make(chan struct{}),
-		heard: map[string]time.Time{}, waiters: map[string][]chan []string{}, poke: make(chan struct{}, 1)}, nil
+	c := &Controller{cfg: cfg, log: cfg.Logger.With("service", "placement", "controller", cfg.ID), ready: make(chan struct{}),
+		heard: map[string]time.Time{}, waiters: map[string][]chan []string{}, demandedAt: map[string]time.Time{},
+		onDemand: onDemandSummary(), poke: make(chan struct{}, 1)}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(c.onDemand); err != nil {
+			return nil, fmt.Errorf("placement: metrics: %w", err)
+		}
+	}
+	return c, nil
 }
 
 // Ready is closed once the controller runs (leading or standing by).
@@ -159,6 +175,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 			delete(c.waiters, m)
 		}
+		clear(c.demandedAt)
 		c.mu.Unlock()
 		if r.Releases() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL/4)
@@ -326,7 +343,9 @@ func (c *Controller) round(ctx context.Context, epoch uint64) {
 		var cat *busv1.ExecutorCatalog
 		var err error
 		if d.Action == placement.Load {
+			loaded := c.loading(d.Model, time.Now())
 			cat, err = c.execs.Load(rctx, d.Executor, d.Model)
+			loaded(err)
 		} else {
 			cat, err = c.execs.Unload(rctx, d.Executor, d.Model)
 		}
@@ -437,6 +456,9 @@ func (c *Controller) handleDemand(ctx context.Context, _, reply string, data []b
 		return
 	}
 	c.planner.Demand(time.Now(), d.GetModel())
+	if _, ok := c.demandedAt[d.GetModel()]; !ok {
+		c.demandedAt[d.GetModel()] = time.Now()
+	}
 	c.waiters[d.GetModel()] = append(c.waiters[d.GetModel()], w)
 	c.pokeLocked()
 	c.mu.Unlock()
@@ -451,6 +473,10 @@ func (c *Controller) handleDemand(ctx context.Context, _, reply string, data []b
 	case <-ctx.Done():
 		c.mu.Lock()
 		c.waiters[d.GetModel()] = slices.DeleteFunc(c.waiters[d.GetModel()], func(x chan []string) bool { return x == w })
+		if len(c.waiters[d.GetModel()]) == 0 {
+			delete(c.waiters, d.GetModel())
+			delete(c.demandedAt, d.GetModel())
+		}
 		c.mu.Unlock()
 		_ = c.bus.Reply(context.WithoutCancel(ctx), reply, &busv1.PlacementDemandReply{Reason: "not placed before the request's deadline"})
 	}

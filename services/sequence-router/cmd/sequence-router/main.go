@@ -104,7 +104,7 @@ func run(ctx context.Context, log *slog.Logger, auth natsconn.Auth, natsURL, pro
 	if pcfg == nil {
 		return svc.Run(ctx)
 	}
-	pcfg.Conn, pcfg.Logger = nc, log
+	pcfg.Conn, pcfg.Logger, pcfg.Metrics = nc, log, svc.MetricsRegistry()
 	ctl, err := placer.New(*pcfg)
 	if err != nil {
 		return err
