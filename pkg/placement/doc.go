@@ -19,6 +19,7 @@
 //	p.Done(now, plan.Actions[0], err) // after performing one
 //	p.Demand(now, "simple")        // a request found it placed nowhere
 //	p.Gone(now, "e1")              // the executor stopped heartbeating
+//	p.SetPins(map[string][]string{"simple": {"e2"}}) // the operator's pins
 //
 // # The rules
 //
@@ -50,6 +51,13 @@
 //     Config.ScaleUpAfter gets one more replica, in free capacity only,
 //     up to its max_replicas; a replica beyond min_replicas idle for
 //     Config.ScaleDownAfter is unloaded (not a sequence model's).
+//   - Pins (SetPins, the admin API's PinModel): the operator pins a model
+//     to executors; it is loaded on each (evicting there as for a demand
+//     when it must, before any other model short of its replicas is
+//     placed) and never unloaded from them: not evicted, not scaled down,
+//     not even above its max_replicas. A pin to an executor that is not
+//     there, drains, cannot load the model or failed to, waits, and is
+//     listed among the waiting models with why.
 //   - A load or unload in flight counts as done until its outcome arrives
 //     (Done) or Config.ActionTimeout passes; a load that failed on an
 //     executor is not tried there again for Config.RetryAfter.

@@ -124,6 +124,9 @@ const (
 	// ScaledDown: a replica beyond min_replicas had no request for
 	// Config.ScaleDownAfter.
 	ScaledDown
+	// PinnedHere: the operator pinned the model to the executor
+	// (Planner.SetPins).
+	PinnedHere
 )
 
 func (r Reason) String() string {
@@ -142,6 +145,8 @@ func (r Reason) String() string {
 		return "requests in flight per replica above the scale-up threshold"
 	case ScaledDown:
 		return "idle replica beyond min_replicas"
+	case PinnedHere:
+		return "pinned to the executor by the operator"
 	}
 	return "unknown"
 }
@@ -181,6 +186,13 @@ const (
 	// NothingEvictable: the model has demand, but no executor can make
 	// room by evicting models without traffic.
 	NothingEvictable
+	// PinnedUnavailable: an executor the model is pinned to is not there,
+	// drains, cannot load it (not in its repository, no GPU for a GPU
+	// model) or failed to load it lately.
+	PinnedUnavailable
+	// PinnedNoRoom: an executor the model is pinned to has no room, and
+	// nothing there can be evicted for it.
+	PinnedNoRoom
 )
 
 func (w Why) String() string {
@@ -193,11 +205,16 @@ func (w Why) String() string {
 		return "no executor has room for it"
 	case NothingEvictable:
 		return "no executor can make room: every model there has traffic, is pinned or is wanted"
+	case PinnedUnavailable:
+		return "an executor it is pinned to is not there, drains, cannot load it, or failed to"
+	case PinnedNoRoom:
+		return "an executor it is pinned to has no room, and nothing there can be evicted for it"
 	}
 	return "unknown"
 }
 
-// Waiting is a model the plan leaves short of its min_replicas.
+// Waiting is a model the plan leaves short of its min_replicas, or
+// missing from an executor it is pinned to.
 type Waiting struct {
 	Model    string
 	Replicas int // executors holding it, loads under way included
@@ -231,6 +248,8 @@ type Planner struct {
 	// hot is when each model's requests in flight per replica last rose
 	// to Config.ScaleUpPending (or when it last got a replica for it).
 	hot map[string]time.Time
+	// pins are the executors the operator pinned each model to.
+	pins map[string][]string
 }
 
 // NewPlanner returns a planner with cfg's defaults filled.
@@ -255,8 +274,35 @@ func NewPlanner(cfg Config) *Planner {
 	}
 	return &Planner{cfg: cfg, executors: map[string]*Executor{}, models: map[string]Model{},
 		footprints: map[string]uint64{}, ops: map[opKey]op{}, failed: map[opKey]time.Time{}, demand: map[string]time.Time{},
-		hot: map[string]time.Time{}}
+		hot: map[string]time.Time{}, pins: map[string][]string{}}
 }
+
+// SetPins replaces the operator's pins: model -> the executors that must
+// hold it. A pinned model is loaded on each of its executors (evicting
+// there the least recently used models without traffic when it must) and
+// never unloaded from them, not even above its max_replicas; replicas
+// beyond its pins follow the other rules. A pin to an executor that is
+// not there waits for it.
+func (p *Planner) SetPins(pins map[string][]string) {
+	p.pins = make(map[string][]string, len(pins))
+	for m, ids := range pins {
+		if len(ids) > 0 {
+			p.pins[m] = slices.Clone(ids)
+		}
+	}
+}
+
+// Pins returns the operator's pins, by model.
+func (p *Planner) Pins() map[string][]string {
+	out := make(map[string][]string, len(p.pins))
+	for m, ids := range p.pins {
+		out[m] = slices.Clone(ids)
+	}
+	return out
+}
+
+// pinnedTo reports whether the operator pinned model to executor id.
+func (p *Planner) pinnedTo(model, id string) bool { return slices.Contains(p.pins[model], id) }
 
 // SetModels replaces the set of models the cluster serves.
 func (p *Planner) SetModels(models []Model) {
@@ -510,7 +556,7 @@ func (p *Planner) Plan(now time.Time) Plan {
 		}
 		var spare []string
 		for _, id := range have {
-			if h := states[id].held[m.Name]; h.settled && h.inflight == 0 {
+			if h := states[id].held[m.Name]; h.settled && h.inflight == 0 && !p.pinnedTo(m.Name, id) {
 				spare = append(spare, id)
 			}
 		}
@@ -519,6 +565,37 @@ func (p *Planner) Plan(now time.Time) Plan {
 		})
 		for _, id := range spare[:min(len(spare), len(have)-maxR)] {
 			decide(Decision{Action: Unload, Model: m.Name, Executor: id, Reason: AboveMaxReplicas, Footprint: states[id].held[m.Name].footprint})
+		}
+	}
+
+	// Pins: each pinned model on each executor it is pinned to.
+	for _, name := range sortedKeys(p.pins) {
+		m, served := p.models[name]
+		if !served {
+			continue
+		}
+		f := p.Footprint(name)
+		for _, id := range p.pins[name] {
+			s := states[id]
+			if s != nil && s.held[name] != nil {
+				continue
+			}
+			_, failed := p.failed[opKey{name, id}]
+			if s == nil || !s.repo[name] || s.e.Draining || (m.GPU && !s.e.GPU) || failed {
+				plan.Waiting = append(plan.Waiting, Waiting{Model: name, Replicas: len(replicas(name)), Why: PinnedUnavailable, Demanded: p.Demanded(now, name)})
+				continue
+			}
+			if !s.fits(s.e.Capacity, f) {
+				t, victims := p.evictFor(now, []*execState{s}, f)
+				if t == nil {
+					plan.Waiting = append(plan.Waiting, Waiting{Model: name, Replicas: len(replicas(name)), Why: PinnedNoRoom, Demanded: p.Demanded(now, name)})
+					continue
+				}
+				for _, v := range victims {
+					decide(Decision{Action: Unload, Model: v, Executor: id, Reason: Evicted, For: name, Footprint: s.held[v].footprint})
+				}
+			}
+			decide(Decision{Action: Load, Model: name, Executor: id, Reason: PinnedHere, Footprint: f})
 		}
 	}
 
@@ -672,7 +749,7 @@ func (p *Planner) scale(now time.Time, ids []string, states map[string]*execStat
 		}
 		var idle []string
 		for _, id := range have {
-			if h := states[id].held[m.Name]; h.settled && h.inflight == 0 && now.Sub(h.lastUse) >= p.cfg.ScaleDownAfter {
+			if h := states[id].held[m.Name]; h.settled && h.inflight == 0 && now.Sub(h.lastUse) >= p.cfg.ScaleDownAfter && !p.pinnedTo(m.Name, id) {
 				idle = append(idle, id)
 			}
 		}
@@ -762,7 +839,7 @@ func (p *Planner) evictFor(now time.Time, cands []*execState, f uint64) (*execSt
 		var evictable []string
 		for name, h := range s.held {
 			m := p.models[name]
-			if !h.settled || h.inflight > 0 || m.Pinned || m.Sequence || p.Demanded(now, name) ||
+			if !h.settled || h.inflight > 0 || m.Pinned || p.pinnedTo(name, s.e.ID) || m.Sequence || p.Demanded(now, name) ||
 				(p.cfg.MinResidency > 0 && now.Sub(h.lastUse) < p.cfg.MinResidency) {
 				continue
 			}

@@ -70,8 +70,9 @@ func (c *cluster) apply(now time.Time, plan Plan) {
 // unloads ("lru>x": evicted for x), "?m:why" waiting models.
 func planString(plan Plan) string {
 	short := map[Reason]string{BelowMinReplicas: "min", OnDemand: "demand", Evicted: "lru", AboveMaxReplicas: "max", NotServed: "gone",
-		ScaledUp: "up", ScaledDown: "down"}
-	waits := map[Why]string{NoExecutor: "none", NoGPUExecutor: "gpu", NoCapacity: "full", NothingEvictable: "stuck"}
+		ScaledUp: "up", ScaledDown: "down", PinnedHere: "pin"}
+	waits := map[Why]string{NoExecutor: "none", NoGPUExecutor: "gpu", NoCapacity: "full", NothingEvictable: "stuck",
+		PinnedUnavailable: "pin-unavailable", PinnedNoRoom: "pin-full"}
 	var parts []string
 	for _, d := range plan.Actions {
 		s := "+"
@@ -101,6 +102,8 @@ func planString(plan Plan) string {
 //   - "measure" "MODEL BYTES": what an executor measures when it loads MODEL;
 //   - "fail" "MODEL ID": loads of MODEL on ID fail;
 //   - "demand" "MODEL"; "gone" "ID";
+//   - "pins" "MODEL=ID,ID MODEL=ID ...": the operator's pins, all of them
+//     ("" for none);
 //   - "plan": want is planString's; the actions are then performed;
 //   - "plan-hold": the same, but nothing is performed (outcomes unknown).
 type step struct {
@@ -156,6 +159,13 @@ func run(t *testing.T, c *cluster, steps []step) {
 		case "gone":
 			delete(c.execs, f[0])
 			c.p.Gone(now, f[0])
+		case "pins":
+			pins := map[string][]string{}
+			for _, kv := range f {
+				m, ids, _ := strings.Cut(kv, "=")
+				pins[m] = strings.Split(ids, ",")
+			}
+			c.p.SetPins(pins)
 		case "plan", "plan-hold":
 			plan := c.p.Plan(now)
 			if got := planString(plan); got != s.want {
@@ -228,6 +238,61 @@ func TestPlanner(t *testing.T) {
 			{3, "inflight", "e1 busy 0", ""},
 			{4, "plan", "", "-busy@e1/lru>x +x@e1/demand"},
 			{5, "plan", "", "?busy:full"},
+		},
+	}, {
+		name:   "a pin loads the model on its executor, evicting there, and it is never evicted from it",
+		models: names("m", 5),
+		steps: []step{
+			{0, "exec", "e1 n1 slots=2 m0,m1,m2,m3,m4", ""},
+			{0, "exec", "e2 n2 slots=2 m0,m1,m2,m3,m4", ""},
+			{0, "plan", "", "+m0@e1/min +m1@e1/min +m2@e2/min +m3@e2/min ?m4:full"},
+			{1, "use", "e1 m1", ""},
+			{1, "pins", "m3=e1", ""},
+			// e1 is full: its least recently used model makes room; m3
+			// keeps its replica on e2 too.
+			{1, "plan", "", "-m0@e1/lru>m3 +m3@e1/pin ?m0:full ?m4:full"},
+			{2, "use", "e2 m2", ""},
+			{2, "use", "e2 m3", ""},
+			{3, "use", "e1 m1", ""},
+			// m3 on e1 is the least recently used model anywhere, but
+			// pinned there: the demand evicts elsewhere.
+			{4, "demand", "m4", ""},
+			{4, "plan", "", "-m2@e2/lru>m4 +m4@e2/demand ?m0:full"},
+			{5, "plan", "", "?m0:full ?m2:full"},
+			// Unpinned, it is the first to go.
+			{6, "pins", "", ""},
+			{7, "use", "e1 m1", ""},
+			{7, "use", "e2 m4", ""},
+			{8, "demand", "m0", ""},
+			{8, "plan", "", "-m3@e1/lru>m0 +m0@e1/demand ?m2:full"},
+		},
+	}, {
+		name:   "a pin waits for its executor, and for room there; pinned replicas stay above max_replicas and idle",
+		cfg:    Config{ScaleUpPending: 4, ScaleDownAfter: 10 * time.Second},
+		models: []Model{{Name: "a", MaxReplicas: 1}, {Name: "b"}, {Name: "busy"}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=2 a,b,busy", ""},
+			{0, "plan", "", "+a@e1/min +b@e1/min ?busy:full"},
+			{1, "pins", "a=e1,e2 busy=e1", ""},
+			{1, "inflight", "e1 b 1", ""},
+			// e2 is not there; e1 has nothing evictable for busy (a is
+			// pinned there, b has a request in flight).
+			{1, "plan", "", "?a:pin-unavailable ?busy:pin-full ?busy:full"},
+			{2, "exec", "e2 n2 slots=2 a,b,busy", ""},
+			// a goes on e2 although its max_replicas is 1; busy, which
+			// no executor had room for, takes e2's last slot meanwhile.
+			{2, "plan", "", "+a@e2/pin +busy@e2/min ?busy:pin-full"},
+			{2, "inflight", "e1 b 0", ""},
+			{3, "plan", "", "-b@e1/lru>busy +busy@e1/pin ?b:full"},
+			// Idle long past ScaleDownAfter: the unpinned replica of busy
+			// goes, the pinned ones stay (a above its max_replicas).
+			{60, "plan", "", "-busy@e2/down ?b:full"},
+			// A draining executor keeps its pinned model until it goes;
+			// then the pin waits for it.
+			{61, "exec", "e2 n2 slots=2 a,b,busy drain", ""},
+			{61, "plan", "", "?b:full"},
+			{62, "gone", "e2", ""},
+			{62, "plan", "", "?a:pin-unavailable ?b:full"},
 		},
 	}, {
 		name:   "the eviction goes to the executor whose victim was used longest ago",
