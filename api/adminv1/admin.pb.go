@@ -1615,7 +1615,9 @@ type Placement struct {
 	// Models short of their min_replicas, and why.
 	Waiting []*WaitingModel `protobuf:"bytes,4,rep,name=waiting,proto3" json:"waiting,omitempty"`
 	// The latest decisions, oldest first (at most 100).
-	Decisions     []*PlacementDecision `protobuf:"bytes,5,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	Decisions []*PlacementDecision `protobuf:"bytes,5,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// The operator's pins, by model.
+	Pins          []*ModelPin `protobuf:"bytes,6,rep,name=pins,proto3" json:"pins,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1685,6 +1687,163 @@ func (x *Placement) GetDecisions() []*PlacementDecision {
 	return nil
 }
 
+func (x *Placement) GetPins() []*ModelPin {
+	if x != nil {
+		return x.Pins
+	}
+	return nil
+}
+
+type PinModelRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Model string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The executors that must hold it (ids, as ListExecutors gives them).
+	Executors     []string `protobuf:"bytes,2,rep,name=executors,proto3" json:"executors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PinModelRequest) Reset() {
+	*x = PinModelRequest{}
+	mi := &file_adminv1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PinModelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PinModelRequest) ProtoMessage() {}
+
+func (x *PinModelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_adminv1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PinModelRequest.ProtoReflect.Descriptor instead.
+func (*PinModelRequest) Descriptor() ([]byte, []int) {
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PinModelRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *PinModelRequest) GetExecutors() []string {
+	if x != nil {
+		return x.Executors
+	}
+	return nil
+}
+
+type UnpinModelRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnpinModelRequest) Reset() {
+	*x = UnpinModelRequest{}
+	mi := &file_adminv1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnpinModelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnpinModelRequest) ProtoMessage() {}
+
+func (x *UnpinModelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_adminv1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnpinModelRequest.ProtoReflect.Descriptor instead.
+func (*UnpinModelRequest) Descriptor() ([]byte, []int) {
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *UnpinModelRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+// A model the operator pinned to executors.
+type ModelPin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Executors     []string               `protobuf:"bytes,2,rep,name=executors,proto3" json:"executors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelPin) Reset() {
+	*x = ModelPin{}
+	mi := &file_adminv1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelPin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelPin) ProtoMessage() {}
+
+func (x *ModelPin) ProtoReflect() protoreflect.Message {
+	mi := &file_adminv1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelPin.ProtoReflect.Descriptor instead.
+func (*ModelPin) Descriptor() ([]byte, []int) {
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ModelPin) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelPin) GetExecutors() []string {
+	if x != nil {
+		return x.Executors
+	}
+	return nil
+}
+
 // A model the cluster serves and where it is.
 type PlacedModel struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1706,7 +1865,7 @@ type PlacedModel struct {
 
 func (x *PlacedModel) Reset() {
 	*x = PlacedModel{}
-	mi := &file_adminv1_admin_proto_msgTypes[25]
+	mi := &file_adminv1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1877,7 @@ func (x *PlacedModel) String() string {
 func (*PlacedModel) ProtoMessage() {}
 
 func (x *PlacedModel) ProtoReflect() protoreflect.Message {
-	mi := &file_adminv1_admin_proto_msgTypes[25]
+	mi := &file_adminv1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1890,7 @@ func (x *PlacedModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacedModel.ProtoReflect.Descriptor instead.
 func (*PlacedModel) Descriptor() ([]byte, []int) {
-	return file_adminv1_admin_proto_rawDescGZIP(), []int{25}
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PlacedModel) GetName() string {
@@ -1809,7 +1968,7 @@ type PlacementExecutor struct {
 
 func (x *PlacementExecutor) Reset() {
 	*x = PlacementExecutor{}
-	mi := &file_adminv1_admin_proto_msgTypes[26]
+	mi := &file_adminv1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1980,7 @@ func (x *PlacementExecutor) String() string {
 func (*PlacementExecutor) ProtoMessage() {}
 
 func (x *PlacementExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_adminv1_admin_proto_msgTypes[26]
+	mi := &file_adminv1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1993,7 @@ func (x *PlacementExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementExecutor.ProtoReflect.Descriptor instead.
 func (*PlacementExecutor) Descriptor() ([]byte, []int) {
-	return file_adminv1_admin_proto_rawDescGZIP(), []int{26}
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PlacementExecutor) GetId() string {
@@ -1907,7 +2066,7 @@ type WaitingModel struct {
 
 func (x *WaitingModel) Reset() {
 	*x = WaitingModel{}
-	mi := &file_adminv1_admin_proto_msgTypes[27]
+	mi := &file_adminv1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2078,7 @@ func (x *WaitingModel) String() string {
 func (*WaitingModel) ProtoMessage() {}
 
 func (x *WaitingModel) ProtoReflect() protoreflect.Message {
-	mi := &file_adminv1_admin_proto_msgTypes[27]
+	mi := &file_adminv1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2091,7 @@ func (x *WaitingModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitingModel.ProtoReflect.Descriptor instead.
 func (*WaitingModel) Descriptor() ([]byte, []int) {
-	return file_adminv1_admin_proto_rawDescGZIP(), []int{27}
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WaitingModel) GetModel() string {
@@ -1981,7 +2140,7 @@ type PlacementDecision struct {
 
 func (x *PlacementDecision) Reset() {
 	*x = PlacementDecision{}
-	mi := &file_adminv1_admin_proto_msgTypes[28]
+	mi := &file_adminv1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1993,7 +2152,7 @@ func (x *PlacementDecision) String() string {
 func (*PlacementDecision) ProtoMessage() {}
 
 func (x *PlacementDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_adminv1_admin_proto_msgTypes[28]
+	mi := &file_adminv1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2006,7 +2165,7 @@ func (x *PlacementDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementDecision.ProtoReflect.Descriptor instead.
 func (*PlacementDecision) Descriptor() ([]byte, []int) {
-	return file_adminv1_admin_proto_rawDescGZIP(), []int{28}
+	return file_adminv1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PlacementDecision) GetUnixMs() int64 {
@@ -2176,13 +2335,22 @@ const file_adminv1_admin_proto_rawDesc = "" +
 	"\x17busy_sequence_instances\x18\x04 \x01(\x03R\x15busySequenceInstances\x12\x1f\n" +
 	"\vwaiting_for\x18\x05 \x01(\tR\n" +
 	"waitingFor\"\x15\n" +
-	"\x13GetPlacementRequest\"\xa3\x02\n" +
+	"\x13GetPlacementRequest\"\xd2\x02\n" +
 	"\tPlacement\x12#\n" +
 	"\rcontroller_id\x18\x01 \x01(\tR\fcontrollerId\x124\n" +
 	"\x06models\x18\x02 \x03(\v2\x1c.nereid.admin.v1.PlacedModelR\x06models\x12@\n" +
 	"\texecutors\x18\x03 \x03(\v2\".nereid.admin.v1.PlacementExecutorR\texecutors\x127\n" +
 	"\awaiting\x18\x04 \x03(\v2\x1d.nereid.admin.v1.WaitingModelR\awaiting\x12@\n" +
-	"\tdecisions\x18\x05 \x03(\v2\".nereid.admin.v1.PlacementDecisionR\tdecisions\"\xf4\x01\n" +
+	"\tdecisions\x18\x05 \x03(\v2\".nereid.admin.v1.PlacementDecisionR\tdecisions\x12-\n" +
+	"\x04pins\x18\x06 \x03(\v2\x19.nereid.admin.v1.ModelPinR\x04pins\"E\n" +
+	"\x0fPinModelRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
+	"\texecutors\x18\x02 \x03(\tR\texecutors\")\n" +
+	"\x11UnpinModelRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\">\n" +
+	"\bModelPin\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
+	"\texecutors\x18\x02 \x03(\tR\texecutors\"\xf4\x01\n" +
 	"\vPlacedModel\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\texecutors\x18\x02 \x03(\tR\texecutors\x12'\n" +
@@ -2221,7 +2389,7 @@ const file_adminv1_admin_proto_rawDesc = "" +
 	"\x17DRAIN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13DRAIN_STATE_SERVING\x10\x01\x12\x18\n" +
 	"\x14DRAIN_STATE_DRAINING\x10\x02\x12\x17\n" +
-	"\x13DRAIN_STATE_DRAINED\x10\x032\x83\x06\n" +
+	"\x13DRAIN_STATE_DRAINED\x10\x032\x9f\a\n" +
 	"\x05Admin\x12]\n" +
 	"\fListGateways\x12$.nereid.admin.v1.ListGatewaysRequest\x1a%.nereid.admin.v1.ListGatewaysResponse\"\x00\x12`\n" +
 	"\rListExecutors\x12%.nereid.admin.v1.ListExecutorsRequest\x1a&.nereid.admin.v1.ListExecutorsResponse\"\x00\x12r\n" +
@@ -2230,7 +2398,10 @@ const file_adminv1_admin_proto_rawDesc = "" +
 	"\rDrainExecutor\x12%.nereid.admin.v1.DrainExecutorRequest\x1a\x1c.nereid.admin.v1.DrainStatus\"\x00\x12Z\n" +
 	"\x0fUndrainExecutor\x12'.nereid.admin.v1.UndrainExecutorRequest\x1a\x1c.nereid.admin.v1.DrainStatus\"\x00\x12X\n" +
 	"\x0eGetDrainStatus\x12&.nereid.admin.v1.GetDrainStatusRequest\x1a\x1c.nereid.admin.v1.DrainStatus\"\x00\x12R\n" +
-	"\fGetPlacement\x12$.nereid.admin.v1.GetPlacementRequest\x1a\x1a.nereid.admin.v1.Placement\"\x00B1Z/github.com/nereid-io/nereid/api/adminv1;adminv1b\x06proto3"
+	"\fGetPlacement\x12$.nereid.admin.v1.GetPlacementRequest\x1a\x1a.nereid.admin.v1.Placement\"\x00\x12J\n" +
+	"\bPinModel\x12 .nereid.admin.v1.PinModelRequest\x1a\x1a.nereid.admin.v1.Placement\"\x00\x12N\n" +
+	"\n" +
+	"UnpinModel\x12\".nereid.admin.v1.UnpinModelRequest\x1a\x1a.nereid.admin.v1.Placement\"\x00B1Z/github.com/nereid-io/nereid/api/adminv1;adminv1b\x06proto3"
 
 var (
 	file_adminv1_admin_proto_rawDescOnce sync.Once
@@ -2245,7 +2416,7 @@ func file_adminv1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_adminv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_adminv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_adminv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_adminv1_admin_proto_goTypes = []any{
 	(DrainState)(0),                     // 0: nereid.admin.v1.DrainState
 	(*ListGatewaysRequest)(nil),         // 1: nereid.admin.v1.ListGatewaysRequest
@@ -2273,10 +2444,13 @@ var file_adminv1_admin_proto_goTypes = []any{
 	(*DrainStatus)(nil),                 // 23: nereid.admin.v1.DrainStatus
 	(*GetPlacementRequest)(nil),         // 24: nereid.admin.v1.GetPlacementRequest
 	(*Placement)(nil),                   // 25: nereid.admin.v1.Placement
-	(*PlacedModel)(nil),                 // 26: nereid.admin.v1.PlacedModel
-	(*PlacementExecutor)(nil),           // 27: nereid.admin.v1.PlacementExecutor
-	(*WaitingModel)(nil),                // 28: nereid.admin.v1.WaitingModel
-	(*PlacementDecision)(nil),           // 29: nereid.admin.v1.PlacementDecision
+	(*PinModelRequest)(nil),             // 26: nereid.admin.v1.PinModelRequest
+	(*UnpinModelRequest)(nil),           // 27: nereid.admin.v1.UnpinModelRequest
+	(*ModelPin)(nil),                    // 28: nereid.admin.v1.ModelPin
+	(*PlacedModel)(nil),                 // 29: nereid.admin.v1.PlacedModel
+	(*PlacementExecutor)(nil),           // 30: nereid.admin.v1.PlacementExecutor
+	(*WaitingModel)(nil),                // 31: nereid.admin.v1.WaitingModel
+	(*PlacementDecision)(nil),           // 32: nereid.admin.v1.PlacementDecision
 }
 var file_adminv1_admin_proto_depIdxs = []int32{
 	3,  // 0: nereid.admin.v1.ListGatewaysResponse.gateways:type_name -> nereid.admin.v1.Gateway
@@ -2292,31 +2466,36 @@ var file_adminv1_admin_proto_depIdxs = []int32{
 	18, // 10: nereid.admin.v1.ListShmRegionsResponse.nodes:type_name -> nereid.admin.v1.ShmNode
 	19, // 11: nereid.admin.v1.ShmNode.regions:type_name -> nereid.admin.v1.ShmRegion
 	0,  // 12: nereid.admin.v1.DrainStatus.state:type_name -> nereid.admin.v1.DrainState
-	26, // 13: nereid.admin.v1.Placement.models:type_name -> nereid.admin.v1.PlacedModel
-	27, // 14: nereid.admin.v1.Placement.executors:type_name -> nereid.admin.v1.PlacementExecutor
-	28, // 15: nereid.admin.v1.Placement.waiting:type_name -> nereid.admin.v1.WaitingModel
-	29, // 16: nereid.admin.v1.Placement.decisions:type_name -> nereid.admin.v1.PlacementDecision
-	1,  // 17: nereid.admin.v1.Admin.ListGateways:input_type -> nereid.admin.v1.ListGatewaysRequest
-	4,  // 18: nereid.admin.v1.Admin.ListExecutors:input_type -> nereid.admin.v1.ListExecutorsRequest
-	11, // 19: nereid.admin.v1.Admin.ListSequenceRouters:input_type -> nereid.admin.v1.ListSequenceRoutersRequest
-	16, // 20: nereid.admin.v1.Admin.ListShmRegions:input_type -> nereid.admin.v1.ListShmRegionsRequest
-	20, // 21: nereid.admin.v1.Admin.DrainExecutor:input_type -> nereid.admin.v1.DrainExecutorRequest
-	21, // 22: nereid.admin.v1.Admin.UndrainExecutor:input_type -> nereid.admin.v1.UndrainExecutorRequest
-	22, // 23: nereid.admin.v1.Admin.GetDrainStatus:input_type -> nereid.admin.v1.GetDrainStatusRequest
-	24, // 24: nereid.admin.v1.Admin.GetPlacement:input_type -> nereid.admin.v1.GetPlacementRequest
-	2,  // 25: nereid.admin.v1.Admin.ListGateways:output_type -> nereid.admin.v1.ListGatewaysResponse
-	5,  // 26: nereid.admin.v1.Admin.ListExecutors:output_type -> nereid.admin.v1.ListExecutorsResponse
-	12, // 27: nereid.admin.v1.Admin.ListSequenceRouters:output_type -> nereid.admin.v1.ListSequenceRoutersResponse
-	17, // 28: nereid.admin.v1.Admin.ListShmRegions:output_type -> nereid.admin.v1.ListShmRegionsResponse
-	23, // 29: nereid.admin.v1.Admin.DrainExecutor:output_type -> nereid.admin.v1.DrainStatus
-	23, // 30: nereid.admin.v1.Admin.UndrainExecutor:output_type -> nereid.admin.v1.DrainStatus
-	23, // 31: nereid.admin.v1.Admin.GetDrainStatus:output_type -> nereid.admin.v1.DrainStatus
-	25, // 32: nereid.admin.v1.Admin.GetPlacement:output_type -> nereid.admin.v1.Placement
-	25, // [25:33] is the sub-list for method output_type
-	17, // [17:25] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	29, // 13: nereid.admin.v1.Placement.models:type_name -> nereid.admin.v1.PlacedModel
+	30, // 14: nereid.admin.v1.Placement.executors:type_name -> nereid.admin.v1.PlacementExecutor
+	31, // 15: nereid.admin.v1.Placement.waiting:type_name -> nereid.admin.v1.WaitingModel
+	32, // 16: nereid.admin.v1.Placement.decisions:type_name -> nereid.admin.v1.PlacementDecision
+	28, // 17: nereid.admin.v1.Placement.pins:type_name -> nereid.admin.v1.ModelPin
+	1,  // 18: nereid.admin.v1.Admin.ListGateways:input_type -> nereid.admin.v1.ListGatewaysRequest
+	4,  // 19: nereid.admin.v1.Admin.ListExecutors:input_type -> nereid.admin.v1.ListExecutorsRequest
+	11, // 20: nereid.admin.v1.Admin.ListSequenceRouters:input_type -> nereid.admin.v1.ListSequenceRoutersRequest
+	16, // 21: nereid.admin.v1.Admin.ListShmRegions:input_type -> nereid.admin.v1.ListShmRegionsRequest
+	20, // 22: nereid.admin.v1.Admin.DrainExecutor:input_type -> nereid.admin.v1.DrainExecutorRequest
+	21, // 23: nereid.admin.v1.Admin.UndrainExecutor:input_type -> nereid.admin.v1.UndrainExecutorRequest
+	22, // 24: nereid.admin.v1.Admin.GetDrainStatus:input_type -> nereid.admin.v1.GetDrainStatusRequest
+	24, // 25: nereid.admin.v1.Admin.GetPlacement:input_type -> nereid.admin.v1.GetPlacementRequest
+	26, // 26: nereid.admin.v1.Admin.PinModel:input_type -> nereid.admin.v1.PinModelRequest
+	27, // 27: nereid.admin.v1.Admin.UnpinModel:input_type -> nereid.admin.v1.UnpinModelRequest
+	2,  // 28: nereid.admin.v1.Admin.ListGateways:output_type -> nereid.admin.v1.ListGatewaysResponse
+	5,  // 29: nereid.admin.v1.Admin.ListExecutors:output_type -> nereid.admin.v1.ListExecutorsResponse
+	12, // 30: nereid.admin.v1.Admin.ListSequenceRouters:output_type -> nereid.admin.v1.ListSequenceRoutersResponse
+	17, // 31: nereid.admin.v1.Admin.ListShmRegions:output_type -> nereid.admin.v1.ListShmRegionsResponse
+	23, // 32: nereid.admin.v1.Admin.DrainExecutor:output_type -> nereid.admin.v1.DrainStatus
+	23, // 33: nereid.admin.v1.Admin.UndrainExecutor:output_type -> nereid.admin.v1.DrainStatus
+	23, // 34: nereid.admin.v1.Admin.GetDrainStatus:output_type -> nereid.admin.v1.DrainStatus
+	25, // 35: nereid.admin.v1.Admin.GetPlacement:output_type -> nereid.admin.v1.Placement
+	25, // 36: nereid.admin.v1.Admin.PinModel:output_type -> nereid.admin.v1.Placement
+	25, // 37: nereid.admin.v1.Admin.UnpinModel:output_type -> nereid.admin.v1.Placement
+	28, // [28:38] is the sub-list for method output_type
+	18, // [18:28] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_adminv1_admin_proto_init() }
@@ -2330,7 +2509,7 @@ func file_adminv1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_adminv1_admin_proto_rawDesc), len(file_adminv1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,8 @@ const (
 	Admin_UndrainExecutor_FullMethodName     = "/nereid.admin.v1.Admin/UndrainExecutor"
 	Admin_GetDrainStatus_FullMethodName      = "/nereid.admin.v1.Admin/GetDrainStatus"
 	Admin_GetPlacement_FullMethodName        = "/nereid.admin.v1.Admin/GetPlacement"
+	Admin_PinModel_FullMethodName            = "/nereid.admin.v1.Admin/PinModel"
+	Admin_UnpinModel_FullMethodName          = "/nereid.admin.v1.Admin/UnpinModel"
 )
 
 // AdminClient is the client API for Admin service.
@@ -59,6 +61,18 @@ type AdminClient interface {
 	// footprints, capacities, the models left waiting and the latest
 	// decisions with their reasons. UNAVAILABLE when none leads.
 	GetPlacement(ctx context.Context, in *GetPlacementRequest, opts ...grpc.CallOption) (*Placement, error)
+	// Pins a model to executors: the controller leading placement loads it
+	// on each of them (evicting there the least recently used models
+	// without traffic when it must) and never unloads it from them. Replaces
+	// the model's earlier pin. Kept in the controller's store, so that a
+	// controller taking over keeps it. Returns the placement with the pin.
+	// NOT_FOUND for a model the cluster does not serve, INVALID_ARGUMENT for
+	// no executor or one that is not under placement or whose repository
+	// lacks the model, UNAVAILABLE when no controller leads.
+	PinModel(ctx context.Context, in *PinModelRequest, opts ...grpc.CallOption) (*Placement, error)
+	// Removes a model's pin (idempotent); the model then follows the other
+	// rules. Returns the placement without the pin.
+	UnpinModel(ctx context.Context, in *UnpinModelRequest, opts ...grpc.CallOption) (*Placement, error)
 }
 
 type adminClient struct {
@@ -149,6 +163,26 @@ func (c *adminClient) GetPlacement(ctx context.Context, in *GetPlacementRequest,
 	return out, nil
 }
 
+func (c *adminClient) PinModel(ctx context.Context, in *PinModelRequest, opts ...grpc.CallOption) (*Placement, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Placement)
+	err := c.cc.Invoke(ctx, Admin_PinModel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) UnpinModel(ctx context.Context, in *UnpinModelRequest, opts ...grpc.CallOption) (*Placement, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Placement)
+	err := c.cc.Invoke(ctx, Admin_UnpinModel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -173,6 +207,18 @@ type AdminServer interface {
 	// footprints, capacities, the models left waiting and the latest
 	// decisions with their reasons. UNAVAILABLE when none leads.
 	GetPlacement(context.Context, *GetPlacementRequest) (*Placement, error)
+	// Pins a model to executors: the controller leading placement loads it
+	// on each of them (evicting there the least recently used models
+	// without traffic when it must) and never unloads it from them. Replaces
+	// the model's earlier pin. Kept in the controller's store, so that a
+	// controller taking over keeps it. Returns the placement with the pin.
+	// NOT_FOUND for a model the cluster does not serve, INVALID_ARGUMENT for
+	// no executor or one that is not under placement or whose repository
+	// lacks the model, UNAVAILABLE when no controller leads.
+	PinModel(context.Context, *PinModelRequest) (*Placement, error)
+	// Removes a model's pin (idempotent); the model then follows the other
+	// rules. Returns the placement without the pin.
+	UnpinModel(context.Context, *UnpinModelRequest) (*Placement, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -206,6 +252,12 @@ func (UnimplementedAdminServer) GetDrainStatus(context.Context, *GetDrainStatusR
 }
 func (UnimplementedAdminServer) GetPlacement(context.Context, *GetPlacementRequest) (*Placement, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetPlacement not implemented")
+}
+func (UnimplementedAdminServer) PinModel(context.Context, *PinModelRequest) (*Placement, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PinModel not implemented")
+}
+func (UnimplementedAdminServer) UnpinModel(context.Context, *UnpinModelRequest) (*Placement, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UnpinModel not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -372,6 +424,42 @@ func _Admin_GetPlacement_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_PinModel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PinModelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PinModel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PinModel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PinModel(ctx, req.(*PinModelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_UnpinModel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnpinModelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).UnpinModel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_UnpinModel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).UnpinModel(ctx, req.(*UnpinModelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -410,6 +498,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPlacement",
 			Handler:    _Admin_GetPlacement_Handler,
+		},
+		{
+			MethodName: "PinModel",
+			Handler:    _Admin_PinModel_Handler,
+		},
+		{
+			MethodName: "UnpinModel",
+			Handler:    _Admin_UnpinModel_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

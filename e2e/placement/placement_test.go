@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -246,6 +247,60 @@ func TestPlacement(t *testing.T) {
 		}
 	})
 
+	// A model exec2 does not hold, pinned to it by the operator (nereidctl
+	// pin, the admin API's PinModel): loaded there, and never evicted from
+	// it while every model is asked for on six slots.
+	const pinnedTo = "exec2"
+	var pinnedModel string
+	t.Run("the operator pins a model to an executor: loaded there, never evicted from it", func(t *testing.T) {
+		st := placementView(t, adminURL)
+		for i := range models {
+			if m := fmt.Sprintf("m%d", i); !st.holds(m, pinnedTo) {
+				pinnedModel = m
+				break
+			}
+		}
+		pins := adminURL + "/pins/"
+		for _, tc := range []struct {
+			model, body string
+			status      int
+			msg         string
+		}{
+			{"nosuch", `{"executors":["exec1"]}`, 404, "model 'nosuch' is in the repository of no executor under placement"},
+			{"m1", `{"executors":["exec0"]}`, 400, "executor 'exec0' is not under placement"},
+			{"m1", `{"executors":[]}`, 400, "executors are required"},
+		} {
+			if code, body := adminCall(t, http.MethodPut, pins+tc.model, tc.body); code != tc.status || !strings.Contains(body, tc.msg) {
+				t.Errorf("pin %s %s: %d %s, want %d with %q", tc.model, tc.body, code, body, tc.status, tc.msg)
+			}
+		}
+		code, body := adminCall(t, http.MethodPut, pins+pinnedModel, `{"executors":["`+pinnedTo+`"]}`)
+		if st := decodePlacement(t, body); code != 200 || len(st.Pins) != 1 || !slices.Equal(st.pinned(pinnedModel), []string{pinnedTo}) {
+			t.Fatalf("pin: %d %s", code, body)
+		}
+		if !logged(lead, `msg="placement: pinned"`) {
+			t.Errorf("the controller did not log the pin:\n%s", lead.Output())
+		}
+		if !constellation.WaitFor(15*time.Second, func() bool { return placementView(t, adminURL).holds(pinnedModel, pinnedTo) }) {
+			t.Fatalf("%s not loaded on %s after its pin: %+v", pinnedModel, pinnedTo, placementView(t, adminURL))
+		}
+		for round := range 2 {
+			for i := range models {
+				infer(t, e.g, fmt.Sprintf("m%d", i))
+			}
+			if st := placementView(t, adminURL); !st.holds(pinnedModel, pinnedTo) {
+				t.Fatalf("round %d: %s is no longer on %s: %+v", round, pinnedModel, pinnedTo, st)
+			}
+		}
+		pinnedAt := strings.Index(lead.Output(), `msg="placement: pinned"`)
+		if i := strings.Index(lead.Output()[pinnedAt:], `action=unload model=`+pinnedModel+` executor=`+pinnedTo); i >= 0 {
+			t.Fatalf("%s unloaded from %s after its pin:\n%s", pinnedModel, pinnedTo, lead.Output())
+		}
+		if !logged(lead, `action=load model=`+pinnedModel+` executor=`+pinnedTo+` reason="pinned to the executor by the operator"`) {
+			t.Errorf("no load for the pin in the controller's log:\n%s", lead.Output())
+		}
+	})
+
 	t.Run("the leading controller killed: the standby places on demand", func(t *testing.T) {
 		standby := e.router(t, "router1")
 		time.Sleep(time.Second) // standing by: the lease is router0's
@@ -261,6 +316,13 @@ func TestPlacement(t *testing.T) {
 		}
 		if !logged(standby, `reason="on demand"`) {
 			t.Fatalf("the new leader placed nothing on demand:\n%s", standby.Output())
+		}
+		// The pin is kept in Redis: the new leader has it, and removes it.
+		if got := placementView(t, adminURL).pinned(pinnedModel); !slices.Equal(got, []string{pinnedTo}) {
+			t.Fatalf("the new leader's pins of %s: %v, want [%s]", pinnedModel, got, pinnedTo)
+		}
+		if code, body := adminCall(t, http.MethodDelete, adminURL+"/pins/"+pinnedModel, ""); code != 200 || len(decodePlacement(t, body).Pins) != 0 {
+			t.Fatalf("unpin: %d %s", code, body)
 		}
 	})
 }
@@ -279,10 +341,53 @@ type placementJSON struct {
 		HeldModels    string `json:"held_models"`
 	} `json:"executors"`
 	Decisions []struct {
-		Action string `json:"action"`
-		Model  string `json:"model"`
-		Reason string `json:"reason"`
+		Action   string `json:"action"`
+		Model    string `json:"model"`
+		Executor string `json:"executor"`
+		Reason   string `json:"reason"`
 	} `json:"decisions"`
+	Pins []struct {
+		Model     string   `json:"model"`
+		Executors []string `json:"executors"`
+	} `json:"pins"`
+}
+
+// holds reports whether the view shows executor id holding model.
+func (st placementJSON) holds(model, id string) bool {
+	for _, m := range st.Models {
+		if m.Name == model {
+			return slices.Contains(m.Executors, id)
+		}
+	}
+	return false
+}
+
+// pinned is the executors the view says model is pinned to.
+func (st placementJSON) pinned(model string) []string {
+	for _, p := range st.Pins {
+		if p.Model == model {
+			return p.Executors
+		}
+	}
+	return nil
+}
+
+// adminCall sends method url with body (JSON) to the admin API's REST
+// mapping and returns the status and body.
+func adminCall(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return r.StatusCode, string(b)
 }
 
 func placementView(t *testing.T, url string) placementJSON {
@@ -296,8 +401,13 @@ func placementView(t *testing.T, url string) placementJSON {
 	if r.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", url, r.StatusCode, body)
 	}
+	return decodePlacement(t, string(body))
+}
+
+func decodePlacement(t *testing.T, body string) placementJSON {
+	t.Helper()
 	var st placementJSON
-	if err := json.Unmarshal(body, &st); err != nil {
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatalf("%v: %s", err, body)
 	}
 	return st

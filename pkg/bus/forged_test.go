@@ -166,6 +166,7 @@ func TestReplyClass(t *testing.T) {
 		ExecutorStatsSubject("e1"):              "executor",
 		GatewayStatsSubject:                     "gateway",
 		PlacementStateSubject:                   "sequence-router",
+		PlacementPinSubject:                     "sequence-router",
 	} {
 		if got := ReplyClass(subj); got != want {
 			t.Errorf("ReplyClass(%q) = %q, want %q", subj, got, want)

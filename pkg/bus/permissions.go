@@ -105,6 +105,7 @@ var routes = []Route{
 	{Pattern: execPrefix + "*.place", Publishers: rt, Subscribers: ex, Repliers: ex},
 	{Pattern: PlacementSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
 	{Pattern: PlacementStateSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
+	{Pattern: PlacementPinSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
 	{Pattern: execPrefix + "*.stats", Publishers: gw, Subscribers: ex, Repliers: ex},
 	// The statistics only gateways keep (the ensembles they ran, their
 	// response cache): the gateway answering a statistics request gathers

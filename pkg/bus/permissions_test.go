@@ -41,6 +41,7 @@ var subjectExamples = map[string]string{
 	"ExecutorEnsembleSubject":        ExecutorEnsembleSubject("e1"),
 	"PlacementSubject":               PlacementSubject,
 	"PlacementStateSubject":          PlacementStateSubject,
+	"PlacementPinSubject":            PlacementPinSubject,
 	"GatewayPresenceSubject":         GatewayPresenceSubject,
 	"ResponseCacheInvalidateSubject": ResponseCacheInvalidateSubject,
 	"RouterPresenceSubject":          RouterPresenceSubject,

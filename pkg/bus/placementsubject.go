@@ -21,3 +21,9 @@ const PlacementSubject = Prefix + ".placement.demand"
 // with adminv1.Placement, its view and latest decisions:
 // "nereid.v1.placement.state".
 const PlacementStateSubject = Prefix + ".placement.state"
+
+// PlacementPinSubject is where the placement controller leading the
+// cluster answers adminv1.PinModelRequest from a gateway's admin API (the
+// executors a model is pinned to; none removes its pin) with
+// adminv1.Placement, its view with the pins: "nereid.v1.placement.pin".
+const PlacementPinSubject = Prefix + ".placement.pin"

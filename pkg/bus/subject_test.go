@@ -66,6 +66,7 @@ func TestSubjects(t *testing.T) {
 		{ExecutorEnsembleSubject("gpu-0"), "nereid.v1.exec.gpu-0.ensemble"},
 		{GatewayStatsSubject, "nereid.v1.gateway.stats"},
 		{PlacementStateSubject, "nereid.v1.placement.state"},
+		{PlacementPinSubject, "nereid.v1.placement.pin"},
 		{HeartbeatSubject, "nereid.v1.catalog.heartbeat"},
 		{SolicitSubject, "nereid.v1.catalog.solicit"},
 	}

@@ -74,13 +74,30 @@ func (x *Controller) Demand(ctx context.Context, model string) ([]string, error)
 	return reply.GetExecutors(), nil
 }
 
+// Pin asks the controller leading placement to pin model to executors
+// (none: remove its pin) and returns its view with the pins; UNAVAILABLE
+// when no controller leads.
+func (x *Controller) Pin(ctx context.Context, model string, executors []string) (*adminv1.Placement, error) {
+	var st adminv1.Placement
+	if err := x.c.Request(ctx, bus.PlacementPinSubject, &adminv1.PinModelRequest{Model: model, Executors: executors}, &st); err != nil {
+		if bus.IsNoResponders(err) {
+			return nil, errNoController
+		}
+		return nil, err
+	}
+	return &st, nil
+}
+
+// errNoController answers the admin API when no controller leads.
+var errNoController = tritonerr.Unavailablef("no placement controller leads: start the sequence routers with --placement true (docs/placement.md)")
+
 // State asks the controller leading placement for its view and latest
 // decisions; UNAVAILABLE when no controller leads.
 func (x *Controller) State(ctx context.Context) (*adminv1.Placement, error) {
 	var st adminv1.Placement
 	if err := x.c.Request(ctx, bus.PlacementStateSubject, &adminv1.GetPlacementRequest{}, &st); err != nil {
 		if bus.IsNoResponders(err) {
-			return nil, tritonerr.Unavailablef("no placement controller leads: start the sequence routers with --placement true (docs/placement.md)")
+			return nil, errNoController
 		}
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nereid-io/nereid/api/adminv1"
 	"github.com/nereid-io/nereid/pkg/placementbus"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
 // DefaultPlacementWait bounds how long a request waits for its model to be
@@ -71,6 +72,30 @@ func (a *adminService) GetPlacement(ctx context.Context, _ *adminv1.GetPlacement
 	ctx, cancel := context.WithTimeout(ctx, adminCallTimeout)
 	defer cancel()
 	return placementbus.NewController(a.g.bus).State(ctx)
+}
+
+// PinModel pins a model to executors, through the controller leading
+// placement (placementbus.Controller.Pin), which checks them.
+func (a *adminService) PinModel(ctx context.Context, req *adminv1.PinModelRequest) (*adminv1.Placement, error) {
+	if req.GetModel() == "" {
+		return nil, tritonerr.InvalidArgf("model is required")
+	}
+	if len(req.GetExecutors()) == 0 {
+		return nil, tritonerr.InvalidArgf("executors are required: the executors to pin model '%s' to (UnpinModel removes a pin)", req.GetModel())
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminCallTimeout)
+	defer cancel()
+	return placementbus.NewController(a.g.bus).Pin(ctx, req.GetModel(), req.GetExecutors())
+}
+
+// UnpinModel removes a model's pin.
+func (a *adminService) UnpinModel(ctx context.Context, req *adminv1.UnpinModelRequest) (*adminv1.Placement, error) {
+	if req.GetModel() == "" {
+		return nil, tritonerr.InvalidArgf("model is required")
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminCallTimeout)
+	defer cancel()
+	return placementbus.NewController(a.g.bus).Pin(ctx, req.GetModel(), nil)
 }
 
 // notPlacedElsewhere lists, sorted, the models executor id holds READY

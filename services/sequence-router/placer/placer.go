@@ -81,6 +81,7 @@ type Controller struct {
 
 	mu      sync.Mutex
 	planner *placement.Planner // nil unless leading
+	epoch   uint64             // the lease's, while leading
 	heard   map[string]time.Time
 	waiters map[string][]chan []string
 	// demandedAt: when each model demanded and not yet loaded was first
@@ -159,9 +160,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	close(c.ready)
 
 	var lease *failover.Lease
-	var demand, state *bus.Subscription
+	var demand, state, pin *bus.Subscription
 	stepDown := func(r failover.Reason) {
-		for _, s := range []**bus.Subscription{&demand, &state} {
+		for _, s := range []**bus.Subscription{&demand, &state, &pin} {
 			if *s != nil {
 				_ = (*s).Unsubscribe()
 				*s = nil
@@ -196,6 +197,9 @@ func (c *Controller) Run(ctx context.Context) error {
 				}
 				if state, err = bc.Handle(bus.PlacementStateSubject, "placement", c.handleState); err != nil {
 					c.log.Error("placement: cannot serve its state to the admin API", "err", err)
+				}
+				if pin, err = bc.Handle(bus.PlacementPinSubject, "placement", c.handlePin); err != nil {
+					c.log.Error("placement: cannot serve the admin API's pins", "err", err)
 				}
 			}
 		}
@@ -234,7 +238,9 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 // tryLead takes the lease if nobody holds it, and starts planning with
-// the footprints the previous leader kept.
+// the footprints and the operator's pins the previous leader kept. A
+// controller that cannot read the pins gives the lease back rather than
+// place without them (it would evict what the operator pinned).
 func (c *Controller) tryLead(ctx context.Context) *failover.Lease {
 	sent := time.Now()
 	actx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
@@ -256,10 +262,21 @@ func (c *Controller) tryLead(ctx context.Context) *failover.Lease {
 	for m, n := range kept {
 		p.RememberFootprint(m, n)
 	}
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+	pins, err := c.st.pins(pctx)
+	cancel()
+	if err != nil {
+		c.log.Warn("placement: cannot read the pins kept; giving the lease back", "err", err)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL/4)
+		_ = c.st.release(rctx, c.cfg.ID, epoch)
+		cancel()
+		return nil
+	}
+	p.SetPins(pins)
 	c.mu.Lock()
-	c.planner, c.leading = p, true
+	c.planner, c.leading, c.epoch = p, true, epoch
 	c.mu.Unlock()
-	c.log.Info("placement: leading", "epoch", epoch, "footprints_known", len(kept))
+	c.log.Info("placement: leading", "epoch", epoch, "footprints_known", len(kept), "pins", len(pins))
 	return failover.NewLease(c.cfg.LeaseTTL, epoch, sent)
 }
 

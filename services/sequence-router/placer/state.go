@@ -2,13 +2,17 @@ package placer
 
 import (
 	"context"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/adminv1"
+	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/placement"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
 // maxDecisions bounds the decisions kept for the admin API's view.
@@ -69,7 +73,80 @@ func (c *Controller) stateLocked() *adminv1.Placement {
 		out.Models = append(out.Models, &adminv1.PlacedModel{Name: m.Name, Executors: holders[m.Name], FootprintBytes: c.planner.Footprint(m.Name),
 			MinReplicas: int64(m.MinReplicas), MaxReplicas: int64(m.MaxReplicas), Pinned: m.Pinned, Gpu: m.GPU, Sequence: m.Sequence})
 	}
+	pins := c.planner.Pins()
+	for _, m := range slices.Sorted(maps.Keys(pins)) {
+		out.Pins = append(out.Pins, &adminv1.ModelPin{Model: m, Executors: pins[m]})
+	}
 	return out
+}
+
+// handlePin serves the admin API's PinModel and UnpinModel
+// (bus.PlacementPinSubject) while this controller leads: it checks the
+// pin against what the executors advertise, keeps it in the store (fenced
+// by the lease, so that a controller taking over has it), gives it to the
+// planner and starts a round. No executors: the model's pin is removed.
+func (c *Controller) handlePin(ctx context.Context, data []byte) (proto.Message, error) {
+	var req adminv1.PinModelRequest
+	if err := proto.Unmarshal(data, &req); err != nil || req.GetModel() == "" {
+		return nil, tritonerr.InvalidArgf("malformed pin request")
+	}
+	model, ids := req.GetModel(), slices.Compact(slices.Sorted(slices.Values(req.GetExecutors())))
+	c.mu.Lock()
+	p, epoch := c.planner, c.epoch
+	if p == nil {
+		c.mu.Unlock()
+		return nil, bus.NotTaken("this controller does not lead placement")
+	}
+	if err := checkPin(p, model, ids); err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+	err := c.st.savePin(wctx, c.cfg.ID, epoch, model, ids)
+	cancel()
+	if err != nil {
+		return nil, tritonerr.Unavailablef("the pin of model '%s' was not kept: %v", model, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.planner != p {
+		return nil, tritonerr.Unavailablef("the pin of model '%s' is kept, but this controller stepped down: the next one applies it", model)
+	}
+	pins := p.Pins()
+	if len(ids) == 0 {
+		delete(pins, model)
+		c.log.Info("placement: unpinned", "model", model)
+	} else {
+		pins[model] = ids
+		c.log.Info("placement: pinned", "model", model, "executors", strings.Join(ids, ","))
+	}
+	p.SetPins(pins)
+	c.pokeLocked()
+	return c.stateLocked(), nil
+}
+
+// checkPin says what is wrong with pinning model to ids (none: unpinning,
+// always accepted): a model no executor under placement has, an executor
+// not under placement, one whose repository lacks the model.
+func checkPin(p *placement.Planner, model string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if !slices.ContainsFunc(p.Models(), func(m placement.Model) bool { return m.Name == model }) {
+		return tritonerr.NotFoundf("model '%s' is in the repository of no executor under placement", model)
+	}
+	execs := p.Executors()
+	for _, id := range ids {
+		i := slices.IndexFunc(execs, func(e placement.Executor) bool { return e.ID == id })
+		switch {
+		case i < 0:
+			return tritonerr.InvalidArgf("executor '%s' is not under placement (not started with --placement true, or not running)", id)
+		case !slices.Contains(execs[i].Repository, model):
+			return tritonerr.InvalidArgf("executor '%s' has no model '%s' in its repository", id, model)
+		}
+	}
+	return nil
 }
 
 // waitingOf is the admin API's form of the models a plan leaves waiting.

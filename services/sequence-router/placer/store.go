@@ -2,6 +2,8 @@ package placer
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"strconv"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 //	nereid:placement:lease        string "<controller id>|<epoch>", with a TTL
 //	nereid:placement:epoch        the last epoch handed out
 //	nereid:placement:footprints   hash model -> bytes measured
+//	nereid:placement:pins         hash model -> JSON array of executor ids
 //
 // The lease follows failover.Record's rules with the same scripts as the
 // router's per-model leases (internal/redislease); writes are
@@ -25,6 +28,7 @@ const (
 	leaseKey      = "nereid:placement:lease"
 	epochKey      = "nereid:placement:epoch"
 	footprintsKey = "nereid:placement:footprints"
+	pinsKey       = "nereid:placement:pins"
 )
 
 // lease is the controller's lease.
@@ -38,6 +42,22 @@ for i = 2, #ARGV, 2 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i+1])
 end
 return 1`)
+
+// pinScript sets (ARGV[3], a JSON array) or removes (ARGV[3] empty) the
+// pin of model ARGV[2] for the holder of the lease (ARGV[1]); 0 when the
+// writer no longer holds it.
+var pinScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+else
+  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+end
+return 1`)
+
+// errNotLeading: a write fenced by the lease found another controller
+// holding it.
+var errNotLeading = errors.New("this controller no longer leads placement")
 
 type store struct{ rdb *redis.Client }
 
@@ -73,4 +93,42 @@ func (s *store) saveFootprints(ctx context.Context, owner string, epoch uint64, 
 		args = append(args, k, strconv.FormatUint(v, 10))
 	}
 	return footprintScript.Run(ctx, s.rdb, []string{leaseKey, footprintsKey}, args...).Err()
+}
+
+// pins reads the operator's pins, model -> executor ids; a malformed
+// entry is skipped.
+func (s *store) pins(ctx context.Context) (map[string][]string, error) {
+	m, err := s.rdb.HGetAll(ctx, pinsKey).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]string, len(m))
+	for k, v := range m {
+		var ids []string
+		if json.Unmarshal([]byte(v), &ids) == nil && len(ids) > 0 {
+			out[k] = ids
+		}
+	}
+	return out, nil
+}
+
+// savePin writes model's pin (no executors: removes it), fenced by the
+// lease (errNotLeading).
+func (s *store) savePin(ctx context.Context, owner string, epoch uint64, model string, executors []string) error {
+	v := ""
+	if len(executors) > 0 {
+		b, err := json.Marshal(executors)
+		if err != nil {
+			return err
+		}
+		v = string(b)
+	}
+	n, err := pinScript.Run(ctx, s.rdb, []string{leaseKey, pinsKey}, redislease.Value(owner, epoch), model, v).Int()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errNotLeading
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package placer
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +65,41 @@ func TestStoreLease(t *testing.T) {
 	}
 	if a, _ := s.renew(ctx, "b", e2, ttl); a != failover.Taken {
 		t.Fatalf("b's renewal once c holds: %v", a)
+	}
+}
+
+// TestStorePins: the operator's pins are kept by the lease's holder only,
+// read back whole by the next controller, and removed by an empty pin.
+func TestStorePins(t *testing.T) {
+	ctx := context.Background()
+	s := &store{rdb: redistest.Plain(t)}
+	ttl := 300 * time.Millisecond
+	e1, err := s.acquire(ctx, "a", ttl)
+	if err != nil || e1 == 0 {
+		t.Fatalf("a acquires: %d, %v", e1, err)
+	}
+	if err := s.savePin(ctx, "a", e1, "m", []string{"e1", "e,2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.savePin(ctx, "a", e1, "n", []string{"e3"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.savePin(ctx, "b", e1, "n", []string{"e9"}); err != errNotLeading {
+		t.Fatalf("a pin written by a controller without the lease: %v, want %v", err, errNotLeading)
+	}
+	if err := s.savePin(ctx, "a", e1, "n", nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl + 100*time.Millisecond) // a's lease lapses; b takes over
+	e2, err := s.acquire(ctx, "b", ttl)
+	if err != nil || e2 <= e1 {
+		t.Fatalf("b takes the lapsed lease: epoch %d, %v", e2, err)
+	}
+	if err := s.savePin(ctx, "a", e1, "m", []string{"e9"}); err != errNotLeading {
+		t.Fatalf("the old holder's pin: %v, want %v", err, errNotLeading)
+	}
+	got, err := s.pins(ctx)
+	if err != nil || len(got) != 1 || strings.Join(got["m"], "|") != "e1|e,2" {
+		t.Fatalf("pins read by the next controller: %v, %v; want m=[e1 e,2] only", got, err)
 	}
 }

@@ -26,7 +26,10 @@ commands:
   routers                  sequence routers and the models they lead
   regions                  registered shared-memory regions, by node
   placement                the placement controller's view: models and their executors, executors'
-                           capacity and holdings, models waiting, the latest decisions with reasons
+                           capacity and holdings, pins, models waiting, the latest decisions with reasons
+  pin <model> <executor>...  pin a model to executors: placement loads it on each and never unloads it
+                           from them (replaces the model's earlier pin)
+  unpin <model>            remove a model's pin
   drain [executor]         drain an executor and wait until it is drained
   undrain [executor]       undo a drain, finished or not: the executor serves again
   drain-status [executor]  where an executor's drain stands
@@ -47,6 +50,14 @@ func Run(ctx context.Context, client adminv1.AdminClient, args []string, executo
 	case "gateways", "executors", "routers", "regions", "placement":
 		if len(rest) > 0 {
 			return fmt.Errorf("%s takes no arguments", cmd)
+		}
+	case "pin":
+		if len(rest) < 2 {
+			return errors.New("pin needs a model and at least one executor id")
+		}
+	case "unpin":
+		if len(rest) != 1 {
+			return errors.New("unpin needs one model")
 		}
 	case "drain", "undrain", "drain-status":
 		if len(rest) == 0 && executor != "" {
@@ -85,6 +96,18 @@ func Run(ctx context.Context, client adminv1.AdminClient, args []string, executo
 		return WriteRegions(out, r)
 	case "placement":
 		r, err := client.GetPlacement(ctx, &adminv1.GetPlacementRequest{})
+		if err != nil {
+			return err
+		}
+		return WritePlacement(out, r)
+	case "pin":
+		r, err := client.PinModel(ctx, &adminv1.PinModelRequest{Model: rest[0], Executors: rest[1:]})
+		if err != nil {
+			return err
+		}
+		return WritePlacement(out, r)
+	case "unpin":
+		r, err := client.UnpinModel(ctx, &adminv1.UnpinModelRequest{Model: rest[0]})
 		if err != nil {
 			return err
 		}
@@ -345,6 +368,16 @@ func WritePlacement(out io.Writer, p *adminv1.Placement) error {
 	fmt.Fprintln(out)
 	if err := table(out, "EXECUTOR\tNODE\tCAPACITY\tHOLDS\tGPU\tSTATE", rows); err != nil {
 		return err
+	}
+	if len(p.GetPins()) > 0 {
+		rows = nil
+		for _, pin := range p.GetPins() {
+			rows = append(rows, []string{pin.GetModel(), strings.Join(pin.GetExecutors(), ",")})
+		}
+		fmt.Fprintln(out)
+		if err := table(out, "PINNED	TO EXECUTORS", rows); err != nil {
+			return err
+		}
 	}
 	if len(p.GetWaiting()) > 0 {
 		rows = nil

@@ -21,6 +21,9 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 		{[]string{"undrain"}, "undrain needs one executor id"},
 		{[]string{"executors", "x"}, "executors takes no arguments"},
 		{[]string{"placement", "x"}, "placement takes no arguments"},
+		{[]string{"pin", "m"}, "pin needs a model and at least one executor id"},
+		{[]string{"unpin"}, "unpin needs one model"},
+		{[]string{"unpin", "a", "b"}, "unpin needs one model"},
 	} {
 		// The client is never reached: a nil one would panic.
 		err := Run(context.Background(), nil, tc.args, "", &strings.Builder{})
@@ -128,6 +131,7 @@ func TestPlacementTable(t *testing.T) {
 		},
 		Executors: []*adminv1.PlacementExecutor{{Id: "e1", Node: "n1", CapacityBytes: 16 << 30, CapacitySlots: 3, HeldBytes: 3 << 30, HeldModels: 1, Draining: true}},
 		Waiting:   []*adminv1.WaitingModel{{Model: "m1", Why: "no executor has room for it", Demanded: true}},
+		Pins:      []*adminv1.ModelPin{{Model: "m7", Executors: []string{"e3", "e4"}}},
 		Decisions: []*adminv1.PlacementDecision{
 			{UnixMs: 1000, Action: "unload", Model: "m2", Executor: "e1", Reason: "least recently used, evicted", ForModel: "m0"},
 			{UnixMs: 2000, Action: "load", Model: "m0", Executor: "e1", Reason: "on demand", Error: "load failed"},
@@ -138,7 +142,8 @@ func TestPlacementTable(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{"controller router0", "e1,e2", "3.0GiB", "pinned", "default", "16.0GiB / 3 slots", "3.0GiB / 1 models",
-		"draining", "no executor has room for it", "least recently used, evicted for m0", "on demand (failed: load failed)"} {
+		"draining", "no executor has room for it", "least recently used, evicted for m0", "on demand (failed: load failed)",
+		"PINNED", "m7      e3,e4"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("placement tables lack %q:\n%s", want, out)
 		}
