@@ -126,7 +126,12 @@ type ExecutorCatalog struct {
 	// and lists the others of its repository by name.
 	Placement bool `protobuf:"varint,8,opt,name=placement,proto3" json:"placement,omitempty"`
 	// What the executor may hold and has, for placement (pkg/placement).
-	Capacity      *ExecutorCapacity `protobuf:"bytes,9,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Capacity *ExecutorCapacity `protobuf:"bytes,9,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// Under placement in explicit model control mode: the models its
+	// --load-model names ("*": all of its repository), which the placement
+	// controller adds to the cluster's loaded models once per generation of
+	// the executor, as a tritonserver started with them loads them.
+	StartupModels []string `protobuf:"bytes,10,rep,name=startup_models,json=startupModels,proto3" json:"startup_models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -220,6 +225,13 @@ func (x *ExecutorCatalog) GetPlacement() bool {
 func (x *ExecutorCatalog) GetCapacity() *ExecutorCapacity {
 	if x != nil {
 		return x.Capacity
+	}
+	return nil
+}
+
+func (x *ExecutorCatalog) GetStartupModels() []string {
+	if x != nil {
+		return x.StartupModels
 	}
 	return nil
 }
@@ -1630,7 +1642,7 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x1a\n" +
 	"\bwithdraw\x18\x04 \x01(\bR\bwithdraw\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"\xde\x02\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\"\x85\x03\n" +
 	"\x0fExecutorCatalog\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x12\n" +
@@ -1643,7 +1655,9 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x10explicit_control\x18\x06 \x01(\bR\x0fexplicitControl\x12\x1a\n" +
 	"\bdraining\x18\a \x01(\bR\bdraining\x12\x1c\n" +
 	"\tplacement\x18\b \x01(\bR\tplacement\x12;\n" +
-	"\bcapacity\x18\t \x01(\v2\x1f.nereid.bus.v1.ExecutorCapacityR\bcapacity\"\x94\x01\n" +
+	"\bcapacity\x18\t \x01(\v2\x1f.nereid.bus.v1.ExecutorCapacityR\bcapacity\x12%\n" +
+	"\x0estartup_models\x18\n" +
+	" \x03(\tR\rstartupModels\"\x94\x01\n" +
 	"\x10ExecutorCapacity\x12\x14\n" +
 	"\x05bytes\x18\x01 \x01(\x04R\x05bytes\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12*\n" +

@@ -167,6 +167,7 @@ func TestReplyClass(t *testing.T) {
 		GatewayStatsSubject:                     "gateway",
 		PlacementStateSubject:                   "sequence-router",
 		PlacementPinSubject:                     "sequence-router",
+		PlacementControlSubject:                 "sequence-router",
 	} {
 		if got := ReplyClass(subj); got != want {
 			t.Errorf("ReplyClass(%q) = %q, want %q", subj, got, want)

@@ -106,6 +106,7 @@ var routes = []Route{
 	{Pattern: PlacementSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
 	{Pattern: PlacementStateSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
 	{Pattern: PlacementPinSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
+	{Pattern: PlacementControlSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
 	{Pattern: execPrefix + "*.stats", Publishers: gw, Subscribers: ex, Repliers: ex},
 	// The statistics only gateways keep (the ensembles they ran, their
 	// response cache): the gateway answering a statistics request gathers

@@ -42,6 +42,7 @@ var subjectExamples = map[string]string{
 	"PlacementSubject":               PlacementSubject,
 	"PlacementStateSubject":          PlacementStateSubject,
 	"PlacementPinSubject":            PlacementPinSubject,
+	"PlacementControlSubject":        PlacementControlSubject,
 	"GatewayPresenceSubject":         GatewayPresenceSubject,
 	"ResponseCacheInvalidateSubject": ResponseCacheInvalidateSubject,
 	"RouterPresenceSubject":          RouterPresenceSubject,

@@ -27,3 +27,10 @@ const PlacementStateSubject = Prefix + ".placement.state"
 // executors a model is pinned to; none removes its pin) with
 // adminv1.Placement, its view with the pins: "nereid.v1.placement.pin".
 const PlacementPinSubject = Prefix + ".placement.pin"
+
+// PlacementControlSubject is where the placement controller leading the
+// cluster answers busv1.ModelControlRequest from a gateway's repository
+// API under placement (a load or unload for the whole cluster) with
+// busv1.ModelControlReply once the model is placed and READY, or unloaded
+// everywhere, or why not: "nereid.v1.placement.control".
+const PlacementControlSubject = Prefix + ".placement.control"

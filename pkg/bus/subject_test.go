@@ -67,6 +67,7 @@ func TestSubjects(t *testing.T) {
 		{GatewayStatsSubject, "nereid.v1.gateway.stats"},
 		{PlacementStateSubject, "nereid.v1.placement.state"},
 		{PlacementPinSubject, "nereid.v1.placement.pin"},
+		{PlacementControlSubject, "nereid.v1.placement.control"},
 		{HeartbeatSubject, "nereid.v1.catalog.heartbeat"},
 		{SolicitSubject, "nereid.v1.catalog.solicit"},
 	}

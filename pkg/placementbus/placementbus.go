@@ -88,6 +88,22 @@ func (x *Controller) Pin(ctx context.Context, model string, executors []string) 
 	return &st, nil
 }
 
+// Control sends a repository load or unload to the controller leading
+// placement, which performs it for the whole cluster: the model placed
+// and READY (or unloaded everywhere) before it answers. The reply carries
+// the error a client gets, as an executor's does; UNAVAILABLE when no
+// controller leads.
+func (x *Controller) Control(ctx context.Context, req *busv1.ModelControlRequest) (*busv1.ModelControlReply, error) {
+	var reply busv1.ModelControlReply
+	if err := x.c.Request(ctx, bus.PlacementControlSubject, req, &reply); err != nil {
+		if bus.IsNoResponders(err) {
+			return nil, errNoController
+		}
+		return nil, err
+	}
+	return &reply, nil
+}
+
 // errNoController answers the admin API when no controller leads.
 var errNoController = tritonerr.Unavailablef("no placement controller leads: start the sequence routers with --placement true (docs/placement.md)")
 

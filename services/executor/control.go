@@ -179,9 +179,15 @@ func (e *Executor) handleControl(_ context.Context, data []byte) (proto.Message,
 		return nil, tritonerr.InvalidArgf("malformed model control request: %v", err)
 	}
 	var err error
-	if e.cfg.ControlMode != ControlExplicit {
+	switch {
+	case e.cfg.ControlMode != ControlExplicit:
 		err = tritonerr.Unavailablef("explicit model load / unload is not allowed if polling is enabled")
-	} else {
+	case e.cfg.Placement:
+		// The gateways send the repository API's loads to the placement
+		// controller; a Triton backend's own (TRITONSERVER_ServerLoadModel)
+		// would load on one executor behind the controller's back.
+		err = tritonerr.Unsupportedf("failed to %s '%s': under placement, models are loaded and unloaded for the whole cluster through a gateway's repository API", controlAction(&req), req.GetName())
+	default:
 		e.controlMu.Lock()
 		if req.GetLoad() {
 			if err = e.loadModel(e.execCtx, &req); err == nil {

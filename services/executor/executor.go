@@ -166,7 +166,9 @@ type Config struct {
 	RateLimitResources []RateLimitResource
 	// Placement (--placement) puts the executor under the placement
 	// controller: it loads no model at start and loads and unloads what
-	// the controller tells it (placement.go). Only with ControlNone.
+	// the controller tells it (placement.go). In ControlExplicit the
+	// controller keeps the cluster's loaded models; Models are then the
+	// startup models the executor's catalog names for it.
 	Placement bool
 	// Capacity is --model-capacity: the footprint bytes and model slots it
 	// advertises to the placement controller; zero bounds nothing.
@@ -259,9 +261,6 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.ControlMode == ControlExplicit && slices.Contains(cfg.Models, LoadAll) && len(cfg.Models) > 1 {
 		// tritonserver's startup check, word for word.
 		return nil, errors.New("executor: Wildcard model name '*' must be the ONLY startup model if specified at all.")
-	}
-	if cfg.Placement && cfg.ControlMode == ControlExplicit {
-		return nil, fmt.Errorf("executor: --placement works with --model-control-mode none or poll only for now, not %s", cfg.ControlMode)
 	}
 	if cfg.ID == "" {
 		var b [8]byte
@@ -366,7 +365,10 @@ func (e *Executor) Run(ctx context.Context) error {
 	// JetStream, else from what the running executors serve.
 	var restore []*busv1.ModelControlRequest
 	fromPeers := map[string]bool{}
-	if e.cfg.ControlMode == ControlExplicit {
+	// Under placement the controller keeps the cluster's loaded models
+	// (services/sequence-router/placer) and tells this executor what to
+	// hold.
+	if e.cfg.ControlMode == ControlExplicit && !e.cfg.Placement {
 		if restore, err = e.openSet(ctx); err != nil {
 			e.log.Info("no loaded-model set in JetStream: loading what the other executors serve", "err", err)
 			for _, name := range e.loadedByPeers(ctx) {
@@ -660,6 +662,9 @@ func (e *Executor) catalog() *busv1.ExecutorCatalog {
 		ExplicitControl: e.cfg.ControlMode == ControlExplicit, Draining: e.draining.Load()}
 	if e.cfg.Placement {
 		cat.Placement, cat.Capacity = true, e.capacity()
+		if e.cfg.ControlMode == ControlExplicit {
+			cat.StartupModels = e.cfg.Models
+		}
 	}
 	known := map[string]bool{}
 	for _, mv := range e.models {

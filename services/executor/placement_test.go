@@ -104,10 +104,48 @@ func TestPlacementNotWithoutIt(t *testing.T) {
 	}
 }
 
-func TestPlacementNeedsControlModeNone(t *testing.T) {
-	_, err := New(Config{Conn: connect(t, startNATS(t)), RepositoryPath: exampleRepo, Placement: true, ControlMode: ControlExplicit})
-	if err == nil {
-		t.Fatal("placement with explicit model control: no error")
+// TestPlacementExplicit: under placement in explicit model control mode an
+// executor loads nothing at start, not even its --load-model models,
+// which it lists in its catalog for the controller to load in the cluster;
+// it refuses loads sent to every executor (the repository API's go to the
+// controller under placement), and loads what the controller tells it.
+func TestPlacementExplicit(t *testing.T) {
+	url := startNATS(t)
+	client, err := bus.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, url: url, client: client}
+	h.ex, h.stop = runExecutor(t, url, Config{RepositoryPath: exampleRepo, ID: "ex-x", Node: "node-a",
+		Placement: true, ControlMode: ControlExplicit, Models: []string{"simple"}})
+	cat := h.catalog()
+	if !cat.GetPlacement() || !cat.GetExplicitControl() || strings.Join(cat.GetStartupModels(), ",") != "simple" {
+		t.Fatalf("catalog: placement %v explicit %v startup models %v", cat.GetPlacement(), cat.GetExplicitControl(), cat.GetStartupModels())
+	}
+	if st := placedState(cat, "simple"); st == nil || st.GetState() != "" {
+		t.Fatalf("simple at start: %v, want listed by name only", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var reply busv1.ModelControlReply
+	err = client.Gather(ctx, bus.ModelControlSubject, &busv1.ModelControlRequest{Name: "simple", Load: true}, func(data []byte) bool {
+		if proto.Unmarshal(data, &reply) != nil {
+			t.Fatal("malformed control reply")
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "failed to load 'simple': under placement"; reply.GetErrorKind() != "UNSUPPORTED" || !strings.HasPrefix(reply.GetError(), want) {
+		t.Fatalf("a load sent to every executor: %s %q, want UNSUPPORTED %q...", reply.GetErrorKind(), reply.GetError(), want)
+	}
+	if st := placedState(reply.GetCatalog(), "simple"); st.GetState() != "" {
+		t.Fatalf("simple after a refused load: %v", st)
+	}
+	cat, err = placementbus.NewExecutors(client).Load(ctx, "ex-x", "simple")
+	if err != nil || placedState(cat, "simple").GetState() != StateReady {
+		t.Fatalf("the controller's load: %v %v", placedState(cat, "simple"), err)
 	}
 }
 

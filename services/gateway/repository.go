@@ -16,6 +16,7 @@ import (
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/placementbus"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -35,6 +36,9 @@ const fileParamPrefix = "file:"
 // first executor's, in id order, named with the executor when the
 // constellation has more than one.
 func (g *Gateway) modelControl(ctx context.Context, req *busv1.ModelControlRequest) error {
+	if g.cfg.Placement {
+		return g.placedControl(ctx, req)
+	}
 	g.cat.waitSettled()
 	ids := g.cat.executorIDs()
 	if len(ids) == 0 {
@@ -92,6 +96,33 @@ func (g *Gateway) modelControl(ctx context.Context, req *busv1.ModelControlReque
 		}
 		slices.Sort(missing)
 		return tritonerr.Unavailablef("failed to %s '%s', executor '%s' did not answer", action(req), req.GetName(), missing[0])
+	}
+	return nil
+}
+
+// placedControl is modelControl under placement: the placement controller
+// loads the model in the cluster (placed on an executor and READY) or
+// unloads it everywhere, and answers as an executor would; the gateway
+// then reads every executor's catalog, so that the model is READY (or
+// gone) for the very next request.
+func (g *Gateway) placedControl(ctx context.Context, req *busv1.ModelControlRequest) error {
+	if err := g.checkControlSize(req); err != nil {
+		return err
+	}
+	g.invalidateCache(ctx, req.GetName())
+	defer g.invalidateCache(ctx, req.GetName())
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	rep, err := placementbus.NewController(g.bus).Control(ctx, req)
+	if err != nil {
+		return err
+	}
+	if rep.GetCatalog() != nil {
+		g.cat.apply(rep.GetCatalog())
+	}
+	g.cat.refresh(ctx)
+	if rep.GetError() != "" {
+		return tritonerr.New(tritonerr.ParseKind(rep.GetErrorKind()), "%s", rep.GetError())
 	}
 	return nil
 }

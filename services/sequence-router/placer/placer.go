@@ -38,6 +38,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/placement"
 	"github.com/nereid-io/nereid/pkg/placementbus"
 	"github.com/nereid-io/nereid/pkg/redisconn"
+	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
 // Defaults of Config.
@@ -88,9 +89,16 @@ type Controller struct {
 	// demanded (timing.go).
 	demandedAt map[string]time.Time
 	onDemand   *prometheus.SummaryVec
-	leading    bool
-	poke       chan struct{}
-	lastWait   string
+	// Explicit model control (explicit.go): whether the executors run
+	// in it, the cluster's loaded models, the executor generations whose
+	// startup models were loaded, and the repository loads waiting.
+	explicit bool
+	loaded   map[string]bool
+	started  map[string]uint64
+	controls map[string][]chan controlOutcome
+	leading  bool
+	poke     chan struct{}
+	lastWait string
 	// The admin API's view (state.go): the models the last round left
 	// waiting, the latest decisions.
 	waiting   []*adminv1.WaitingModel
@@ -119,6 +127,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, log: cfg.Logger.With("service", "placement", "controller", cfg.ID), ready: make(chan struct{}),
 		heard: map[string]time.Time{}, waiters: map[string][]chan []string{}, demandedAt: map[string]time.Time{},
+		loaded: map[string]bool{}, started: map[string]uint64{}, controls: map[string][]chan controlOutcome{},
 		onDemand: onDemandSummary(), poke: make(chan struct{}, 1)}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(c.onDemand); err != nil {
@@ -160,9 +169,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	close(c.ready)
 
 	var lease *failover.Lease
-	var demand, state, pin *bus.Subscription
+	var demand, state, pin, control *bus.Subscription
 	stepDown := func(r failover.Reason) {
-		for _, s := range []**bus.Subscription{&demand, &state, &pin} {
+		for _, s := range []**bus.Subscription{&demand, &state, &pin, &control} {
 			if *s != nil {
 				_ = (*s).Unsubscribe()
 				*s = nil
@@ -177,6 +186,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			delete(c.waiters, m)
 		}
 		clear(c.demandedAt)
+		for m := range c.controls {
+			c.settleControlsLocked(m, controlOutcome{err: tritonerr.Unavailablef("failed to load '%s': the placement controller stepped down", m)})
+		}
 		c.mu.Unlock()
 		if r.Releases() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL/4)
@@ -200,6 +212,9 @@ func (c *Controller) Run(ctx context.Context) error {
 				}
 				if pin, err = bc.Handle(bus.PlacementPinSubject, "placement", c.handlePin); err != nil {
 					c.log.Error("placement: cannot serve the admin API's pins", "err", err)
+				}
+				if control, err = bc.Handle(bus.PlacementControlSubject, "placement", c.handleControl); err != nil {
+					c.log.Error("placement: cannot serve the repository API's loads", "err", err)
 				}
 			}
 		}
@@ -273,8 +288,19 @@ func (c *Controller) tryLead(ctx context.Context) *failover.Lease {
 		return nil
 	}
 	p.SetPins(pins)
+	lctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+	loaded, started, err := c.st.loaded(lctx)
+	cancel()
+	if err != nil {
+		c.log.Warn("placement: cannot read the loaded models kept; giving the lease back", "err", err)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL/4)
+		_ = c.st.release(rctx, c.cfg.ID, epoch)
+		cancel()
+		return nil
+	}
 	c.mu.Lock()
 	c.planner, c.leading, c.epoch = p, true, epoch
+	c.loaded, c.started = loaded, started
 	c.mu.Unlock()
 	c.log.Info("placement: leading", "epoch", epoch, "footprints_known", len(kept), "pins", len(pins))
 	return failover.NewLease(c.cfg.LeaseTTL, epoch, sent)
@@ -324,6 +350,7 @@ func (c *Controller) round(ctx context.Context, epoch uint64) {
 	c.mu.Unlock()
 	slices.Sort(live)
 	models := map[string]placement.Model{}
+	var cats []*busv1.ExecutorCatalog
 	for _, id := range live {
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.Interval)
 		cat, err := c.execs.Catalog(rctx, id)
@@ -331,6 +358,7 @@ func (c *Controller) round(ctx context.Context, epoch uint64) {
 		if err != nil || !cat.GetPlacement() {
 			continue
 		}
+		cats = append(cats, cat)
 		for _, m := range cat.GetModels() {
 			if _, ok := models[m.GetName()]; !ok || m.GetConfig() != nil {
 				pm := placement.Model{Name: m.GetName()}
@@ -343,6 +371,11 @@ func (c *Controller) round(ctx context.Context, epoch uint64) {
 			}
 		}
 		c.observe(time.Now(), cat)
+	}
+	if explicit, loaded := c.explicitRound(ctx, epoch, cats); explicit {
+		// Explicit model control: only the models loaded in the cluster
+		// are served; the others held somewhere are unloaded.
+		maps.DeleteFunc(models, func(name string, _ placement.Model) bool { return !loaded[name] })
 	}
 	c.mu.Lock()
 	p := c.planner
@@ -378,6 +411,9 @@ func (c *Controller) round(ctx context.Context, epoch uint64) {
 		if c.planner == p {
 			p.Done(time.Now(), d, err)
 		}
+		if err != nil && d.Action == placement.Load {
+			c.settleControlsLocked(d.Model, controlOutcome{cat: cat, err: err})
+		}
 		c.mu.Unlock()
 	}
 	var waits []string
@@ -386,6 +422,13 @@ func (c *Controller) round(ctx context.Context, epoch uint64) {
 	}
 	c.mu.Lock()
 	c.waiting = waitingOf(plan.Waiting)
+	// A repository load whose model the plan could not place fails with
+	// why, as a load without the memory for it fails in Triton.
+	for _, w := range plan.Waiting {
+		if w.Replicas == 0 && len(c.controls[w.Model]) > 0 {
+			c.settleControlsLocked(w.Model, controlOutcome{err: tritonerr.Unavailablef("failed to load '%s': %s", w.Model, w.Why)})
+		}
+	}
 	c.mu.Unlock()
 	if joined := strings.Join(waits, "; "); joined != c.lastWait {
 		c.log.Info("placement: models waiting", "waiting", joined)
@@ -453,6 +496,9 @@ func (c *Controller) observe(now time.Time, cat *busv1.ExecutorCatalog) {
 			close(w)
 		}
 		delete(c.waiters, h.Model)
+		if len(c.controls[h.Model]) > 0 {
+			c.settleControlsLocked(h.Model, controlOutcome{cat: cat})
+		}
 	}
 }
 
@@ -470,6 +516,11 @@ func (c *Controller) handleDemand(ctx context.Context, _, reply string, data []b
 	if c.planner == nil {
 		c.mu.Unlock()
 		_ = c.bus.Reply(ctx, reply, &busv1.PlacementDemandReply{Reason: "this controller does not lead placement"})
+		return
+	}
+	if c.explicit && !c.loaded[d.GetModel()] {
+		c.mu.Unlock()
+		_ = c.bus.Reply(ctx, reply, &busv1.PlacementDemandReply{Reason: "the model is not loaded (explicit model control: load it through the repository API)"})
 		return
 	}
 	c.planner.Demand(time.Now(), d.GetModel())

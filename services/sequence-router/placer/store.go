@@ -19,6 +19,10 @@ import (
 //	nereid:placement:epoch        the last epoch handed out
 //	nereid:placement:footprints   hash model -> bytes measured
 //	nereid:placement:pins         hash model -> JSON array of executor ids
+//	nereid:placement:loaded       hash model -> "1": the models loaded in the
+//	                              cluster in explicit model control mode
+//	nereid:placement:started      hash executor id -> the generation whose
+//	                              startup models (--load-model) were loaded
 //
 // The lease follows failover.Record's rules with the same scripts as the
 // router's per-model leases (internal/redislease); writes are
@@ -29,6 +33,8 @@ const (
 	epochKey      = "nereid:placement:epoch"
 	footprintsKey = "nereid:placement:footprints"
 	pinsKey       = "nereid:placement:pins"
+	loadedKey     = "nereid:placement:loaded"
+	startedKey    = "nereid:placement:started"
 )
 
 // lease is the controller's lease.
@@ -53,6 +59,22 @@ if ARGV[3] == '' then
 else
   redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 end
+return 1`)
+
+// loadedScript changes the loaded models for the holder of the lease
+// (ARGV[1]): ARGV[2] = n, then n models added; then m, then m models
+// removed; then an executor id ("" for none) and the generation whose
+// startup models this adds. 0 when the writer no longer holds the lease.
+var loadedScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local i = 2
+local n = tonumber(ARGV[i])
+for j = 1, n do redis.call('HSET', KEYS[2], ARGV[i+j], '1') end
+i = i + n + 1
+n = tonumber(ARGV[i])
+for j = 1, n do redis.call('HDEL', KEYS[2], ARGV[i+j]) end
+i = i + n + 1
+if ARGV[i] ~= '' then redis.call('HSET', KEYS[3], ARGV[i], ARGV[i+1]) end
 return 1`)
 
 // errNotLeading: a write fenced by the lease found another controller
@@ -124,6 +146,61 @@ func (s *store) savePin(ctx context.Context, owner string, epoch uint64, model s
 		v = string(b)
 	}
 	n, err := pinScript.Run(ctx, s.rdb, []string{leaseKey, pinsKey}, redislease.Value(owner, epoch), model, v).Int()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errNotLeading
+	}
+	return nil
+}
+
+// loaded reads the models loaded in the cluster (explicit model control)
+// and, by executor, the generation whose startup models were loaded.
+func (s *store) loaded(ctx context.Context) (map[string]bool, map[string]uint64, error) {
+	m, err := s.rdb.HGetAll(ctx, loadedKey).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	loaded := make(map[string]bool, len(m))
+	for k := range m {
+		loaded[k] = true
+	}
+	st, err := s.rdb.HGetAll(ctx, startedKey).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	started := make(map[string]uint64, len(st))
+	for k, v := range st {
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			started[k] = n
+		}
+	}
+	return loaded, started, nil
+}
+
+// loadedChange is one change of the loaded models: models added, models
+// removed, and the executor generation whose startup models it adds
+// (executor "" for none).
+type loadedChange struct {
+	add, remove []string
+	executor    string
+	generation  uint64
+}
+
+// saveLoaded writes a change of the loaded models, fenced by the lease
+// (errNotLeading).
+func (s *store) saveLoaded(ctx context.Context, owner string, epoch uint64, ch loadedChange) error {
+	args := []any{redislease.Value(owner, epoch), len(ch.add)}
+	for _, m := range ch.add {
+		args = append(args, m)
+	}
+	args = append(args, len(ch.remove))
+	for _, m := range ch.remove {
+		args = append(args, m)
+	}
+	args = append(args, ch.executor, strconv.FormatUint(ch.generation, 10))
+	n, err := loadedScript.Run(ctx, s.rdb, []string{leaseKey, loadedKey, startedKey}, args...).Int()
 	if err != nil {
 		return err
 	}

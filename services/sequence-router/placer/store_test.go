@@ -103,3 +103,42 @@ func TestStorePins(t *testing.T) {
 		t.Fatalf("pins read by the next controller: %v, %v; want m=[e1 e,2] only", got, err)
 	}
 }
+
+// TestStoreLoaded: the loaded models (explicit model control) and the
+// executor generations whose startup models were loaded are kept by the
+// lease's holder only, and read back whole by the next controller.
+func TestStoreLoaded(t *testing.T) {
+	ctx := context.Background()
+	s := &store{rdb: redistest.Plain(t)}
+	ttl := 300 * time.Millisecond
+	e1, err := s.acquire(ctx, "a", ttl)
+	if err != nil || e1 == 0 {
+		t.Fatalf("a acquires: %d, %v", e1, err)
+	}
+	for _, ch := range []loadedChange{
+		{add: []string{"m0", "m1"}, executor: "exec0", generation: 7},
+		{add: []string{"m2"}},
+		{remove: []string{"m1", "never"}},
+	} {
+		if err := s.saveLoaded(ctx, "a", e1, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.saveLoaded(ctx, "b", e1, loadedChange{add: []string{"m9"}, executor: "exec9", generation: 1}); err != errNotLeading {
+		t.Fatalf("a change by a controller without the lease: %v, want %v", err, errNotLeading)
+	}
+	time.Sleep(ttl + 100*time.Millisecond)
+	if _, err := s.acquire(ctx, "b", ttl); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.saveLoaded(ctx, "a", e1, loadedChange{remove: []string{"m0"}}); err != errNotLeading {
+		t.Fatalf("the old holder's change: %v, want %v", err, errNotLeading)
+	}
+	loaded, started, err := s.loaded(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(loaded) != 2 || !loaded["m0"] || !loaded["m2"] || len(started) != 1 || started["exec0"] != 7 {
+		t.Fatalf("read by the next controller: loaded %v started %v; want m0, m2 and exec0=7", loaded, started)
+	}
+}
