@@ -340,7 +340,13 @@ type ModelVersionState struct {
 	// cached responses are then the old model's); a reload changes it once
 	// more when the instance it replaced has answered its last request.
 	// 0 when not loaded (or from an executor that does not say).
-	LoadedUnixNs  int64 `protobuf:"varint,10,opt,name=loaded_unix_ns,json=loadedUnixNs,proto3" json:"loaded_unix_ns,omitempty"`
+	LoadedUnixNs int64 `protobuf:"varint,10,opt,name=loaded_unix_ns,json=loadedUnixNs,proto3" json:"loaded_unix_ns,omitempty"`
+	// Under placement: the time the version's requests waited in its queue
+	// and how many they were, summed since it loaded (its statistics' queue
+	// duration), so that the controller sees the queue time between two
+	// catalogs. Refreshed like last_used_unix_ms.
+	QueueNs       uint64 `protobuf:"varint,11,opt,name=queue_ns,json=queueNs,proto3" json:"queue_ns,omitempty"`
+	QueueCount    uint64 `protobuf:"varint,12,opt,name=queue_count,json=queueCount,proto3" json:"queue_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -441,6 +447,20 @@ func (x *ModelVersionState) GetInflight() uint32 {
 func (x *ModelVersionState) GetLoadedUnixNs() int64 {
 	if x != nil {
 		return x.LoadedUnixNs
+	}
+	return 0
+}
+
+func (x *ModelVersionState) GetQueueNs() uint64 {
+	if x != nil {
+		return x.QueueNs
+	}
+	return 0
+}
+
+func (x *ModelVersionState) GetQueueCount() uint64 {
+	if x != nil {
+		return x.QueueCount
 	}
 	return 0
 }
@@ -1662,7 +1682,7 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x05bytes\x18\x01 \x01(\x04R\x05bytes\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12*\n" +
 	"\x11host_memory_bytes\x18\x03 \x01(\x04R\x0fhostMemoryBytes\x12(\n" +
-	"\x10gpu_memory_bytes\x18\x04 \x03(\x04R\x0egpuMemoryBytes\"\xe0\x02\n" +
+	"\x10gpu_memory_bytes\x18\x04 \x03(\x04R\x0egpuMemoryBytes\"\x9c\x03\n" +
 	"\x11ModelVersionState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
@@ -1674,7 +1694,10 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x11last_used_unix_ms\x18\b \x01(\x03R\x0elastUsedUnixMs\x12\x1a\n" +
 	"\binflight\x18\t \x01(\rR\binflight\x12$\n" +
 	"\x0eloaded_unix_ns\x18\n" +
-	" \x01(\x03R\floadedUnixNs\"\x10\n" +
+	" \x01(\x03R\floadedUnixNs\x12\x19\n" +
+	"\bqueue_ns\x18\v \x01(\x04R\aqueueNs\x12\x1f\n" +
+	"\vqueue_count\x18\f \x01(\x04R\n" +
+	"queueCount\"\x10\n" +
 	"\x0eCatalogRequest\"A\n" +
 	"\x11StatisticsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +

@@ -54,10 +54,11 @@ type env struct {
 	metrics map[string]string // router id: its metrics URL
 }
 
-func (e *env) router(t *testing.T, id string) *constellation.Proc {
+func (e *env) router(t *testing.T, id string, more ...string) *constellation.Proc {
 	port := constellation.FreePort(t)
-	p := constellation.Start(t, id, e.c.Bin.Path("nereid-sequence-router"), "--nats-url", e.c.NATSURL, "--redis-url", e.redis,
-		"--lease-ttl", "2s", "--id", id, "--placement", "true", "--metrics-port", strconv.Itoa(port))
+	args := append([]string{"--nats-url", e.c.NATSURL, "--redis-url", e.redis,
+		"--lease-ttl", "2s", "--id", id, "--placement", "true", "--metrics-port", strconv.Itoa(port)}, more...)
+	p := constellation.Start(t, id, e.c.Bin.Path("nereid-sequence-router"), args...)
 	e.routers = append(e.routers, p)
 	if e.metrics == nil {
 		e.metrics = map[string]string{}

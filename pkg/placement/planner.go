@@ -32,6 +32,10 @@ type Holding struct {
 	LastUse time.Time
 	// Inflight counts the requests the executor handles for the model now.
 	Inflight int
+	// QueueNs and QueueCount are the time the model's requests waited in
+	// its queue there and how many they were, summed since it loaded: two
+	// reports give the mean queue time between them.
+	QueueNs, QueueCount uint64
 }
 
 // Executor is what an executor advertises.
@@ -76,6 +80,11 @@ type Config struct {
 	// max_replicas; a replica beyond min_replicas that has had no request
 	// for ScaleDownAfter is unloaded. 0: off.
 	ScaleUpPending float64
+	// ScaleUpQueueTime turns scaling by queue time on: a model whose
+	// requests waited at least this long in its replicas' queues on the
+	// mean (between the last two reports of each) for ScaleUpAfter gets one
+	// more replica, as with ScaleUpPending. 0: off.
+	ScaleUpQueueTime time.Duration
 	// ScaleUpAfter is how long the load must last before each replica
 	// added; default 10 seconds.
 	ScaleUpAfter time.Duration
@@ -124,6 +133,9 @@ const (
 	// ScaledDown: a replica beyond min_replicas had no request for
 	// Config.ScaleDownAfter.
 	ScaledDown
+	// ScaledUpQueue: the model's mean queue time stayed at or above
+	// Config.ScaleUpQueueTime for Config.ScaleUpAfter.
+	ScaledUpQueue
 	// PinnedHere: the operator pinned the model to the executor
 	// (Planner.SetPins).
 	PinnedHere
@@ -145,6 +157,8 @@ func (r Reason) String() string {
 		return "requests in flight per replica above the scale-up threshold"
 	case ScaledDown:
 		return "idle replica beyond min_replicas"
+	case ScaledUpQueue:
+		return "queue time above the scale-up threshold"
 	case PinnedHere:
 		return "pinned to the executor by the operator"
 	}
@@ -250,7 +264,14 @@ type Planner struct {
 	hot map[string]time.Time
 	// pins are the executors the operator pinned each model to.
 	pins map[string][]string
+	// queued is, by model and executor, the queue time summed and the
+	// requests counted between its last two reports.
+	queued map[opKey]queueDelta
 }
+
+// queueDelta is a model's queue time and requests on one executor between
+// two of its reports.
+type queueDelta struct{ ns, count uint64 }
 
 // NewPlanner returns a planner with cfg's defaults filled.
 func NewPlanner(cfg Config) *Planner {
@@ -274,7 +295,7 @@ func NewPlanner(cfg Config) *Planner {
 	}
 	return &Planner{cfg: cfg, executors: map[string]*Executor{}, models: map[string]Model{},
 		footprints: map[string]uint64{}, ops: map[opKey]op{}, failed: map[opKey]time.Time{}, demand: map[string]time.Time{},
-		hot: map[string]time.Time{}, pins: map[string][]string{}}
+		hot: map[string]time.Time{}, pins: map[string][]string{}, queued: map[opKey]queueDelta{}}
 }
 
 // SetPins replaces the operator's pins: model -> the executors that must
@@ -331,6 +352,7 @@ func (p *Planner) Observe(now time.Time, e Executor) {
 	}
 	e.Repository = slices.Clone(e.Repository)
 	e.Holds = slices.Clone(e.Holds)
+	p.observeQueues(p.executors[e.ID], &e)
 	p.executors[e.ID] = &e
 	held := map[string]bool{}
 	for _, h := range e.Holds {
@@ -352,6 +374,43 @@ func (p *Planner) Observe(now time.Time, e Executor) {
 	}
 }
 
+// observeQueues records each model's queue time on e since old, the
+// executor's previous report (nil: none): a model held in both (same
+// generation, its sums not reset by a reload) gets the difference, one
+// that appears starts from its first report.
+func (p *Planner) observeQueues(old, e *Executor) {
+	for k := range p.queued {
+		if k.executor == e.ID {
+			delete(p.queued, k)
+		}
+	}
+	if old == nil || old.Generation != e.Generation {
+		return
+	}
+	for _, h := range e.Holds {
+		for _, o := range old.Holds {
+			if o.Model == h.Model && h.State == Ready && h.QueueCount >= o.QueueCount && h.QueueNs >= o.QueueNs {
+				p.queued[opKey{h.Model, e.ID}] = queueDelta{ns: h.QueueNs - o.QueueNs, count: h.QueueCount - o.QueueCount}
+			}
+		}
+	}
+}
+
+// queueTime is model's mean queue time over have, its replicas, between
+// their last two reports; ok is false when no request left a queue then.
+func (p *Planner) queueTime(model string, have []string) (time.Duration, bool) {
+	var sum queueDelta
+	for _, id := range have {
+		d := p.queued[opKey{model, id}]
+		sum.ns += d.ns
+		sum.count += d.count
+	}
+	if sum.count == 0 {
+		return 0, false
+	}
+	return time.Duration(sum.ns / sum.count), true
+}
+
 func holdsLoading(e *Executor, model string) bool {
 	for _, h := range e.Holds {
 		if h.Model == model && h.State == Loading {
@@ -368,6 +427,11 @@ func (p *Planner) Gone(_ time.Time, id string) {
 	for k := range p.ops {
 		if k.executor == id {
 			delete(p.ops, k)
+		}
+	}
+	for k := range p.queued {
+		if k.executor == id {
+			delete(p.queued, k)
 		}
 	}
 }
@@ -695,14 +759,15 @@ func (p *Planner) Plan(now time.Time) Plan {
 			decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: OnDemand, Footprint: f})
 		}
 	}
-	if p.cfg.ScaleUpPending > 0 {
+	if p.cfg.ScaleUpPending > 0 || p.cfg.ScaleUpQueueTime > 0 {
 		p.scale(now, ids, states, replicas, decide)
 	}
 	return plan
 }
 
 // scale adds a replica to each model whose requests in flight per replica
-// stayed at or above Config.ScaleUpPending for Config.ScaleUpAfter (in free
+// stayed at or above Config.ScaleUpPending, or whose mean queue time stayed
+// at or above Config.ScaleUpQueueTime, for Config.ScaleUpAfter (in free
 // capacity only: a busy model takes no room from another), and unloads
 // replicas beyond min_replicas idle for Config.ScaleDownAfter, least
 // recently used first.
@@ -722,7 +787,22 @@ func (p *Planner) scale(now time.Time, ids []string, states map[string]*execStat
 			inflight += h.inflight
 			underway = underway || !h.settled
 		}
-		if len(have) == 0 || float64(inflight) < p.cfg.ScaleUpPending*float64(len(have)) {
+		pending := p.cfg.ScaleUpPending > 0 && float64(inflight) >= p.cfg.ScaleUpPending*float64(len(have))
+		// Queue time: from the requests that left a queue between the
+		// replicas' last two reports; with requests in flight and none of
+		// them out of a queue since, the last verdict stands.
+		queued, unknown := false, false
+		if p.cfg.ScaleUpQueueTime > 0 {
+			q, ok := p.queueTime(m.Name, have)
+			queued = ok && q >= p.cfg.ScaleUpQueueTime
+			unknown = !ok && inflight > 0
+		}
+		reason := ScaledUp
+		if !pending {
+			reason = ScaledUpQueue
+		}
+		_, wasHot := p.hot[m.Name]
+		if len(have) == 0 || !pending && !queued && !(unknown && wasHot) {
 			delete(p.hot, m.Name)
 		} else if since, ok := p.hot[m.Name]; !ok {
 			p.hot[m.Name] = now
@@ -739,7 +819,7 @@ func (p *Planner) scale(now time.Time, ids []string, states map[string]*execStat
 				}
 			}
 			if s := bestFit(cands, nodes, p.Footprint(m.Name)); s != nil {
-				decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: ScaledUp, Footprint: p.Footprint(m.Name)})
+				decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: reason, Footprint: p.Footprint(m.Name)})
 				p.hot[m.Name] = now // the next replica only after another ScaleUpAfter of load
 				continue
 			}

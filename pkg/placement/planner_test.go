@@ -70,7 +70,7 @@ func (c *cluster) apply(now time.Time, plan Plan) {
 // unloads ("lru>x": evicted for x), "?m:why" waiting models.
 func planString(plan Plan) string {
 	short := map[Reason]string{BelowMinReplicas: "min", OnDemand: "demand", Evicted: "lru", AboveMaxReplicas: "max", NotServed: "gone",
-		ScaledUp: "up", ScaledDown: "down", PinnedHere: "pin"}
+		ScaledUp: "up", ScaledDown: "down", PinnedHere: "pin", ScaledUpQueue: "queue"}
 	waits := map[Why]string{NoExecutor: "none", NoGPUExecutor: "gpu", NoCapacity: "full", NothingEvictable: "stuck",
 		PinnedUnavailable: "pin-unavailable", PinnedNoRoom: "pin-full"}
 	var parts []string
@@ -99,6 +99,8 @@ func planString(plan Plan) string {
 //   - "hold" "ID MODEL": ID loaded MODEL by itself;
 //   - "use" "ID MODEL": a request to MODEL on ID now;
 //   - "inflight" "ID MODEL N": N requests in flight;
+//   - "queued" "ID MODEL MS N": N more requests left MODEL's queue on ID,
+//     after MS milliseconds each;
 //   - "measure" "MODEL BYTES": what an executor measures when it loads MODEL;
 //   - "fail" "MODEL ID": loads of MODEL on ID fail;
 //   - "demand" "MODEL"; "gone" "ID";
@@ -145,6 +147,13 @@ func run(t *testing.T, c *cluster, steps []step) {
 		case "inflight":
 			n, _ := strconv.Atoi(f[2])
 			c.holding(f[0], f[1]).Inflight = n
+			c.observe(now, f[0])
+		case "queued":
+			ms, _ := strconv.Atoi(f[2])
+			n, _ := strconv.Atoi(f[3])
+			h := c.holding(f[0], f[1])
+			h.QueueNs += uint64(n) * uint64(ms) * uint64(time.Millisecond)
+			h.QueueCount += uint64(n)
 			c.observe(now, f[0])
 		case "measure":
 			n, err := ParseBytes(f[1])
@@ -488,6 +497,34 @@ func TestPlanner(t *testing.T) {
 			{104, "plan", "", ""},
 			{106, "plan", "", "-m@e3/down"},
 			{500, "plan", "", ""},
+		},
+	}, {
+		name:   "queue time adds a replica once it stayed above the threshold; a report without dequeued requests keeps the verdict",
+		cfg:    Config{ScaleUpQueueTime: 100 * time.Millisecond, ScaleUpAfter: 10 * time.Second, ScaleDownAfter: time.Minute},
+		models: []Model{{Name: "m", MaxReplicas: 2}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=2 m", ""},
+			{0, "exec", "e2 n2 slots=2 m", ""},
+			{0, "plan", "", "+m@e1/min"},
+			{1, "inflight", "e1 m 2", ""},
+			{1, "queued", "e1 m 50 10", ""}, // 50 ms on the mean: below
+			{1, "plan", "", ""},
+			{2, "queued", "e1 m 300 10", ""}, // above: hot from now
+			{2, "plan", "", ""},
+			{4, "queued", "e1 m 10 10", ""}, // below again: the window starts over
+			{4, "plan", "", ""},
+			{5, "queued", "e1 m 300 10", ""},
+			{5, "plan", "", ""},
+			// Requests in flight, none out of the queue since: still hot.
+			{8, "inflight", "e1 m 3", ""},
+			{8, "plan", "", ""},
+			{14, "plan", "", ""},
+			{15, "plan", "", "+m@e2/queue"},
+			{30, "plan", "", ""}, // max_replicas
+			// Idle: the replica beyond min_replicas goes.
+			{31, "inflight", "e1 m 0", ""},
+			{31, "use", "e1 m", ""},
+			{80, "plan", "", "-m@e2/down"},
 		},
 	}, {
 		name:   "scaling up takes only free room: it never evicts",

@@ -84,6 +84,7 @@ func (mv *modelVersion) placementState(s *busv1.ModelVersionState) {
 	if mv.stats != nil {
 		mv.stats.mu.Lock()
 		last = max(last, int64(mv.stats.lastInference))
+		s.QueueNs, s.QueueCount = mv.stats.queue.ns, mv.stats.queue.count
 		mv.stats.mu.Unlock()
 	}
 	s.LastUsedUnixMs = last

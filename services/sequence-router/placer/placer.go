@@ -474,6 +474,8 @@ func (c *Controller) observe(now time.Time, cat *busv1.ExecutorCatalog) {
 		}
 		h.Footprint += m.GetFootprintBytes()
 		h.Inflight += int(m.GetInflight())
+		h.QueueNs += m.GetQueueNs()
+		h.QueueCount += m.GetQueueCount()
 		if t := time.UnixMilli(m.GetLastUsedUnixMs()); m.GetLastUsedUnixMs() > 0 && t.After(h.LastUse) {
 			h.LastUse = t
 		}

@@ -41,6 +41,7 @@ func main() {
 	minReplicas := fs.Int("placement-min-replicas", 1, "under --placement, executors each model should be on (a model's nereid_min_replicas parameter overrides it)")
 	maxReplicas := fs.Int("placement-max-replicas", 0, "under --placement, executors each model may be on at most (0: no bound; a model's nereid_max_replicas parameter overrides it)")
 	scaleUp := fs.Float64("placement-scale-up-pending", 0, "under --placement, scale by load: a model whose requests in flight per replica stay at or above this for --placement-scale-up-after gets another replica in free capacity (0: off)")
+	scaleUpQueue := fs.Duration("placement-scale-up-queue-time", 0, "under --placement, scale by load: a model whose requests wait this long or longer in its replicas' queues on the mean for --placement-scale-up-after gets another replica in free capacity (0: off)")
 	scaleUpAfter := fs.Duration("placement-scale-up-after", 10*time.Second, "under --placement, how long the load must last before each replica added")
 	scaleDownAfter := fs.Duration("placement-scale-down-after", 5*time.Minute, "under --placement with scaling by load, how long a replica beyond min_replicas stays idle before it is unloaded")
 	var logFlags logsetting.Flags
@@ -66,7 +67,7 @@ func main() {
 	if placed {
 		pcfg = &placer.Config{RedisURL: *redisURL, RedisAuth: redisAuth, ID: *id, LeaseTTL: *leaseTTL,
 			Planner: placement.Config{MinReplicas: *minReplicas, MaxReplicas: *maxReplicas,
-				ScaleUpPending: *scaleUp, ScaleUpAfter: *scaleUpAfter, ScaleDownAfter: *scaleDownAfter}}
+				ScaleUpPending: *scaleUp, ScaleUpQueueTime: *scaleUpQueue, ScaleUpAfter: *scaleUpAfter, ScaleDownAfter: *scaleDownAfter}}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
