@@ -7,7 +7,7 @@ BENCHTIME ?= 2s
 
 SERVICES := gateway executor shm-registry sequence-router
 
-.PHONY: all build run test unit e2e bench perfdoc proto proto-check lint deps images compose-env compose-config helm-lint clean
+.PHONY: all build run test unit e2e bench scale perfdoc proto proto-check lint deps images compose-env compose-config helm-lint clean
 
 all: build
 
@@ -45,6 +45,15 @@ e2e: deps
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem ./e2e/bench/...
+
+# The placement scale envelope (e2e/scale): executor processes, gateways,
+# placement controllers and thousands of models on this machine; minutes
+# long, so not part of `make test`. SCALE_SHAPES picks the runs
+# (EXECUTORSxMODELS,...; default 8x200,48x200,8x2000,48x2000); the table
+# it prints is the one docs/placement.md reports.
+SCALE_SHAPES ?=
+scale: deps
+	bash -o pipefail -c 'NEREID_SCALE=1 NEREID_SCALE_SHAPES="$(SCALE_SHAPES)" $(GO) test -count=1 -timeout 90m -run TestScaleEnvelope -v ./e2e/scale/ 2>&1 | tee scale.out'
 
 # docs/performance.md from a whole `make bench` run, whose output is kept in
 # bench.out; `make perfdoc BENCH_OUT=file` writes it from an earlier run's

@@ -39,6 +39,13 @@ type Cluster struct {
 // NewCluster builds the binaries and starts nats-server on a free port.
 func NewCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return NewClusterWith(t)
+}
+
+// NewClusterWith is NewCluster with more nats-server flags, which win over
+// the defaults (a monitoring port: "-m", "8222").
+func NewClusterWith(t testing.TB, natsArgs ...string) *Cluster {
+	t.Helper()
 	bin, err := Build()
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +56,8 @@ func NewCluster(t testing.TB) *Cluster {
 	// monitoring port (-m 0) to collide with anything, and JetStream's
 	// store in the test's temporary directory (-sd).
 	conf := RepoPath(t, "deploy/docker/nats.conf")
-	p := Start(t, "nats-server", bin.Path("nats-server"), "-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-m", "0",
-		"--store_dir", t.TempDir())
+	p := Start(t, "nats-server", bin.Path("nats-server"), append([]string{"-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-m", "0",
+		"--store_dir", t.TempDir()}, natsArgs...)...)
 	url := "nats://" + Addr(port)
 	if !WaitFor(10*time.Second, func() bool {
 		nc, err := nats.Connect(url, nats.UserInfo(string(bus.RoleGateway), RolePassword(bus.RoleGateway)))

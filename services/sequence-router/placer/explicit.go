@@ -159,19 +159,11 @@ func (c *Controller) load(ctx context.Context, p *placement.Planner, epoch uint6
 		c.mu.Lock()
 		c.loaded[name] = true
 		c.mu.Unlock()
-		var last *busv1.ExecutorCatalog
-		for _, id := range holders {
-			cat, err := c.execs.Load(ctx, id, name)
-			if cat != nil {
-				last = cat
-				c.observe(time.Now(), cat)
-			}
-			if err != nil {
-				return last, err
-			}
+		last, err := c.onEach(ctx, holders, name, c.execs.Load)
+		if err == nil {
+			c.log.Info("placement: loaded again", "model", name, "executors", holders)
 		}
-		c.log.Info("placement: loaded again", "model", name, "executors", holders)
-		return last, nil
+		return last, err
 	}
 	w := make(chan controlOutcome, 1)
 	c.mu.Lock()
@@ -227,9 +219,21 @@ func (c *Controller) unload(ctx context.Context, p *placement.Planner, epoch uin
 		}
 	}
 	c.mu.Unlock()
+	last, err := c.onEach(ctx, holders, name, c.execs.Unload)
+	if err == nil {
+		c.log.Info("placement: unloaded", "model", name, "executors", holders)
+	}
+	return last, err
+}
+
+// onEach tells each executor of ids to load or unload model (do), in
+// turn, observing their catalogs; it stops at the first failure. It
+// returns the last catalog.
+func (c *Controller) onEach(ctx context.Context, ids []string, model string,
+	do func(context.Context, string, string) (*busv1.ExecutorCatalog, error)) (*busv1.ExecutorCatalog, error) {
 	var last *busv1.ExecutorCatalog
-	for _, id := range holders {
-		cat, err := c.execs.Unload(ctx, id, name)
+	for _, id := range ids {
+		cat, err := do(ctx, id, model)
 		if cat != nil {
 			last = cat
 			c.observe(time.Now(), cat)
@@ -238,7 +242,6 @@ func (c *Controller) unload(ctx context.Context, p *placement.Planner, epoch uin
 			return last, err
 		}
 	}
-	c.log.Info("placement: unloaded", "model", name, "executors", holders)
 	return last, nil
 }
 

@@ -198,6 +198,35 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.log.Info("placement: stepped down", "reason", r.String())
 		lease = nil
 	}
+	// keep renews the lease when it is due and reports whether this
+	// controller still leads and serves; it steps down when the lease is
+	// lost. A round calls it between the requests it makes, so that a long
+	// one (thousands of loads) neither lets the lease lapse nor goes on
+	// deciding after another controller took over.
+	keep := func() bool {
+		if lease == nil {
+			return false
+		}
+		now := time.Now()
+		if due := lease.NextRenewal(now); !due.IsZero() && !due.After(now) {
+			lease.Renewing(now)
+			rctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+			a, err := c.st.renew(rctx, c.cfg.ID, lease.Epoch(), c.cfg.LeaseTTL)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				c.log.Warn("placement: lease renewal", "err", err)
+			}
+			if r := lease.Renewal(now, a); r != failover.NoReason {
+				stepDown(r)
+				return false
+			}
+		}
+		if r := lease.Check(time.Now()); r != failover.NoReason {
+			stepDown(r)
+			return false
+		}
+		return lease.State(time.Now()) == failover.Serving
+	}
 	tick := time.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -218,27 +247,8 @@ func (c *Controller) Run(ctx context.Context) error {
 				}
 			}
 		}
-		if lease != nil {
-			now := time.Now()
-			if due := lease.NextRenewal(now); !due.IsZero() && !due.After(now) {
-				lease.Renewing(now)
-				rctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
-				a, err := c.st.renew(rctx, c.cfg.ID, lease.Epoch(), c.cfg.LeaseTTL)
-				cancel()
-				if err != nil && ctx.Err() == nil {
-					c.log.Warn("placement: lease renewal", "err", err)
-				}
-				if r := lease.Renewal(now, a); r != failover.NoReason {
-					stepDown(r)
-				}
-			}
-			if lease != nil {
-				if r := lease.Check(time.Now()); r != failover.NoReason {
-					stepDown(r)
-				} else if lease.State(time.Now()) == failover.Serving {
-					c.round(ctx, lease.Epoch())
-				}
-			}
+		if lease != nil && keep() {
+			c.round(ctx, lease.Epoch(), keep)
 		}
 		select {
 		case <-ctx.Done():
@@ -253,9 +263,10 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 // tryLead takes the lease if nobody holds it, and starts planning with
-// the footprints and the operator's pins the previous leader kept. A
-// controller that cannot read the pins gives the lease back rather than
-// place without them (it would evict what the operator pinned).
+// the footprints, the operator's pins and the loaded models the previous
+// leader kept. A controller that cannot read the pins or the loaded
+// models gives the lease back rather than place without them (it would
+// evict what the operator pinned, or unload what clients loaded).
 func (c *Controller) tryLead(ctx context.Context) *failover.Lease {
 	sent := time.Now()
 	actx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
@@ -277,27 +288,23 @@ func (c *Controller) tryLead(ctx context.Context) *failover.Lease {
 	for m, n := range kept {
 		p.RememberFootprint(m, n)
 	}
-	pctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
-	pins, err := c.st.pins(pctx)
+	var pins map[string][]string
+	var loaded map[string]bool
+	var started map[string]uint64
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+	pins, err = c.st.pins(rctx)
+	if err == nil {
+		loaded, started, err = c.st.loaded(rctx)
+	}
 	cancel()
 	if err != nil {
-		c.log.Warn("placement: cannot read the pins kept; giving the lease back", "err", err)
+		c.log.Warn("placement: cannot read the pins or loaded models kept; giving the lease back", "err", err)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL/4)
 		_ = c.st.release(rctx, c.cfg.ID, epoch)
 		cancel()
 		return nil
 	}
 	p.SetPins(pins)
-	lctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
-	loaded, started, err := c.st.loaded(lctx)
-	cancel()
-	if err != nil {
-		c.log.Warn("placement: cannot read the loaded models kept; giving the lease back", "err", err)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaseTTL/4)
-		_ = c.st.release(rctx, c.cfg.ID, epoch)
-		cancel()
-		return nil
-	}
 	c.mu.Lock()
 	c.planner, c.leading, c.epoch = p, true, epoch
 	c.loaded, c.started = loaded, started
@@ -331,8 +338,9 @@ func (c *Controller) pokeLocked() {
 	}
 }
 
-// round reads every live executor's catalog, plans, and performs the plan.
-func (c *Controller) round(ctx context.Context, epoch uint64) {
+// round reads every live executor's catalog, plans, and performs the plan;
+// it stops as soon as keep says this controller no longer leads.
+func (c *Controller) round(ctx context.Context, epoch uint64, keep func() bool) {
 	now := time.Now()
 	c.mu.Lock()
 	var live []string
@@ -352,6 +360,9 @@ func (c *Controller) round(ctx context.Context, epoch uint64) {
 	models := map[string]placement.Model{}
 	var cats []*busv1.ExecutorCatalog
 	for _, id := range live {
+		if !keep() {
+			return
+		}
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.Interval)
 		cat, err := c.execs.Catalog(rctx, id)
 		cancel()
@@ -388,6 +399,9 @@ func (c *Controller) round(ctx context.Context, epoch uint64) {
 	plan := p.Plan(time.Now())
 	c.mu.Unlock()
 	for _, d := range plan.Actions {
+		if !keep() {
+			return
+		}
 		c.log.Info("placement: decision", "action", d.Action.String(), "model", d.Model, "executor", d.Executor, "reason", d.Reason.String(), "for", d.For)
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		var cat *busv1.ExecutorCatalog
