@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,16 +17,19 @@ import (
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/placementbus"
 	"github.com/nereid-io/nereid/pkg/redisconn/redistest"
 )
 
 // slowExecutor speaks the executor's side of placement on the bus
 // (heartbeats, its catalog, the place subject) for a repository of models,
-// and takes loadTime per load.
+// and takes loadTime per load and catalogTime per catalog it is asked for.
 type slowExecutor struct {
-	id       string
-	models   []string
-	loadTime time.Duration
+	id          string
+	models      []string
+	loadTime    time.Duration
+	catalogTime time.Duration
+	explicit    bool // --model-control-mode explicit
 
 	mu    sync.Mutex
 	rev   uint64
@@ -37,7 +41,7 @@ func (x *slowExecutor) catalog() *busv1.ExecutorCatalog {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	cat := &busv1.ExecutorCatalog{ExecutorId: x.id, Node: "n-" + x.id, Generation: 1, Revision: x.rev, Placement: true,
-		Capacity: &busv1.ExecutorCapacity{Slots: uint32(len(x.models))}}
+		Capacity: &busv1.ExecutorCapacity{Slots: uint32(len(x.models))}, ExplicitControl: x.explicit}
 	for _, m := range x.models {
 		st := &busv1.ModelVersionState{Name: m}
 		if x.held[m] {
@@ -54,6 +58,10 @@ func (x *slowExecutor) serve(t *testing.T, nc *nats.Conn) {
 		t.Fatal(err)
 	}
 	if _, err := bc.Handle(bus.ExecutorCatalogSubject(x.id), "", func(context.Context, []byte) (proto.Message, error) {
+		x.mu.Lock()
+		d := x.catalogTime
+		x.mu.Unlock()
+		time.Sleep(d)
 		return x.catalog(), nil
 	}); err != nil {
 		t.Fatal(err)
@@ -94,12 +102,9 @@ func (x *slowExecutor) serve(t *testing.T, nc *nats.Conn) {
 	}()
 }
 
-// TestLongRoundKeepsTheLease: a round whose loads together take several
-// times the lease's TTL renews the lease between them, so the controller
-// leads throughout, its standby never takes over, and no model is loaded
-// twice by two controllers deciding side by side.
-func TestLongRoundKeepsTheLease(t *testing.T) {
-	rdb := redistest.Plain(t)
+// startNATS runs an embedded NATS server for the test and returns a
+// function that connects to it.
+func startNATS(t *testing.T) func() *nats.Conn {
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +114,7 @@ func TestLongRoundKeepsTheLease(t *testing.T) {
 	if !ns.ReadyForConnections(5 * time.Second) {
 		t.Fatal("nats not ready")
 	}
-	connect := func() *nats.Conn {
+	return func() *nats.Conn {
 		nc, err := nats.Connect(ns.ClientURL())
 		if err != nil {
 			t.Fatal(err)
@@ -117,6 +122,90 @@ func TestLongRoundKeepsTheLease(t *testing.T) {
 		t.Cleanup(nc.Close)
 		return nc
 	}
+}
+
+// runController runs a controller until the test ends.
+func runController(t *testing.T, nc *nats.Conn, redisURL, id string, ttl time.Duration) *Controller {
+	c, err := New(Config{Conn: nc, RedisURL: redisURL, ID: id, LeaseTTL: ttl,
+		Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx); err != nil {
+			t.Errorf("controller %s: %v", id, err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+// waitLeading waits until c leads.
+func waitLeading(t *testing.T, c *Controller) {
+	deadline := time.Now().Add(10 * time.Second)
+	for !c.Leading() {
+		if time.Now().After(deadline) {
+			t.Fatal("the controller does not lead")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestLoadRightAfterTakeover: a repository load that reaches a controller
+// which has just taken the lease, before it has read the executors'
+// catalogs, waits for them, and is then done in explicit mode, rather
+// than refused as in a mode without explicit control. Then the executor's
+// catalog stops coming in time: the controller plans with the last one it
+// read, and unloads nothing.
+func TestLoadRightAfterTakeover(t *testing.T) {
+	rdb := redistest.Plain(t)
+	connect := startNATS(t)
+	x := &slowExecutor{id: "ex", models: []string{"m0"}, catalogTime: 80 * time.Millisecond, explicit: true,
+		held: map[string]bool{}, loads: map[string]int{}}
+	x.serve(t, connect())
+	waitLeading(t, runController(t, connect(), "redis://"+rdb.Options().Addr+"/0", "a", time.Second))
+	bc, err := bus.New(connect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		rep, err := placementbus.NewController(bc).Control(ctx, &busv1.ModelControlRequest{Name: "m0", Load: true})
+		if err != nil && strings.Contains(err.Error(), "no placement controller leads") && ctx.Err() == nil {
+			time.Sleep(time.Millisecond) // not subscribed yet
+			continue
+		}
+		if err != nil || rep.GetError() != "" {
+			t.Fatalf("load right after the takeover: %v %s", err, rep.GetError())
+		}
+		break
+	}
+	x.mu.Lock()
+	if x.loads["m0"] != 1 {
+		x.mu.Unlock()
+		t.Fatalf("m0 loaded %d times, want 1", x.loads["m0"])
+	}
+	x.catalogTime = 300 * time.Millisecond // beyond the controller's 100 ms
+	x.mu.Unlock()
+	time.Sleep(time.Second) // some rounds
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.held["m0"] {
+		t.Fatal("m0 unloaded while the executor's catalog came late")
+	}
+}
+
+// TestLongRoundKeepsTheLease: a round whose loads together take several
+// times the lease's TTL renews the lease between them, so the controller
+// leads throughout, its standby never takes over, and no model is loaded
+// twice by two controllers deciding side by side.
+func TestLongRoundKeepsTheLease(t *testing.T) {
+	rdb := redistest.Plain(t)
+	connect := startNATS(t)
 	x := &slowExecutor{id: "ex", loadTime: 150 * time.Millisecond, held: map[string]bool{}, loads: map[string]int{}}
 	for i := range 10 {
 		x.models = append(x.models, fmt.Sprintf("m%d", i))
@@ -124,31 +213,11 @@ func TestLongRoundKeepsTheLease(t *testing.T) {
 	x.serve(t, connect())
 
 	const ttl = 400 * time.Millisecond // ten loads take 1.5 s
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	run := func(id string) *Controller {
-		c, err := New(Config{Conn: connect(), RedisURL: "redis://" + rdb.Options().Addr + "/0", ID: id, LeaseTTL: ttl,
-			Interval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			if err := c.Run(ctx); err != nil {
-				t.Errorf("controller %s: %v", id, err)
-			}
-		})
-		return c
-	}
-	a := run("a")
+	url := "redis://" + rdb.Options().Addr + "/0"
+	a := runController(t, connect(), url, "a", ttl)
+	waitLeading(t, a)
+	b := runController(t, connect(), url, "b", ttl)
 	deadline := time.Now().Add(10 * time.Second)
-	for !a.Leading() {
-		if time.Now().After(deadline) {
-			t.Fatal("a does not lead")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	b := run("b")
 	var bLed atomic.Bool
 	for {
 		if b.Leading() {

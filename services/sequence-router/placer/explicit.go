@@ -97,6 +97,20 @@ func (c *Controller) handleControl(ctx context.Context, data []byte) (proto.Mess
 	if err := proto.Unmarshal(data, &req); err != nil || req.GetName() == "" {
 		return nil, tritonerr.InvalidArgf("malformed model control request")
 	}
+	// Whether the executors run in explicit mode is known once this
+	// leadership has read their catalogs: a load that comes right after a
+	// takeover waits for that (bounded by its deadline).
+	c.mu.Lock()
+	read := c.catalogsRead
+	c.mu.Unlock()
+	if read == nil {
+		return nil, bus.NotTaken("this controller does not lead placement")
+	}
+	select {
+	case <-read:
+	case <-ctx.Done():
+		return nil, tritonerr.Unavailablef("failed to %s '%s': the placement controller has not read the executors' catalogs yet", controlAction(&req), req.GetName())
+	}
 	c.mu.Lock()
 	p, epoch, explicit := c.planner, c.epoch, c.explicit
 	c.mu.Unlock()
@@ -268,4 +282,11 @@ func (c *Controller) settleControlsLocked(model string, out controlOutcome) {
 		w <- out
 	}
 	delete(c.controls, model)
+}
+
+func controlAction(req *busv1.ModelControlRequest) string {
+	if req.GetLoad() {
+		return "load"
+	}
+	return "unload"
 }

@@ -93,9 +93,17 @@ type Controller struct {
 	// in it, the cluster's loaded models, the executor generations whose
 	// startup models were loaded, and the repository loads waiting.
 	explicit bool
-	loaded   map[string]bool
-	started  map[string]uint64
-	controls map[string][]chan controlOutcome
+	// catalogsRead is closed once a round of this leadership has read
+	// executors' catalogs (explicit is known from then on: a controller
+	// that has just taken over hears of the executors within a heartbeat
+	// interval), or when the leadership ends.
+	catalogsRead chan struct{}
+	loaded       map[string]bool
+	started      map[string]uint64
+	controls     map[string][]chan controlOutcome
+	// lastCat is each live executor's latest catalog read (the round's
+	// goroutine only): a round whose read of it fails plans with it.
+	lastCat  map[string]*busv1.ExecutorCatalog
 	leading  bool
 	poke     chan struct{}
 	lastWait string
@@ -128,6 +136,7 @@ func New(cfg Config) (*Controller, error) {
 	c := &Controller{cfg: cfg, log: cfg.Logger.With("service", "placement", "controller", cfg.ID), ready: make(chan struct{}),
 		heard: map[string]time.Time{}, waiters: map[string][]chan []string{}, demandedAt: map[string]time.Time{},
 		loaded: map[string]bool{}, started: map[string]uint64{}, controls: map[string][]chan controlOutcome{},
+		lastCat:  map[string]*busv1.ExecutorCatalog{},
 		onDemand: onDemandSummary(), poke: make(chan struct{}, 1)}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(c.onDemand); err != nil {
@@ -186,6 +195,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			delete(c.waiters, m)
 		}
 		clear(c.demandedAt)
+		c.catalogsReadLocked()
 		for m := range c.controls {
 			c.settleControlsLocked(m, controlOutcome{err: tritonerr.Unavailablef("failed to load '%s': the placement controller stepped down", m)})
 		}
@@ -307,6 +317,7 @@ func (c *Controller) tryLead(ctx context.Context) *failover.Lease {
 	p.SetPins(pins)
 	c.mu.Lock()
 	c.planner, c.leading, c.epoch = p, true, epoch
+	c.catalogsRead = make(chan struct{})
 	c.loaded, c.started = loaded, started
 	c.mu.Unlock()
 	c.log.Info("placement: leading", "epoch", epoch, "footprints_known", len(kept), "pins", len(pins))
@@ -329,6 +340,19 @@ func (c *Controller) heartbeat(_ context.Context, data []byte) {
 		return
 	}
 	c.heard[hb.GetExecutorId()] = time.Now()
+}
+
+// catalogsReadLocked says this leadership has read the executors'
+// catalogs once (or ended). c.mu held.
+func (c *Controller) catalogsReadLocked() {
+	if c.catalogsRead == nil {
+		return
+	}
+	select {
+	case <-c.catalogsRead:
+	default:
+		close(c.catalogsRead)
+	}
 }
 
 func (c *Controller) pokeLocked() {
@@ -357,6 +381,11 @@ func (c *Controller) round(ctx context.Context, epoch uint64, keep func() bool) 
 	}
 	c.mu.Unlock()
 	slices.Sort(live)
+	for id := range c.lastCat {
+		if !slices.Contains(live, id) {
+			delete(c.lastCat, id)
+		}
+	}
 	models := map[string]placement.Model{}
 	var cats []*busv1.ExecutorCatalog
 	for _, id := range live {
@@ -366,7 +395,16 @@ func (c *Controller) round(ctx context.Context, epoch uint64, keep func() bool) 
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.Interval)
 		cat, err := c.execs.Catalog(rctx, id)
 		cancel()
-		if err != nil || !cat.GetPlacement() {
+		// A live executor whose catalog did not come in time still serves
+		// what it said last: planning without it would take its models
+		// for no longer served and unload them everywhere.
+		fresh := err == nil
+		if fresh {
+			c.lastCat[id] = cat
+		} else if cat = c.lastCat[id]; cat == nil {
+			continue
+		}
+		if !cat.GetPlacement() {
 			continue
 		}
 		cats = append(cats, cat)
@@ -381,12 +419,23 @@ func (c *Controller) round(ctx context.Context, epoch uint64, keep func() bool) 
 				models[m.GetName()] = pm
 			}
 		}
-		c.observe(time.Now(), cat)
+		if fresh {
+			c.observe(time.Now(), cat)
+		}
 	}
-	if explicit, loaded := c.explicitRound(ctx, epoch, cats); explicit {
+	if ctx.Err() != nil {
+		return // shutting down: the reads failed for that
+	}
+	explicit, loaded := c.explicitRound(ctx, epoch, cats)
+	if explicit {
 		// Explicit model control: only the models loaded in the cluster
 		// are served; the others held somewhere are unloaded.
 		maps.DeleteFunc(models, func(name string, _ placement.Model) bool { return !loaded[name] })
+	}
+	if len(cats) > 0 {
+		c.mu.Lock()
+		c.catalogsReadLocked()
+		c.mu.Unlock()
 	}
 	c.mu.Lock()
 	p := c.planner
