@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -130,20 +128,14 @@ func BenchmarkPlacementEvicted(b *testing.B) {
 // onDemandQuantile reads quantile q of the controller's
 // nereid_placement_on_demand_seconds for phase from its metrics page.
 func onDemandQuantile(url, phase, q string) (float64, error) {
-	r, err := http.Get(url)
+	samples, _, err := constellation.Scrape(url)
 	if err != nil {
 		return 0, err
 	}
-	defer r.Body.Close()
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return 0, err
+	series := `nereid_placement_on_demand_seconds{phase="` + phase + `",quantile="` + q + `"}`
+	v, ok := samples[series]
+	if !ok {
+		return 0, fmt.Errorf("no %s in the controller's metrics", series)
 	}
-	prefix := `nereid_placement_on_demand_seconds{phase="` + phase + `",quantile="` + q + `"} `
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, prefix); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, fmt.Errorf("no %s in the controller's metrics", strings.TrimSpace(prefix))
+	return v, nil
 }

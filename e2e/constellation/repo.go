@@ -1,10 +1,12 @@
 package constellation
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -40,4 +42,32 @@ func Call(t testing.TB, method, url, body string) (int, []byte) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
+}
+
+// Scrape reads a Prometheus /metrics page into its samples, keyed by the
+// series as the page prints it (name{label="value",...}), and returns the
+// page too.
+func Scrape(url string) (map[string]float64, string, error) {
+	r, err := http.Get(url)
+	if err != nil {
+		return nil, "", fmt.Errorf("GET %s: %w", url, err)
+	}
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err != nil || r.StatusCode != http.StatusOK {
+		return nil, "", fmt.Errorf("GET %s: %d %v", url, r.StatusCode, err)
+	}
+	out := map[string]float64{}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: bad sample %q", url, line)
+		}
+		out[line[:i]] = v
+	}
+	return out, string(b), nil
 }

@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,30 +19,11 @@ import (
 // the page prints it: name{label="value",...} with labels in name order.
 func scrape(t *testing.T, url string) (map[string]float64, string) {
 	t.Helper()
-	r, err := http.Get(url)
+	out, page, err := constellation.Scrape(url)
 	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
+		t.Fatal(err)
 	}
-	defer r.Body.Close()
-	b, err := io.ReadAll(r.Body)
-	if err != nil || r.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %v", url, r.StatusCode, err)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("%s: bad sample %q", url, line)
-		}
-		out[line[:i]] = v
-	}
-	return out, string(b)
+	return out, page
 }
 
 // series names one sample: name and label pairs ("model", "simple", ...).

@@ -71,23 +71,15 @@ func (e *env) router(t *testing.T, id string, more ...string) *constellation.Pro
 // nereid_placement_on_demand_seconds for phase (-1: not exported).
 func (e *env) onDemandCount(t *testing.T, id, phase string) int {
 	t.Helper()
-	r, err := http.Get(e.metrics[id])
+	samples, _, err := constellation.Scrape(e.metrics[id])
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Body.Close()
-	body, _ := io.ReadAll(r.Body)
-	prefix := `nereid_placement_on_demand_seconds_count{phase="` + phase + `"} `
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, prefix); ok {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return n
-		}
+	n, ok := samples[`nereid_placement_on_demand_seconds_count{phase="`+phase+`"}`]
+	if !ok {
+		return -1
 	}
-	return -1
+	return int(n)
 }
 
 func (e *env) executor(id, node string) *constellation.Proc {

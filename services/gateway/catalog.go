@@ -168,44 +168,51 @@ func (c *catalog) heartbeat(hb *busv1.ExecutorHeartbeat) {
 	e.hbGen = hb.GetGeneration()
 	e.hbRev = hb.GetRevision()
 	e.lastSeen = time.Now()
-	c.fetchIfBehindLocked(e)
-}
-
-// fetchIfBehindLocked fetches e's catalog when its last heartbeat
-// announced a newer one than the gateway holds and no fetch is under way.
-// A heartbeat that comes while a fetch is under way starts none; the
-// fetch's answer may predate it, so the answer's arrival checks again
-// (take). c.mu held.
-func (c *catalog) fetchIfBehindLocked(e *executorState) {
 	if (!e.haveCat || e.catGen != e.hbGen || e.catRev < e.hbRev) && !e.fetching {
 		e.fetching = true
-		go c.fetch(e.id)
+		go c.fetch(id)
 	}
 }
 
-// fetch asks executor id for its catalog. A failure is retried on the next
-// heartbeat (the executor's generation still differs from ours).
+// fetch asks executor id for its catalog. A heartbeat that comes while a
+// fetch is under way starts none, and the answer may predate the change
+// it announced: while the heartbeats announce a newer revision of the
+// generation fetched, fetch asks again at once, rather than at the next
+// heartbeat. A failure is retried on the next heartbeat (the executor's
+// generation still differs from ours). Each request is bounded by
+// fetchTimeout.
 func (c *catalog) fetch(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.fetchTimeout)
-	defer cancel()
-	var cat busv1.ExecutorCatalog
-	if err := c.bus.Request(ctx, bus.ExecutorCatalogSubject(id), &busv1.CatalogRequest{}, &cat); err != nil {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), c.fetchTimeout)
+		var cat busv1.ExecutorCatalog
+		err := c.bus.Request(ctx, bus.ExecutorCatalogSubject(id), &busv1.CatalogRequest{}, &cat)
+		cancel()
+		if err == nil {
+			c.take(id, &cat)
+		}
 		c.mu.Lock()
-		defer c.mu.Unlock()
-		if e, ok := c.execs[id]; ok { // else expired or withdrew meanwhile
+		e, ok := c.execs[id]
+		switch {
+		case !ok: // expired or withdrew meanwhile
+		case err != nil:
 			e.fetching = false
 			c.log.Warn("fetching executor catalog failed", "executor", id, "err", err)
+		case e.haveCat && e.catGen == e.hbGen && e.catRev < e.hbRev:
+			c.mu.Unlock()
+			continue
+		default:
+			e.fetching = false
 		}
+		c.mu.Unlock()
 		return
 	}
-	c.take(id, &cat, true)
 }
 
 // apply records a catalog an executor sent with its answer to a repository
 // load or unload, so that the gateway's view has the change before the
 // answer reaches the client.
 func (c *catalog) apply(cat *busv1.ExecutorCatalog) {
-	c.take(cat.GetExecutorId(), cat, false)
+	c.take(cat.GetExecutorId(), cat)
 }
 
 // stale reports whether the gateway already holds a catalog of e newer

@@ -77,7 +77,7 @@ func reloadedModels(known map[loadKey]int64, prev, next []*busv1.ModelVersionSta
 // old instance has answered its last request (services/executor
 // loadModelFiles), and that invalidates again: from then on only the new
 // model's responses are cached.
-func (c *catalog) take(id string, cat *busv1.ExecutorCatalog, fetched bool) {
+func (c *catalog) take(id string, cat *busv1.ExecutorCatalog) {
 	c.applyMu.Lock()
 	defer c.applyMu.Unlock()
 	var reloaded []string
@@ -104,11 +104,7 @@ func (c *catalog) take(id string, cat *busv1.ExecutorCatalog, fetched bool) {
 	if !ok {
 		return // not heard yet (its heartbeat brings the catalog), or gone
 	}
-	if fetched {
-		e.fetching = false
-	}
 	c.applyLocked(e, cat)
-	c.fetchIfBehindLocked(e)
 }
 
 // rememberLoadsLocked records the load stamps of the READY versions in

@@ -36,13 +36,12 @@ const fileParamPrefix = "file:"
 // first executor's, in id order, named with the executor when the
 // constellation has more than one.
 func (g *Gateway) modelControl(ctx context.Context, req *busv1.ModelControlRequest) error {
-	if g.cfg.Placement {
-		return g.placedControl(ctx, req)
-	}
-	g.cat.waitSettled()
-	ids := g.cat.executorIDs()
-	if len(ids) == 0 {
-		return tritonerr.Unavailablef("failed to %s '%s', no executor serves the model repository", action(req), req.GetName())
+	var ids []string
+	if !g.cfg.Placement {
+		g.cat.waitSettled()
+		if ids = g.cat.executorIDs(); len(ids) == 0 {
+			return tritonerr.Unavailablef("failed to %s '%s', no executor serves the model repository", action(req), req.GetName())
+		}
 	}
 	if err := g.checkControlSize(req); err != nil {
 		return err
@@ -53,6 +52,9 @@ func (g *Gateway) modelControl(ctx context.Context, req *busv1.ModelControlReque
 	defer g.invalidateCache(ctx, req.GetName())
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
+	if g.cfg.Placement {
+		return g.placedControl(ctx, req)
+	}
 	pending := map[string]bool{}
 	for _, id := range ids {
 		pending[id] = true
@@ -106,13 +108,6 @@ func (g *Gateway) modelControl(ctx context.Context, req *busv1.ModelControlReque
 // then reads every executor's catalog, so that the model is READY (or
 // gone) for the very next request.
 func (g *Gateway) placedControl(ctx context.Context, req *busv1.ModelControlRequest) error {
-	if err := g.checkControlSize(req); err != nil {
-		return err
-	}
-	g.invalidateCache(ctx, req.GetName())
-	defer g.invalidateCache(ctx, req.GetName())
-	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
-	defer cancel()
 	rep, err := placementbus.NewController(g.bus).Control(ctx, req)
 	if err != nil {
 		return err

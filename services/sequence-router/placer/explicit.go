@@ -186,10 +186,7 @@ func (c *Controller) load(ctx context.Context, p *placement.Planner, epoch uint6
 		return nil, tritonerr.Unavailablef("failed to load '%s': the placement controller stepped down", name)
 	}
 	c.loaded[name] = true
-	p.Demand(time.Now(), name)
-	if _, ok := c.demandedAt[name]; !ok {
-		c.demandedAt[name] = time.Now()
-	}
+	c.demandLocked(name)
 	c.controls[name] = append(c.controls[name], w)
 	c.pokeLocked()
 	c.mu.Unlock()

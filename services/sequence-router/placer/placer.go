@@ -588,10 +588,7 @@ func (c *Controller) handleDemand(ctx context.Context, _, reply string, data []b
 		_ = c.bus.Reply(ctx, reply, &busv1.PlacementDemandReply{Reason: "the model is not loaded (explicit model control: load it through the repository API)"})
 		return
 	}
-	c.planner.Demand(time.Now(), d.GetModel())
-	if _, ok := c.demandedAt[d.GetModel()]; !ok {
-		c.demandedAt[d.GetModel()] = time.Now()
-	}
+	c.demandLocked(d.GetModel())
 	c.waiters[d.GetModel()] = append(c.waiters[d.GetModel()], w)
 	c.pokeLocked()
 	c.mu.Unlock()

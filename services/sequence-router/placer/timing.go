@@ -30,6 +30,16 @@ func onDemandSummary() *prometheus.SummaryVec {
 	}, []string{"phase"})
 }
 
+// demandLocked gives model demand in the planner and, on its first
+// demand, starts its placement's clock. c.mu held, leading.
+func (c *Controller) demandLocked(model string) {
+	now := time.Now()
+	c.planner.Demand(now, model)
+	if _, ok := c.demandedAt[model]; !ok {
+		c.demandedAt[model] = now
+	}
+}
+
 // loading times the load command for model sent at sent: it observes the
 // place phase when the model was demanded, and returns the function that
 // observes the load phase once the executor answered (err: how).
