@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/nereid-io/nereid/api/inference"
@@ -50,9 +51,9 @@ func TestModelFrom(t *testing.T) {
 	}
 	cfg := &inference.ModelConfig{Name: "m",
 		InstanceGroup: []*inference.ModelInstanceGroup{{Kind: inference.ModelInstanceGroup_KIND_CPU}, {Kind: inference.ModelInstanceGroup_KIND_GPU}},
-		Parameters:    params(ParamFootprint, "2GiB", ParamMinReplicas, "2", ParamMaxReplicas, "4", ParamPinned, "true")}
+		Parameters:    params(ParamFootprint, "2GiB", ParamGPUFootprint, "6GiB", ParamMinReplicas, "2", ParamMaxReplicas, "4", ParamPinned, "true")}
 	m, err := ModelFrom(cfg)
-	want := Model{Name: "m", FootprintHint: 2 << 30, MinReplicas: 2, MaxReplicas: 4, GPU: true, Pinned: true}
+	want := Model{Name: "m", FootprintHint: 2 << 30, GPUFootprintHint: 6 << 30, MinReplicas: 2, MaxReplicas: 4, GPU: true, Pinned: true}
 	if err != nil || m != want {
 		t.Fatalf("ModelFrom = %+v, %v; want %+v", m, err, want)
 	}
@@ -62,12 +63,17 @@ func TestModelFrom(t *testing.T) {
 	}
 	for _, bad := range [][]string{
 		{ParamFootprint, "big"},
+		{ParamGPUFootprint, "most of it"},
+		{ParamGPUFootprint, "-2GiB"},
 		{ParamMinReplicas, "-1"},
 		{ParamMinReplicas, "3", ParamMaxReplicas, "2"},
 		{ParamPinned, "perhaps"},
 	} {
-		if _, err := ModelFrom(&inference.ModelConfig{Name: "m", Parameters: params(bad...)}); err == nil {
+		_, err := ModelFrom(&inference.ModelConfig{Name: "m", Parameters: params(bad...)})
+		if err == nil {
 			t.Errorf("parameters %v: no error", bad)
+		} else if !strings.Contains(err.Error(), bad[0]) || !strings.Contains(err.Error(), "'m'") {
+			t.Errorf("parameters %v: error %q names neither the parameter nor the model", bad, err)
 		}
 	}
 }

@@ -1,11 +1,12 @@
 // Package placement decides which executors hold which models, as pure
 // logic on the model of pkg/seqbatch: a Planner is told what the executors
-// advertise (capacity, GPU, the models their repositories have and the
-// models they hold, with each one's measured footprint, last use and
-// requests in flight), which models the cluster serves (footprint hint,
-// min and max replicas, GPU kind, pinned), and the demand for models placed
-// nowhere; Plan, given the current time, returns the loads and unloads to
-// perform, each with its reason, and the models it cannot place with why.
+// advertise (capacity, GPU and its memory, the models their repositories
+// have and the models they hold, with each one's measured footprint and
+// GPU footprint, last use and requests in flight), which models the
+// cluster serves (footprint hints, min and max replicas, GPU kind,
+// pinned), and the demand for models placed nowhere; Plan, given the
+// current time, returns the loads and unloads to perform, each with its
+// reason, and the models it cannot place with why.
 // It holds no goroutines, timers or connections; the placement controller
 // (services/sequence-router/placement) performs its decisions over the bus
 // and reports their outcomes back (Done).
@@ -33,6 +34,14 @@
 //     bounded. A model's footprint is the largest an executor measured for
 //     it, remembered after it unloads, else its configuration's hint, else
 //     Config.DefaultFootprint.
+//   - GPU memory is a capacity of its own: an executor with a GPU holds
+//     models whose GPU footprints (the largest GPU memory growth an
+//     executor measured for the model, else its nereid_gpu_footprint hint,
+//     else 0) sum to at most its GPUs' memory (Executor.GPUMemory, all its
+//     GPUs together). A model with no GPU footprint takes no GPU room; best
+//     fit weighs GPU room first for a model that takes some, and an
+//     eviction for one frees GPU memory as it frees slots and bytes,
+//     passing over models that would free nothing lacking.
 //   - A model whose instance_group asks for KIND_GPU is placed only on
 //     executors with a GPU; only executors whose repository has the model
 //     can load it; draining executors receive nothing, and their replicas

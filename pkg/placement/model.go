@@ -13,6 +13,10 @@ const (
 	// ParamFootprint is the footprint to assume before the first load has
 	// measured one ("512MiB").
 	ParamFootprint = "nereid_model_footprint"
+	// ParamGPUFootprint is the GPU memory to assume before the first load
+	// has measured the model's ("2GiB"): without it a model never loaded
+	// takes no GPU room, and its first placement may find a GPU too full.
+	ParamGPUFootprint = "nereid_gpu_footprint"
 	// ParamMinReplicas and ParamMaxReplicas bound the executors holding
 	// the model; they override the cluster-wide defaults.
 	ParamMinReplicas = "nereid_min_replicas"
@@ -27,6 +31,9 @@ type Model struct {
 	// FootprintHint is the footprint assumed until an executor measured
 	// one (ParamFootprint); 0: Config.DefaultFootprint.
 	FootprintHint uint64
+	// GPUFootprintHint is the GPU memory assumed until an executor
+	// measured the model's (ParamGPUFootprint); 0: none.
+	GPUFootprintHint uint64
 	// MinReplicas is how many executors should hold the model (0:
 	// Config.MinReplicas); MaxReplicas how many at most (0:
 	// Config.MaxReplicas).
@@ -54,12 +61,14 @@ func ModelFrom(cfg *inference.ModelConfig) (Model, error) {
 		p, ok := cfg.GetParameters()[key]
 		return strings.TrimSpace(p.GetStringValue()), ok
 	}
-	if v, ok := param(ParamFootprint); ok {
-		n, err := ParseBytes(v)
-		if err != nil {
-			return m, fmt.Errorf("model '%s': parameter %s: %v", m.Name, ParamFootprint, err)
+	for key, dst := range map[string]*uint64{ParamFootprint: &m.FootprintHint, ParamGPUFootprint: &m.GPUFootprintHint} {
+		if v, ok := param(key); ok {
+			n, err := ParseBytes(v)
+			if err != nil {
+				return m, fmt.Errorf("model '%s': parameter %s: %v", m.Name, key, err)
+			}
+			*dst = n
 		}
-		m.FootprintHint = n
 	}
 	for key, dst := range map[string]*int{ParamMinReplicas: &m.MinReplicas, ParamMaxReplicas: &m.MaxReplicas} {
 		if v, ok := param(key); ok {

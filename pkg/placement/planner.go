@@ -28,6 +28,9 @@ type Holding struct {
 	// Footprint is the memory the load took, as the executor measured it;
 	// 0 when unknown.
 	Footprint uint64
+	// GPUFootprint is the GPU memory the load took on the executor's GPUs,
+	// as it measured it; 0 when unknown or none.
+	GPUFootprint uint64
 	// LastUse is the last request's time, or the load's when none came.
 	LastUse time.Time
 	// Inflight counts the requests the executor handles for the model now.
@@ -46,7 +49,11 @@ type Executor struct {
 	Generation, Revision uint64
 	Capacity             Capacity
 	GPU                  bool
-	Draining             bool
+	// GPUMemory is the memory of its GPUs, summed: the GPU footprints of
+	// what it holds stay within it. 0 does not bound (a GPU whose memory
+	// is not known).
+	GPUMemory uint64
+	Draining  bool
 	// Repository lists the models its model repository has: those it can
 	// load.
 	Repository []string
@@ -173,8 +180,9 @@ type Decision struct {
 	Reason   Reason
 	// For is the model an eviction makes room for.
 	For string
-	// Footprint is what the planner counts the model to take.
-	Footprint uint64
+	// Footprint is what the planner counts the model to take, and
+	// GPUFootprint what it counts it to take of the executor's GPU memory.
+	Footprint, GPUFootprint uint64
 }
 
 func (d Decision) String() string {
@@ -207,6 +215,10 @@ const (
 	// PinnedNoRoom: an executor the model is pinned to has no room, and
 	// nothing there can be evicted for it.
 	PinnedNoRoom
+	// NoGPUMemory: executors have slots and bytes for the model, but none
+	// has GPU memory left for it, and it has no demand that would evict
+	// another.
+	NoGPUMemory
 )
 
 func (w Why) String() string {
@@ -223,6 +235,8 @@ func (w Why) String() string {
 		return "an executor it is pinned to is not there, drains, cannot load it, or failed to"
 	case PinnedNoRoom:
 		return "an executor it is pinned to has no room, and nothing there can be evicted for it"
+	case NoGPUMemory:
+		return "no executor has GPU memory left for it"
 	}
 	return "unknown"
 }
@@ -256,9 +270,11 @@ type Planner struct {
 	executors  map[string]*Executor
 	models     map[string]Model
 	footprints map[string]uint64 // measured, remembered after unloads
-	ops        map[opKey]op      // decided, outcome not yet known
-	failed     map[opKey]time.Time
-	demand     map[string]time.Time
+	// gpuFootprints are the GPU footprints measured, likewise.
+	gpuFootprints map[string]uint64
+	ops           map[opKey]op // decided, outcome not yet known
+	failed        map[opKey]time.Time
+	demand        map[string]time.Time
 	// hot is when each model's requests in flight per replica last rose
 	// to Config.ScaleUpPending (or when it last got a replica for it).
 	hot map[string]time.Time
@@ -294,7 +310,7 @@ func NewPlanner(cfg Config) *Planner {
 		cfg.ScaleDownAfter = 5 * time.Minute
 	}
 	return &Planner{cfg: cfg, executors: map[string]*Executor{}, models: map[string]Model{},
-		footprints: map[string]uint64{}, ops: map[opKey]op{}, failed: map[opKey]time.Time{}, demand: map[string]time.Time{},
+		footprints: map[string]uint64{}, gpuFootprints: map[string]uint64{}, ops: map[opKey]op{}, failed: map[opKey]time.Time{}, demand: map[string]time.Time{},
 		hot: map[string]time.Time{}, pins: map[string][]string{}, queued: map[opKey]queueDelta{}}
 }
 
@@ -358,6 +374,9 @@ func (p *Planner) Observe(now time.Time, e Executor) {
 	for _, h := range e.Holds {
 		if h.Footprint > p.footprints[h.Model] {
 			p.footprints[h.Model] = h.Footprint
+		}
+		if h.GPUFootprint > p.gpuFootprints[h.Model] {
+			p.gpuFootprints[h.Model] = h.GPUFootprint
 		}
 		if h.State == Ready {
 			held[h.Model] = true
@@ -487,6 +506,39 @@ func (p *Planner) Footprints() map[string]uint64 {
 	return out
 }
 
+// GPUFootprint is what the planner counts model to take of an executor's
+// GPU memory: the largest GPU footprint measured, else the hint, else 0
+// (a model that uses no GPU memory takes no GPU room).
+func (p *Planner) GPUFootprint(model string) uint64 {
+	if f := p.gpuFootprints[model]; f > 0 {
+		return f
+	}
+	return p.models[model].GPUFootprintHint
+}
+
+// RememberGPUFootprint seeds a measured GPU footprint (a controller taking
+// over reads them back from its store).
+func (p *Planner) RememberGPUFootprint(model string, n uint64) {
+	if n > p.gpuFootprints[model] {
+		p.gpuFootprints[model] = n
+	}
+}
+
+// GPUFootprints returns the measured GPU footprints, by model.
+func (p *Planner) GPUFootprints() map[string]uint64 {
+	out := make(map[string]uint64, len(p.gpuFootprints))
+	for k, v := range p.gpuFootprints {
+		out[k] = v
+	}
+	return out
+}
+
+// size is what the planner counts model to take: host bytes and GPU
+// bytes.
+func (p *Planner) size(model string) size {
+	return size{bytes: p.Footprint(model), gpu: p.GPUFootprint(model)}
+}
+
 // Done records the outcome of a decision performed: a failed load is not
 // tried on that executor again for Config.RetryAfter; a successful one
 // counts as under way until the executor's report shows it (Observe).
@@ -503,9 +555,14 @@ func (p *Planner) Done(now time.Time, d Decision, err error) {
 // Under returns the actions decided whose outcome is not known yet.
 func (p *Planner) Under() int { return len(p.ops) }
 
+// size is what a model takes on an executor: footprint bytes, and bytes
+// of its GPU memory (0 for a model that uses none).
+type size struct{ bytes, gpu uint64 }
+
 // holder is a model on an executor during planning.
 type holder struct {
 	footprint uint64
+	gpu       uint64
 	lastUse   time.Time
 	inflight  int
 	settled   bool // ready and no action under way
@@ -514,39 +571,73 @@ type holder struct {
 type execState struct {
 	e     *Executor
 	bytes uint64
+	gpu   uint64 // GPU footprints held
 	held  map[string]*holder
 	repo  map[string]bool
 }
 
-func (s *execState) fits(c Capacity, f uint64) bool {
-	if c.Slots > 0 && len(s.held)+1 > c.Slots {
-		return false
+// gpuBound is the GPU memory that bounds s: 0 (no bound) on an executor
+// without a GPU, where a model of KIND_GPU is not placed at all and any
+// other uses no GPU memory, or whose GPUs' memory is not known.
+func (s *execState) gpuBound() uint64 {
+	if !s.e.GPU {
+		return 0
 	}
-	return c.Bytes == 0 || s.bytes+f <= c.Bytes
+	return s.e.GPUMemory
 }
 
-// free is how much room s leaves after taking f, for best fit: slots
-// first, then bytes; unbounded dimensions count as all the room there is.
-func (s *execState) free(f uint64) (int, uint64) {
+// short says which of s's dimensions lack room for f: slots, bytes, GPU
+// bytes. A model without a GPU footprint is never short of GPU memory,
+// even on an executor whose GPUs hold more than thought.
+func (s *execState) short(f size) (slots, bytes, gpu bool) {
 	c := s.e.Capacity
-	slots, bytes := int(^uint(0)>>1), ^uint64(0)
+	g := s.gpuBound()
+	return c.Slots > 0 && len(s.held)+1 > c.Slots,
+		c.Bytes > 0 && s.bytes+f.bytes > c.Bytes,
+		g > 0 && f.gpu > 0 && s.gpu+f.gpu > g
+}
+
+func (s *execState) fits(f size) bool {
+	slots, bytes, gpu := s.short(f)
+	return !slots && !bytes && !gpu
+}
+
+// relieves reports whether evicting h gives s room it lacks for f: a
+// victim that frees nothing short (a CPU model when GPU memory is what
+// lacks) is not worth evicting.
+func (s *execState) relieves(h *holder, f size) bool {
+	slots, bytes, gpu := s.short(f)
+	return slots || bytes && h.footprint > 0 || gpu && h.gpu > 0
+}
+
+// free is how much room s leaves after taking f, for best fit: slots,
+// bytes and GPU bytes; unbounded dimensions count as all the room there
+// is, and so does GPU memory for a model that takes none.
+func (s *execState) free(f size) (int, uint64, uint64) {
+	c := s.e.Capacity
+	slots, bytes, gpu := int(^uint(0)>>1), ^uint64(0), ^uint64(0)
 	if c.Slots > 0 {
 		slots = c.Slots - len(s.held) - 1
 	}
 	if c.Bytes > 0 {
-		bytes = c.Bytes - s.bytes - f
+		bytes = c.Bytes - s.bytes - f.bytes
 	}
-	return slots, bytes
+	if g := s.gpuBound(); g > 0 && f.gpu > 0 {
+		gpu = g - s.gpu - f.gpu
+	}
+	return slots, bytes, gpu
 }
 
-func (s *execState) add(model string, f uint64, now time.Time) {
-	s.held[model] = &holder{footprint: f, lastUse: now}
-	s.bytes += f
+func (s *execState) add(model string, f size, now time.Time) {
+	s.held[model] = &holder{footprint: f.bytes, gpu: f.gpu, lastUse: now}
+	s.bytes += f.bytes
+	s.gpu += f.gpu
 }
 
 func (s *execState) remove(model string) {
 	if h := s.held[model]; h != nil {
 		s.bytes -= min(h.footprint, s.bytes)
+		s.gpu -= min(h.gpu, s.gpu)
 		delete(s.held, model)
 	}
 }
@@ -593,7 +684,7 @@ func (p *Planner) Plan(now time.Time) Plan {
 		p.ops[opKey{d.Model, d.Executor}] = op{action: d.Action, at: now}
 		s := states[d.Executor]
 		if d.Action == Load {
-			s.add(d.Model, d.Footprint, now)
+			s.add(d.Model, size{bytes: d.Footprint, gpu: d.GPUFootprint}, now)
 		} else {
 			s.remove(d.Model)
 		}
@@ -605,7 +696,7 @@ func (p *Planner) Plan(now time.Time) Plan {
 		s := states[id]
 		for _, name := range sortedKeys(s.held) {
 			if _, ok := p.models[name]; !ok && s.held[name].settled && s.held[name].inflight == 0 {
-				decide(Decision{Action: Unload, Model: name, Executor: id, Reason: NotServed, Footprint: s.held[name].footprint})
+				decide(Decision{Action: Unload, Model: name, Executor: id, Reason: NotServed, Footprint: s.held[name].footprint, GPUFootprint: s.held[name].gpu})
 			}
 		}
 	}
@@ -628,7 +719,7 @@ func (p *Planner) Plan(now time.Time) Plan {
 			return states[a].held[m.Name].lastUse.Compare(states[b].held[m.Name].lastUse)
 		})
 		for _, id := range spare[:min(len(spare), len(have)-maxR)] {
-			decide(Decision{Action: Unload, Model: m.Name, Executor: id, Reason: AboveMaxReplicas, Footprint: states[id].held[m.Name].footprint})
+			decide(Decision{Action: Unload, Model: m.Name, Executor: id, Reason: AboveMaxReplicas, Footprint: states[id].held[m.Name].footprint, GPUFootprint: states[id].held[m.Name].gpu})
 		}
 	}
 
@@ -638,7 +729,7 @@ func (p *Planner) Plan(now time.Time) Plan {
 		if !served {
 			continue
 		}
-		f := p.Footprint(name)
+		f := p.size(name)
 		for _, id := range p.pins[name] {
 			s := states[id]
 			if s != nil && s.held[name] != nil {
@@ -649,17 +740,17 @@ func (p *Planner) Plan(now time.Time) Plan {
 				plan.Waiting = append(plan.Waiting, Waiting{Model: name, Replicas: len(replicas(name)), Why: PinnedUnavailable, Demanded: p.Demanded(now, name)})
 				continue
 			}
-			if !s.fits(s.e.Capacity, f) {
+			if !s.fits(f) {
 				t, victims := p.evictFor(now, []*execState{s}, f)
 				if t == nil {
 					plan.Waiting = append(plan.Waiting, Waiting{Model: name, Replicas: len(replicas(name)), Why: PinnedNoRoom, Demanded: p.Demanded(now, name)})
 					continue
 				}
 				for _, v := range victims {
-					decide(Decision{Action: Unload, Model: v, Executor: id, Reason: Evicted, For: name, Footprint: s.held[v].footprint})
+					decide(Decision{Action: Unload, Model: v, Executor: id, Reason: Evicted, For: name, Footprint: s.held[v].footprint, GPUFootprint: s.held[v].gpu})
 				}
 			}
-			decide(Decision{Action: Load, Model: name, Executor: id, Reason: PinnedHere, Footprint: f})
+			decide(Decision{Action: Load, Model: name, Executor: id, Reason: PinnedHere, Footprint: f.bytes, GPUFootprint: f.gpu})
 		}
 	}
 
@@ -702,7 +793,7 @@ func (p *Planner) Plan(now time.Time) Plan {
 	})
 	for _, n := range needs {
 		m := n.m
-		f := p.Footprint(m.Name)
+		f := p.size(m.Name)
 		minR := cmp.Or(m.MinReplicas, p.cfg.MinReplicas)
 		if maxR := cmp.Or(m.MaxReplicas, p.cfg.MaxReplicas); maxR > 0 {
 			minR = min(minR, maxR)
@@ -741,11 +832,15 @@ func (p *Planner) Plan(now time.Time) Plan {
 				reason = OnDemand
 			}
 			if s := bestFit(cands, nodes, f); s != nil {
-				decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: reason, Footprint: f})
+				decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: reason, Footprint: f.bytes, GPUFootprint: f.gpu})
 				continue
 			}
 			if reason != OnDemand {
-				plan.Waiting = append(plan.Waiting, Waiting{Model: m.Name, Replicas: len(have), Why: NoCapacity, Demanded: n.demanded})
+				why := NoCapacity
+				if f.gpu > 0 && slices.ContainsFunc(cands, func(s *execState) bool { return s.fits(size{bytes: f.bytes}) }) {
+					why = NoGPUMemory
+				}
+				plan.Waiting = append(plan.Waiting, Waiting{Model: m.Name, Replicas: len(have), Why: why, Demanded: n.demanded})
 				break
 			}
 			s, victims := p.evictFor(now, cands, f)
@@ -754,9 +849,9 @@ func (p *Planner) Plan(now time.Time) Plan {
 				break
 			}
 			for _, v := range victims {
-				decide(Decision{Action: Unload, Model: v, Executor: s.e.ID, Reason: Evicted, For: m.Name, Footprint: s.held[v].footprint})
+				decide(Decision{Action: Unload, Model: v, Executor: s.e.ID, Reason: Evicted, For: m.Name, Footprint: s.held[v].footprint, GPUFootprint: s.held[v].gpu})
 			}
-			decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: OnDemand, Footprint: f})
+			decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: OnDemand, Footprint: f.bytes, GPUFootprint: f.gpu})
 		}
 	}
 	if p.cfg.ScaleUpPending > 0 || p.cfg.ScaleUpQueueTime > 0 {
@@ -818,8 +913,9 @@ func (p *Planner) scale(now time.Time, ids []string, states map[string]*execStat
 					cands = append(cands, s)
 				}
 			}
-			if s := bestFit(cands, nodes, p.Footprint(m.Name)); s != nil {
-				decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: reason, Footprint: p.Footprint(m.Name)})
+			f := p.size(m.Name)
+			if s := bestFit(cands, nodes, f); s != nil {
+				decide(Decision{Action: Load, Model: m.Name, Executor: s.e.ID, Reason: reason, Footprint: f.bytes, GPUFootprint: f.gpu})
 				p.hot[m.Name] = now // the next replica only after another ScaleUpAfter of load
 				continue
 			}
@@ -837,7 +933,7 @@ func (p *Planner) scale(now time.Time, ids []string, states map[string]*execStat
 			return states[a].held[m.Name].lastUse.Compare(states[b].held[m.Name].lastUse)
 		})
 		for _, id := range idle[:min(len(idle), len(have)-minR)] {
-			decide(Decision{Action: Unload, Model: m.Name, Executor: id, Reason: ScaledDown, Footprint: states[id].held[m.Name].footprint})
+			decide(Decision{Action: Unload, Model: m.Name, Executor: id, Reason: ScaledDown, Footprint: states[id].held[m.Name].footprint, GPUFootprint: states[id].held[m.Name].gpu})
 		}
 	}
 }
@@ -859,8 +955,13 @@ func (p *Planner) states(now time.Time) map[string]*execState {
 			if f == 0 {
 				f = p.Footprint(h.Model)
 			}
-			s.held[h.Model] = &holder{footprint: f, lastUse: h.LastUse, inflight: h.Inflight, settled: h.State == Ready}
+			g := h.GPUFootprint
+			if g == 0 {
+				g = p.GPUFootprint(h.Model)
+			}
+			s.held[h.Model] = &holder{footprint: f, gpu: g, lastUse: h.LastUse, inflight: h.Inflight, settled: h.State == Ready}
 			s.bytes += f
+			s.gpu += g
 		}
 		out[id] = s
 	}
@@ -874,7 +975,7 @@ func (p *Planner) states(now time.Time) map[string]*execState {
 		} else if h := s.held[k.model]; h != nil {
 			h.settled = false
 		} else {
-			s.add(k.model, p.Footprint(k.model), o.at)
+			s.add(k.model, p.size(k.model), o.at)
 			s.held[k.model].settled = false
 		}
 	}
@@ -882,16 +983,20 @@ func (p *Planner) states(now time.Time) map[string]*execState {
 }
 
 // bestFit picks, among the executors with room for f, one on a node
-// without a replica if any, then the one left with the least room (slots,
-// then bytes), then by id.
-func bestFit(cands []*execState, nodes map[string]bool, f uint64) *execState {
+// without a replica if any, then the one left with the least room (GPU
+// memory first for a model that takes some, as it is the scarcer; then
+// slots, then bytes), then by id.
+func bestFit(cands []*execState, nodes map[string]bool, f size) *execState {
 	var best *execState
 	better := func(a, b *execState) bool {
 		if an, bn := nodes[a.e.Node], nodes[b.e.Node]; an != bn {
 			return !an
 		}
-		as, ab := a.free(f)
-		bs, bb := b.free(f)
+		as, ab, ag := a.free(f)
+		bs, bb, bg := b.free(f)
+		if ag != bg {
+			return ag < bg
+		}
 		if as != bs {
 			return as < bs
 		}
@@ -901,7 +1006,7 @@ func bestFit(cands []*execState, nodes map[string]bool, f uint64) *execState {
 		return a.e.ID < b.e.ID
 	}
 	for _, s := range cands {
-		if s.fits(s.e.Capacity, f) && (best == nil || better(s, best)) {
+		if s.fits(f) && (best == nil || better(s, best)) {
 			best = s
 		}
 	}
@@ -909,9 +1014,11 @@ func bestFit(cands []*execState, nodes map[string]bool, f uint64) *execState {
 }
 
 // evictFor finds the executor whose least recently used evictable models
-// make room for f, preferring the one whose victim was used longest ago,
-// and returns it with the victims, least recently used first.
-func (p *Planner) evictFor(now time.Time, cands []*execState, f uint64) (*execState, []string) {
+// make room for f (slots, bytes and GPU bytes alike; a model that frees
+// nothing lacking is passed over), preferring the one whose victim was
+// used longest ago, and returns it with the victims, least recently used
+// first.
+func (p *Planner) evictFor(now time.Time, cands []*execState, f size) (*execState, []string) {
 	var best *execState
 	var bestVictims []string
 	var bestAge time.Time
@@ -931,19 +1038,22 @@ func (p *Planner) evictFor(now time.Time, cands []*execState, f uint64) (*execSt
 			}
 			return cmp.Compare(a, b)
 		})
-		trial := &execState{e: s.e, bytes: s.bytes, held: map[string]*holder{}}
+		trial := &execState{e: s.e, bytes: s.bytes, gpu: s.gpu, held: map[string]*holder{}}
 		for k, v := range s.held {
 			trial.held[k] = v
 		}
 		var victims []string
 		for _, v := range evictable {
-			if trial.fits(s.e.Capacity, f) {
+			if trial.fits(f) {
 				break
+			}
+			if !trial.relieves(trial.held[v], f) {
+				continue
 			}
 			trial.remove(v)
 			victims = append(victims, v)
 		}
-		if !trial.fits(s.e.Capacity, f) || len(victims) == 0 {
+		if !trial.fits(f) || len(victims) == 0 {
 			continue
 		}
 		age := s.held[victims[0]].lastUse

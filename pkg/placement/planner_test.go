@@ -18,11 +18,12 @@ type cluster struct {
 	p        *Planner
 	execs    map[string]*Executor
 	measured map[string]uint64 // footprint an executor measures at load
+	gpu      map[string]uint64 // GPU footprint an executor measures at load
 	failing  map[opKey]bool
 }
 
 func newCluster(t *testing.T, cfg Config, models ...Model) *cluster {
-	c := &cluster{t: t, p: NewPlanner(cfg), execs: map[string]*Executor{}, measured: map[string]uint64{}, failing: map[opKey]bool{}}
+	c := &cluster{t: t, p: NewPlanner(cfg), execs: map[string]*Executor{}, measured: map[string]uint64{}, gpu: map[string]uint64{}, failing: map[opKey]bool{}}
 	c.p.SetModels(models)
 	return c
 }
@@ -59,7 +60,7 @@ func (c *cluster) apply(now time.Time, plan Plan) {
 		case c.failing[opKey{d.Model, d.Executor}]:
 			c.p.Done(now, d, errors.New("load failed"))
 		default:
-			e.Holds = append(e.Holds, Holding{Model: d.Model, State: Ready, Footprint: c.measured[d.Model], LastUse: now})
+			e.Holds = append(e.Holds, Holding{Model: d.Model, State: Ready, Footprint: c.measured[d.Model], GPUFootprint: c.gpu[d.Model], LastUse: now})
 			c.observe(now, d.Executor)
 			c.p.Done(now, d, nil)
 		}
@@ -72,7 +73,7 @@ func planString(plan Plan) string {
 	short := map[Reason]string{BelowMinReplicas: "min", OnDemand: "demand", Evicted: "lru", AboveMaxReplicas: "max", NotServed: "gone",
 		ScaledUp: "up", ScaledDown: "down", PinnedHere: "pin", ScaledUpQueue: "queue"}
 	waits := map[Why]string{NoExecutor: "none", NoGPUExecutor: "gpu", NoCapacity: "full", NothingEvictable: "stuck",
-		PinnedUnavailable: "pin-unavailable", PinnedNoRoom: "pin-full"}
+		PinnedUnavailable: "pin-unavailable", PinnedNoRoom: "pin-full", NoGPUMemory: "gpu-full"}
 	var parts []string
 	for _, d := range plan.Actions {
 		s := "+"
@@ -93,15 +94,17 @@ func planString(plan Plan) string {
 
 // step is one event, at t0 plus at seconds:
 //
-//   - "exec" "ID NODE CAPACITY REPO [gpu] [drain]": an executor reports
-//     (CAPACITY as --model-capacity, "-" for none; REPO the models of its
-//     repository, comma-separated);
+//   - "exec" "ID NODE CAPACITY REPO [gpu] [gpu=BYTES] [drain]": an
+//     executor reports (CAPACITY as --model-capacity, "-" for none; REPO
+//     the models of its repository, comma-separated; gpu=BYTES a GPU and
+//     its memory);
 //   - "hold" "ID MODEL": ID loaded MODEL by itself;
 //   - "use" "ID MODEL": a request to MODEL on ID now;
 //   - "inflight" "ID MODEL N": N requests in flight;
 //   - "queued" "ID MODEL MS N": N more requests left MODEL's queue on ID,
 //     after MS milliseconds each;
-//   - "measure" "MODEL BYTES": what an executor measures when it loads MODEL;
+//   - "measure" "MODEL BYTES [GPUBYTES]": what an executor measures when it
+//     loads MODEL;
 //   - "fail" "MODEL ID": loads of MODEL on ID fail;
 //   - "demand" "MODEL"; "gone" "ID";
 //   - "pins" "MODEL=ID,ID MODEL=ID ...": the operator's pins, all of them
@@ -132,6 +135,15 @@ func run(t *testing.T, c *cluster, steps []step) {
 			}
 			e.Repository = strings.Split(f[3], ",")
 			e.GPU = slices.Contains(f, "gpu")
+			for _, x := range f[4:] {
+				if v, ok := strings.CutPrefix(x, "gpu="); ok {
+					n, err := ParseBytes(v)
+					if err != nil {
+						t.Fatal(err)
+					}
+					e.GPU, e.GPUMemory = true, n
+				}
+			}
 			e.Draining = slices.Contains(f, "drain")
 			if old := c.execs[f[0]]; old != nil {
 				e.Holds, e.Revision = old.Holds, old.Revision
@@ -161,6 +173,11 @@ func run(t *testing.T, c *cluster, steps []step) {
 				t.Fatal(err)
 			}
 			c.measured[f[0]] = n
+			if len(f) > 2 {
+				if c.gpu[f[0]], err = ParseBytes(f[2]); err != nil {
+					t.Fatal(err)
+				}
+			}
 		case "fail":
 			c.failing[opKey{f[0], f[1]}] = true
 		case "demand":
@@ -349,6 +366,57 @@ func TestPlanner(t *testing.T) {
 			{0, "plan", "", "+c@e1/min ?g:gpu"},
 			{1, "exec", "e2 n2 slots=4 g,c gpu", ""},
 			{1, "plan", "", "+g@e2/min"},
+		},
+	}, {
+		name: "GPU models pack by GPU memory; a CPU model takes no GPU room",
+		models: []Model{{Name: "c"}, {Name: "g1", GPU: true, GPUFootprintHint: 5 << 30}, {Name: "g2", GPU: true, GPUFootprintHint: 5 << 30},
+			{Name: "g3", GPU: true, GPUFootprintHint: 5 << 30}, {Name: "g4", GPU: true, GPUFootprintHint: 5 << 30}, {Name: "z"}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=4 c,g1,g2,g3,g4,z gpu=12GiB", ""},
+			{0, "exec", "e2 n2 slots=4 c,g1,g2,g3,g4,z gpu=8GiB", ""},
+			// Best fit by GPU memory: g1 leaves 3GiB on e2, 7GiB on e1;
+			// then e2 has no GPU room for 5GiB more and e1 takes two; g4
+			// finds slots but no GPU memory. z, a CPU model, still takes
+			// e1's last slot, where 2GiB of GPU memory are left.
+			{0, "plan", "", "+c@e1/min +g1@e2/min +g2@e1/min +g3@e1/min +z@e1/min ?g4:gpu-full"},
+			{1, "plan", "", "?g4:gpu-full"},
+		},
+	}, {
+		name:   "a measured GPU footprint is remembered and moves the next placement",
+		models: []Model{{Name: "g", GPU: true}},
+		steps: []step{
+			{0, "measure", "g 1MiB 6GiB", ""},
+			{0, "exec", "e1 n1 slots=4 g gpu=8GiB", ""},
+			{0, "plan", "", "+g@e1/min"},
+			{1, "gone", "e1", ""},
+			// e2 fits best by slots, but has 4GiB of GPU memory.
+			{2, "exec", "e2 n2 slots=1 g gpu=4GiB", ""},
+			{2, "exec", "e3 n3 slots=4 g gpu=8GiB", ""},
+			{2, "plan", "", "+g@e3/min"},
+		},
+	}, {
+		name:   "on demand, GPU room is made by evicting GPU models; a CPU model evicted would free none",
+		models: []Model{{Name: "c"}, {Name: "g1", GPU: true, GPUFootprintHint: 5 << 30}, {Name: "g2", GPU: true, GPUFootprintHint: 5 << 30}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=4 c,g1,g2 gpu=8GiB", ""},
+			{0, "plan", "", "+c@e1/min +g1@e1/min ?g2:gpu-full"},
+			// c is the least recently used, but holds no GPU memory.
+			{1, "use", "e1 g1", ""},
+			{2, "demand", "g2", ""},
+			{2, "plan", "", "-g1@e1/lru>g2 +g2@e1/demand"},
+			{3, "plan", "", "?g1:gpu-full"},
+		},
+	}, {
+		name:   "eviction frees slots and GPU memory together",
+		models: []Model{{Name: "a", GPU: true, GPUFootprintHint: 2 << 30}, {Name: "b", GPU: true, GPUFootprintHint: 2 << 30}, {Name: "big", GPU: true, GPUFootprintHint: 7 << 30}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=2 a,b,big gpu=8GiB", ""},
+			{0, "plan", "", "+a@e1/min +b@e1/min ?big:full"},
+			{1, "use", "e1 b", ""},
+			// One victim frees the slot, but 6GiB of GPU memory is not
+			// enough for 7GiB: both go.
+			{2, "demand", "big", ""},
+			{2, "plan", "", "-a@e1/lru>big -b@e1/lru>big +big@e1/demand"},
 		},
 	}, {
 		name:   "replicas spread across nodes first, within min and max",
@@ -572,6 +640,31 @@ func TestObserveIgnoresOlderReports(t *testing.T) {
 	p.Observe(t0, Executor{ID: "e1", Node: "n1", Generation: 1, Revision: 1, Repository: []string{"a"}})
 	if got := planString(p.Plan(t0)); got != "+a@e1/min" {
 		t.Fatalf("plan after a restart = %q, want +a@e1/min", got)
+	}
+}
+
+// TestGPUFootprintsRemembered: the GPU footprints measured are kept after
+// the executor goes, and one seeded (a controller taking over reads them
+// back) counts before any load measured it.
+func TestGPUFootprintsRemembered(t *testing.T) {
+	c := newCluster(t, Config{}, Model{Name: "g", GPU: true, GPUFootprintHint: 1 << 30}, Model{Name: "h", GPU: true})
+	run(t, c, []step{
+		{0, "measure", "g 0 3GiB", ""},
+		{0, "exec", "e1 n1 slots=2 g gpu=8GiB", ""},
+		{0, "plan", "", "+g@e1/min ?h:none"},
+		{1, "gone", "e1", ""},
+	})
+	if got := c.p.GPUFootprints(); len(got) != 1 || got["g"] != 3<<30 || c.p.GPUFootprint("g") != 3<<30 {
+		t.Fatalf("GPU footprints %v, g counted %d; want g 3GiB", got, c.p.GPUFootprint("g"))
+	}
+	c.p.RememberGPUFootprint("h", 5<<30)
+	c.p.RememberGPUFootprint("h", 1<<30) // the largest stays
+	run(t, c, []step{
+		{2, "exec", "e2 n2 slots=2 g,h gpu=6GiB", ""},
+		{2, "plan", "", "+g@e2/min ?h:gpu-full"},
+	})
+	if got := c.p.GPUFootprint("h"); got != 5<<30 {
+		t.Fatalf("h counted %d, want 5GiB", got)
 	}
 }
 
