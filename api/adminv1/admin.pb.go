@@ -1854,13 +1854,17 @@ type PlacedModel struct {
 	// measured, else the configuration's hint, else 0.
 	FootprintBytes uint64 `protobuf:"varint,3,opt,name=footprint_bytes,json=footprintBytes,proto3" json:"footprint_bytes,omitempty"`
 	// Its replica bounds, 0 for the cluster's defaults.
-	MinReplicas   int64 `protobuf:"varint,4,opt,name=min_replicas,json=minReplicas,proto3" json:"min_replicas,omitempty"`
-	MaxReplicas   int64 `protobuf:"varint,5,opt,name=max_replicas,json=maxReplicas,proto3" json:"max_replicas,omitempty"`
-	Pinned        bool  `protobuf:"varint,6,opt,name=pinned,proto3" json:"pinned,omitempty"`
-	Gpu           bool  `protobuf:"varint,7,opt,name=gpu,proto3" json:"gpu,omitempty"`
-	Sequence      bool  `protobuf:"varint,8,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MinReplicas int64 `protobuf:"varint,4,opt,name=min_replicas,json=minReplicas,proto3" json:"min_replicas,omitempty"`
+	MaxReplicas int64 `protobuf:"varint,5,opt,name=max_replicas,json=maxReplicas,proto3" json:"max_replicas,omitempty"`
+	Pinned      bool  `protobuf:"varint,6,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	Gpu         bool  `protobuf:"varint,7,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	Sequence    bool  `protobuf:"varint,8,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// What the controller counts it to take of an executor's GPU memory:
+	// the largest GPU footprint measured, else the configuration's hint
+	// (nereid_gpu_footprint), else 0.
+	GpuFootprintBytes uint64 `protobuf:"varint,9,opt,name=gpu_footprint_bytes,json=gpuFootprintBytes,proto3" json:"gpu_footprint_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PlacedModel) Reset() {
@@ -1949,6 +1953,13 @@ func (x *PlacedModel) GetSequence() bool {
 	return false
 }
 
+func (x *PlacedModel) GetGpuFootprintBytes() uint64 {
+	if x != nil {
+		return x.GpuFootprintBytes
+	}
+	return 0
+}
+
 // An executor under placement: what it may hold and holds.
 type PlacementExecutor struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1958,10 +1969,14 @@ type PlacementExecutor struct {
 	CapacityBytes uint64 `protobuf:"varint,3,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	CapacitySlots int64  `protobuf:"varint,4,opt,name=capacity_slots,json=capacitySlots,proto3" json:"capacity_slots,omitempty"`
 	// The footprints and the number of the models it holds.
-	HeldBytes     uint64 `protobuf:"varint,5,opt,name=held_bytes,json=heldBytes,proto3" json:"held_bytes,omitempty"`
-	HeldModels    int64  `protobuf:"varint,6,opt,name=held_models,json=heldModels,proto3" json:"held_models,omitempty"`
-	Gpu           bool   `protobuf:"varint,7,opt,name=gpu,proto3" json:"gpu,omitempty"`
-	Draining      bool   `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
+	HeldBytes  uint64 `protobuf:"varint,5,opt,name=held_bytes,json=heldBytes,proto3" json:"held_bytes,omitempty"`
+	HeldModels int64  `protobuf:"varint,6,opt,name=held_models,json=heldModels,proto3" json:"held_models,omitempty"`
+	Gpu        bool   `protobuf:"varint,7,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	Draining   bool   `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
+	// Its GPUs' memory, summed; 0 without a GPU.
+	GpuCapacityBytes uint64 `protobuf:"varint,9,opt,name=gpu_capacity_bytes,json=gpuCapacityBytes,proto3" json:"gpu_capacity_bytes,omitempty"`
+	// The GPU footprints of the models it holds.
+	HeldGpuBytes  uint64 `protobuf:"varint,10,opt,name=held_gpu_bytes,json=heldGpuBytes,proto3" json:"held_gpu_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2050,6 +2065,20 @@ func (x *PlacementExecutor) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *PlacementExecutor) GetGpuCapacityBytes() uint64 {
+	if x != nil {
+		return x.GpuCapacityBytes
+	}
+	return 0
+}
+
+func (x *PlacementExecutor) GetHeldGpuBytes() uint64 {
+	if x != nil {
+		return x.HeldGpuBytes
+	}
+	return 0
 }
 
 type WaitingModel struct {
@@ -2350,7 +2379,7 @@ const file_adminv1_admin_proto_rawDesc = "" +
 	"\x05model\x18\x01 \x01(\tR\x05model\">\n" +
 	"\bModelPin\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
-	"\texecutors\x18\x02 \x03(\tR\texecutors\"\xf4\x01\n" +
+	"\texecutors\x18\x02 \x03(\tR\texecutors\"\xa4\x02\n" +
 	"\vPlacedModel\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\texecutors\x18\x02 \x03(\tR\texecutors\x12'\n" +
@@ -2359,7 +2388,8 @@ const file_adminv1_admin_proto_rawDesc = "" +
 	"\fmax_replicas\x18\x05 \x01(\x03R\vmaxReplicas\x12\x16\n" +
 	"\x06pinned\x18\x06 \x01(\bR\x06pinned\x12\x10\n" +
 	"\x03gpu\x18\a \x01(\bR\x03gpu\x12\x1a\n" +
-	"\bsequence\x18\b \x01(\bR\bsequence\"\xf3\x01\n" +
+	"\bsequence\x18\b \x01(\bR\bsequence\x12.\n" +
+	"\x13gpu_footprint_bytes\x18\t \x01(\x04R\x11gpuFootprintBytes\"\xc7\x02\n" +
 	"\x11PlacementExecutor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12%\n" +
@@ -2370,7 +2400,10 @@ const file_adminv1_admin_proto_rawDesc = "" +
 	"\vheld_models\x18\x06 \x01(\x03R\n" +
 	"heldModels\x12\x10\n" +
 	"\x03gpu\x18\a \x01(\bR\x03gpu\x12\x1a\n" +
-	"\bdraining\x18\b \x01(\bR\bdraining\"n\n" +
+	"\bdraining\x18\b \x01(\bR\bdraining\x12,\n" +
+	"\x12gpu_capacity_bytes\x18\t \x01(\x04R\x10gpuCapacityBytes\x12$\n" +
+	"\x0eheld_gpu_bytes\x18\n" +
+	" \x01(\x04R\fheldGpuBytes\"n\n" +
 	"\fWaitingModel\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\x03R\breplicas\x12\x10\n" +

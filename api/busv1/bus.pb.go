@@ -245,6 +245,8 @@ type ExecutorCapacity struct {
 	// The host's memory (MemTotal), for reference.
 	HostMemoryBytes uint64 `protobuf:"varint,3,opt,name=host_memory_bytes,json=hostMemoryBytes,proto3" json:"host_memory_bytes,omitempty"`
 	// The memory of each GPU the executor owns (NVML); empty without a GPU.
+	// Under placement their sum bounds the GPU footprints of the models it
+	// holds.
 	GpuMemoryBytes []uint64 `protobuf:"varint,4,rep,packed,name=gpu_memory_bytes,json=gpuMemoryBytes,proto3" json:"gpu_memory_bytes,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -345,10 +347,15 @@ type ModelVersionState struct {
 	// and how many they were, summed since it loaded (its statistics' queue
 	// duration), so that the controller sees the queue time between two
 	// catalogs. Refreshed like last_used_unix_ms.
-	QueueNs       uint64 `protobuf:"varint,11,opt,name=queue_ns,json=queueNs,proto3" json:"queue_ns,omitempty"`
-	QueueCount    uint64 `protobuf:"varint,12,opt,name=queue_count,json=queueCount,proto3" json:"queue_count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	QueueNs    uint64 `protobuf:"varint,11,opt,name=queue_ns,json=queueNs,proto3" json:"queue_ns,omitempty"`
+	QueueCount uint64 `protobuf:"varint,12,opt,name=queue_count,json=queueCount,proto3" json:"queue_count,omitempty"`
+	// The GPU memory the executor's process grew by on its GPUs (NVML's
+	// figure for the process, summed over the GPUs) while this version
+	// loaded under placement, shared like footprint_bytes; 0 when unknown,
+	// not loaded, or without a GPU.
+	GpuFootprintBytes uint64 `protobuf:"varint,13,opt,name=gpu_footprint_bytes,json=gpuFootprintBytes,proto3" json:"gpu_footprint_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ModelVersionState) Reset() {
@@ -461,6 +468,13 @@ func (x *ModelVersionState) GetQueueNs() uint64 {
 func (x *ModelVersionState) GetQueueCount() uint64 {
 	if x != nil {
 		return x.QueueCount
+	}
+	return 0
+}
+
+func (x *ModelVersionState) GetGpuFootprintBytes() uint64 {
+	if x != nil {
+		return x.GpuFootprintBytes
 	}
 	return 0
 }
@@ -1682,7 +1696,7 @@ const file_busv1_bus_proto_rawDesc = "" +
 	"\x05bytes\x18\x01 \x01(\x04R\x05bytes\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12*\n" +
 	"\x11host_memory_bytes\x18\x03 \x01(\x04R\x0fhostMemoryBytes\x12(\n" +
-	"\x10gpu_memory_bytes\x18\x04 \x03(\x04R\x0egpuMemoryBytes\"\x9c\x03\n" +
+	"\x10gpu_memory_bytes\x18\x04 \x03(\x04R\x0egpuMemoryBytes\"\xcc\x03\n" +
 	"\x11ModelVersionState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
@@ -1697,7 +1711,8 @@ const file_busv1_bus_proto_rawDesc = "" +
 	" \x01(\x03R\floadedUnixNs\x12\x19\n" +
 	"\bqueue_ns\x18\v \x01(\x04R\aqueueNs\x12\x1f\n" +
 	"\vqueue_count\x18\f \x01(\x04R\n" +
-	"queueCount\"\x10\n" +
+	"queueCount\x12.\n" +
+	"\x13gpu_footprint_bytes\x18\r \x01(\x04R\x11gpuFootprintBytes\"\x10\n" +
 	"\x0eCatalogRequest\"A\n" +
 	"\x11StatisticsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +

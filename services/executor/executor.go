@@ -181,6 +181,9 @@ type Executor struct {
 	// sampler of its GPU metrics (nil without a GPU).
 	metrics *opsmetrics.Registry
 	gpus    *gpu.Sampler
+	// gpuMem reads the process's GPU memory around a placement load
+	// (placement.go); nil: gpus. Set under controlMu.
+	gpuMem gpuMemory
 
 	cfg        Config
 	trace      *tracesetting.Manager // trace extension settings, kept in step by any gateway

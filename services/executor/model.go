@@ -52,14 +52,15 @@ type modelVersion struct {
 	stats            *stats
 	// inflight counts the requests being handled (admin API, drain).
 	inflight atomic.Int64
-	// footprint is the memory its load took and loadedAt when (ms since
-	// the epoch), measured for loads the placement controller asked for
-	// (placement.go); 0 otherwise.
-	footprint atomic.Uint64
-	loadedAt  atomic.Int64
-	sub       *bus.Subscription
-	nodeSub   *bus.Subscription
-	devSubs   []*bus.Subscription
+	// footprint is the memory its load took, gpuFootprint the GPU memory,
+	// and loadedAt when (ms since the epoch), measured for loads the
+	// placement controller asked for (placement.go); 0 otherwise.
+	footprint    atomic.Uint64
+	gpuFootprint atomic.Uint64
+	loadedAt     atomic.Int64
+	sub          *bus.Subscription
+	nodeSub      *bus.Subscription
+	devSubs      []*bus.Subscription
 	// source is the configuration the version was loaded from, before a
 	// backend completed it, and stamp the newest modification time of its
 	// files then (repository.Stamp): a repository load or a poll compares

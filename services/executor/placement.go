@@ -15,13 +15,14 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
+	"github.com/nereid-io/nereid/services/executor/internal/gpu"
 )
 
 // Under placement (Config.Placement) the executor loads nothing at start:
 // it lists its repository's models by name, advertises its capacity, and
 // loads and unloads what the placement controller tells it on
-// bus.ExecutorPlaceSubject, measuring each load's footprint. Its model
-// control mode stays Triton's for clients.
+// bus.ExecutorPlaceSubject, measuring each load's footprint in host and
+// GPU memory. Its model control mode stays Triton's for clients.
 
 // handlePlace serves the controller's ModelControlRequest: load or unload
 // one model on this executor, then answer with the outcome and the
@@ -34,9 +35,9 @@ func (e *Executor) handlePlace(_ context.Context, data []byte) (proto.Message, e
 	e.controlMu.Lock()
 	var err error
 	if req.GetLoad() {
-		before := residentBytes()
+		before, gpuBefore := residentBytes(), e.gpuUsed()
 		if err = e.loadModel(e.execCtx, &req); err == nil {
-			e.measured(req.GetName(), residentBytes()-min(before, residentBytes()))
+			e.measured(req.GetName(), residentBytes()-min(before, residentBytes()), gpuGrowth(gpuBefore, e.gpuUsed()))
 		}
 		e.log.Info("placement: load", "model", req.GetName(), "err", err)
 	} else {
@@ -52,10 +53,10 @@ func (e *Executor) handlePlace(_ context.Context, data []byte) (proto.Message, e
 	return reply, nil
 }
 
-// measured records the memory a load of model took, shared by its READY
-// versions that have no footprint yet (those that kept serving through a
-// reload keep theirs).
-func (e *Executor) measured(model string, grew uint64) {
+// measured records the memory (grew) and GPU memory (gpuGrew) a load of
+// model took, shared by its READY versions that have no footprint yet
+// (those that kept serving through a reload keep theirs).
+func (e *Executor) measured(model string, grew, gpuGrew uint64) {
 	now := time.Now()
 	var fresh []*modelVersion
 	for _, mv := range e.snapshot() {
@@ -65,6 +66,7 @@ func (e *Executor) measured(model string, grew uint64) {
 	}
 	for _, mv := range fresh {
 		mv.footprint.Store(grew / uint64(len(fresh)))
+		mv.gpuFootprint.Store(gpuGrew / uint64(len(fresh)))
 		mv.loadedAt.Store(now.UnixMilli())
 	}
 	if len(fresh) > 0 {
@@ -80,6 +82,7 @@ func (mv *modelVersion) placementState(s *busv1.ModelVersionState) {
 		return
 	}
 	s.FootprintBytes = mv.footprint.Load()
+	s.GpuFootprintBytes = mv.gpuFootprint.Load()
 	last := mv.loadedAt.Load()
 	if mv.stats != nil {
 		mv.stats.mu.Lock()
@@ -99,6 +102,38 @@ func (e *Executor) capacity() *busv1.ExecutorCapacity {
 		c.GpuMemoryBytes = append(c.GpuMemoryBytes, uint64(g.MemoryTotal))
 	}
 	return c
+}
+
+// gpuMemory reads the GPU memory a process uses on each of the executor's
+// GPUs, in a fixed order, gpu.UsageUnknown where a GPU cannot say:
+// gpu.Sampler through NVML; tests give a stand-in, as no GPU exists where
+// they run.
+type gpuMemory interface {
+	ProcessMemory(pid int) []uint64
+}
+
+// gpuUsed is this process's memory on each of its GPUs now; nil without a
+// GPU (no sampler: NVML did not initialise, and is not called again).
+func (e *Executor) gpuUsed() []uint64 {
+	if e.gpuMem != nil {
+		return e.gpuMem.ProcessMemory(os.Getpid())
+	}
+	return e.gpus.ProcessMemory(os.Getpid())
+}
+
+// gpuGrowth is how much GPU memory the process took between two readings:
+// the growth of each GPU read both times, summed. A GPU that shrank
+// counts as 0 rather than hide another's growth (memory freed meanwhile
+// by other work is not the load's), and one unknown in either reading is
+// left out.
+func gpuGrowth(before, after []uint64) uint64 {
+	var grew uint64
+	for i := range min(len(before), len(after)) {
+		if b, a := before[i], after[i]; b != gpu.UsageUnknown && a != gpu.UsageUnknown && a > b {
+			grew += a - b
+		}
+	}
+	return grew
 }
 
 // residentBytes is the process's resident set size (Linux; 0 elsewhere).

@@ -298,6 +298,15 @@ func (c *Controller) tryLead(ctx context.Context) *failover.Lease {
 	for m, n := range kept {
 		p.RememberFootprint(m, n)
 	}
+	gctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+	keptGPU, err := c.st.gpuFootprints(gctx)
+	cancel()
+	if err != nil {
+		c.log.Warn("placement: cannot read the GPU footprints kept", "err", err)
+	}
+	for m, n := range keptGPU {
+		p.RememberGPUFootprint(m, n)
+	}
 	var pins map[string][]string
 	var loaded map[string]bool
 	var started map[string]uint64
@@ -444,7 +453,7 @@ func (c *Controller) round(ctx context.Context, epoch uint64, keep func() bool) 
 		return
 	}
 	p.SetModels(slices.Collect(maps.Values(models)))
-	before := p.Footprints()
+	before, gpuBefore := p.Footprints(), p.GPUFootprints()
 	plan := p.Plan(time.Now())
 	c.mu.Unlock()
 	for _, d := range plan.Actions {
@@ -504,6 +513,13 @@ func (c *Controller) round(ctx context.Context, epoch uint64, keep func() bool) 
 		}
 		cancel()
 	}
+	if after := p.GPUFootprints(); !maps.Equal(gpuBefore, after) {
+		wctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+		if err := c.st.saveGPUFootprints(wctx, c.cfg.ID, epoch, after); err != nil {
+			c.log.Warn("placement: saving GPU footprints", "err", err)
+		}
+		cancel()
+	}
 }
 
 // observe gives an executor's catalog to the planner, and answers the
@@ -512,6 +528,11 @@ func (c *Controller) observe(now time.Time, cat *busv1.ExecutorCatalog) {
 	e := placement.Executor{ID: cat.GetExecutorId(), Node: cat.GetNode(), Generation: cat.GetGeneration(), Revision: cat.GetRevision(),
 		Capacity: placement.Capacity{Bytes: cat.GetCapacity().GetBytes(), Slots: int(cat.GetCapacity().GetSlots())},
 		GPU:      len(cat.GetCapacity().GetGpuMemoryBytes()) > 0, Draining: cat.GetDraining()}
+	// The planner bounds GPU footprints by all of the executor's GPUs
+	// together: a load's growth is measured over them all.
+	for _, n := range cat.GetCapacity().GetGpuMemoryBytes() {
+		e.GPUMemory += n
+	}
 	byModel := map[string]*placement.Holding{}
 	var order []string
 	for _, m := range cat.GetModels() {
@@ -536,6 +557,7 @@ func (c *Controller) observe(now time.Time, cat *busv1.ExecutorCatalog) {
 			h.State = placement.Loading
 		}
 		h.Footprint += m.GetFootprintBytes()
+		h.GPUFootprint += m.GetGpuFootprintBytes()
 		h.Inflight += int(m.GetInflight())
 		h.QueueNs += m.GetQueueNs()
 		h.QueueCount += m.GetQueueCount()

@@ -54,7 +54,7 @@ func (c *Controller) stateLocked() *adminv1.Placement {
 	holders := map[string][]string{}
 	for _, e := range c.planner.Executors() {
 		pe := &adminv1.PlacementExecutor{Id: e.ID, Node: e.Node, CapacityBytes: e.Capacity.Bytes, CapacitySlots: int64(e.Capacity.Slots),
-			Gpu: e.GPU, Draining: e.Draining}
+			Gpu: e.GPU, Draining: e.Draining, GpuCapacityBytes: e.GPUMemory}
 		for _, h := range e.Holds {
 			if h.State == placement.Failed {
 				continue
@@ -66,12 +66,22 @@ func (c *Controller) stateLocked() *adminv1.Placement {
 				f = c.planner.Footprint(h.Model)
 			}
 			pe.HeldBytes += f
+			// Without a GPU a model holds no GPU memory there, whatever it
+			// took on an executor with one.
+			if e.GPU {
+				g := h.GPUFootprint
+				if g == 0 {
+					g = c.planner.GPUFootprint(h.Model)
+				}
+				pe.HeldGpuBytes += g
+			}
 		}
 		out.Executors = append(out.Executors, pe)
 	}
 	for _, m := range c.planner.Models() {
 		out.Models = append(out.Models, &adminv1.PlacedModel{Name: m.Name, Executors: holders[m.Name], FootprintBytes: c.planner.Footprint(m.Name),
-			MinReplicas: int64(m.MinReplicas), MaxReplicas: int64(m.MaxReplicas), Pinned: m.Pinned, Gpu: m.GPU, Sequence: m.Sequence})
+			MinReplicas: int64(m.MinReplicas), MaxReplicas: int64(m.MaxReplicas), Pinned: m.Pinned, Gpu: m.GPU, Sequence: m.Sequence,
+			GpuFootprintBytes: c.planner.GPUFootprint(m.Name)})
 	}
 	pins := c.planner.Pins()
 	for _, m := range slices.Sorted(maps.Keys(pins)) {

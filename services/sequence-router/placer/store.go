@@ -18,6 +18,7 @@ import (
 //	nereid:placement:lease        string "<controller id>|<epoch>", with a TTL
 //	nereid:placement:epoch        the last epoch handed out
 //	nereid:placement:footprints   hash model -> bytes measured
+//	nereid:placement:gpu_footprints hash model -> GPU bytes measured
 //	nereid:placement:pins         hash model -> JSON array of executor ids
 //	nereid:placement:loaded       hash model -> "1": the models loaded in the
 //	                              cluster in explicit model control mode
@@ -201,6 +202,44 @@ func (s *store) saveLoaded(ctx context.Context, owner string, epoch uint64, ch l
 	}
 	args = append(args, ch.executor, strconv.FormatUint(ch.generation, 10))
 	n, err := loadedScript.Run(ctx, s.rdb, []string{leaseKey, loadedKey, startedKey}, args...).Int()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errNotLeading
+	}
+	return nil
+}
+
+// gpuFootprintsKey is the hash of the GPU footprints measured, model ->
+// bytes, kept like the footprints so that a controller taking over packs
+// GPUs with what its predecessor learned.
+const gpuFootprintsKey = "nereid:placement:gpu_footprints"
+
+// gpuFootprints reads the GPU footprints kept; a malformed entry is
+// skipped.
+func (s *store) gpuFootprints(ctx context.Context) (map[string]uint64, error) {
+	m, err := s.rdb.HGetAll(ctx, gpuFootprintsKey).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint64, len(m))
+	for k, v := range m {
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			out[k] = n
+		}
+	}
+	return out, nil
+}
+
+// saveGPUFootprints writes GPU footprints, fenced by the lease
+// (errNotLeading).
+func (s *store) saveGPUFootprints(ctx context.Context, owner string, epoch uint64, f map[string]uint64) error {
+	args := []any{redislease.Value(owner, epoch)}
+	for k, v := range f {
+		args = append(args, k, strconv.FormatUint(v, 10))
+	}
+	n, err := footprintScript.Run(ctx, s.rdb, []string{leaseKey, gpuFootprintsKey}, args...).Int()
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,6 @@
-// Package gpu is the executor's access to NVIDIA GPUs: discovery with NVML
-// (github.com/NVIDIA/go-nvml) and the few CUDA driver calls that CUDA
+// Package gpu is the executor's access to NVIDIA GPUs: discovery, metrics
+// and the memory the executor's process uses on each GPU with NVML
+// (github.com/NVIDIA/go-nvml), and the few CUDA driver calls that CUDA
 // shared memory needs (open a cudaIpcMemHandle_t another process exported,
 // find the allocation's size, copy to and from it, close it).
 //

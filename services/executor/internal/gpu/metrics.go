@@ -14,6 +14,12 @@ type Reading struct {
 	Energy                  float64 // joules since the sampler opened
 }
 
+// UsageUnknown stands, in Sampler.ProcessMemory's answer, for a GPU that
+// could not say how much of its memory the process uses: a caller
+// comparing two answers leaves that GPU out rather than take its whole
+// usage for growth.
+const UsageUnknown = ^uint64(0)
+
 func newReading(uuid string) Reading {
 	nan := math.NaN()
 	return Reading{UUID: uuid, Utilization: nan, MemoryTotal: nan, MemoryUsed: nan, PowerUsage: nan, PowerLimit: nan, Energy: nan}

@@ -24,6 +24,8 @@ type meter interface {
 	GetPowerUsage() (uint32, nvml.Return)
 	GetPowerManagementLimit() (uint32, nvml.Return)
 	GetTotalEnergyConsumption() (uint64, nvml.Return)
+	GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return)
+	GetGraphicsRunningProcesses() ([]nvml.ProcessInfo, nvml.Return)
 }
 
 // sampled is one device with what its readings are relative to.
@@ -103,6 +105,70 @@ func (s *Sampler) Read() []Reading {
 		out = append(out, r)
 	}
 	return out
+}
+
+// ProcessMemory is the memory process pid uses on each GPU of the sampler,
+// in the sampler's order (bytes), as NVML lists it among the device's
+// compute and graphics processes; 0 on a GPU that does not list it. A GPU
+// whose list of compute processes NVML cannot give, or that reports the
+// figure not available (some virtualised GPUs), is UsageUnknown. NVML
+// names processes by their PID in the host's namespace: in a container
+// with a PID namespace of its own the process is not found, and every GPU
+// reads 0.
+func (s *Sampler) ProcessMemory(pid int) []uint64 {
+	if s == nil {
+		return nil
+	}
+	nvmlMu.Lock()
+	defer nvmlMu.Unlock()
+	out := make([]uint64, 0, len(s.devs))
+	for _, d := range s.devs {
+		out = append(out, processMemory(d, pid))
+	}
+	return out
+}
+
+// notAvailable is NVML_VALUE_NOT_AVAILABLE as a ProcessInfo's
+// UsedGpuMemory carries it.
+const notAvailable = ^uint64(0)
+
+// processMemory is pid's memory on d. A process with both a CUDA and a
+// graphics context is listed by both calls, each time with all of its
+// memory, so the larger of the two figures counts, not their sum. The
+// graphics list is optional (a GPU without graphics may refuse it); the
+// compute list, where the models' CUDA memory shows, is not.
+func processMemory(d meter, pid int) uint64 {
+	compute, ret := d.GetComputeRunningProcesses()
+	if ret != nvml.SUCCESS {
+		return UsageUnknown
+	}
+	used, ok := usedBy(compute, pid)
+	if !ok {
+		return UsageUnknown
+	}
+	if graphics, ret := d.GetGraphicsRunningProcesses(); ret == nvml.SUCCESS {
+		g, ok := usedBy(graphics, pid)
+		if !ok {
+			return UsageUnknown
+		}
+		used = max(used, g)
+	}
+	return used
+}
+
+// usedBy sums pid's entries of procs; ok is false when one says its
+// figure is not available.
+func usedBy(procs []nvml.ProcessInfo, pid int) (used uint64, ok bool) {
+	for _, p := range procs {
+		if int(p.Pid) != pid {
+			continue
+		}
+		if p.UsedGpuMemory == notAvailable {
+			return 0, false
+		}
+		used += p.UsedGpuMemory
+	}
+	return used, true
 }
 
 // Close shuts NVML down for this sampler.

@@ -5,6 +5,7 @@ package gpu
 import (
 	"errors"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -20,6 +21,24 @@ type fakeGPU struct {
 	limit  uint32
 	energy uint64
 	noPow  bool
+	// compute and graphics are the device's processes; noCompute and
+	// noGraphics refuse the lists.
+	compute, graphics     []nvml.ProcessInfo
+	noCompute, noGraphics bool
+}
+
+func (f *fakeGPU) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	if f.noCompute {
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
+	return f.compute, nvml.SUCCESS
+}
+
+func (f *fakeGPU) GetGraphicsRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	if f.noGraphics {
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
+	return f.graphics, nvml.SUCCESS
 }
 
 func (f *fakeGPU) GetUUID() (string, nvml.Return) { return f.uuid, nvml.SUCCESS }
@@ -67,6 +86,36 @@ func TestSamplerReadings(t *testing.T) {
 		t.Errorf("reading without power figures %+v", r)
 	}
 	s.Close()
+}
+
+// ProcessMemory reads the process's own entries of each GPU's compute and
+// graphics processes: summed within a list, the larger of the two lists
+// (a process with both contexts is listed by both with all its memory),
+// 0 where it is not listed, UsageUnknown where NVML cannot say.
+func TestProcessMemory(t *testing.T) {
+	const me, other = 4242, 7
+	p := func(pid uint32, used uint64) nvml.ProcessInfo { return nvml.ProcessInfo{Pid: pid, UsedGpuMemory: used} }
+	devs := []*fakeGPU{
+		{uuid: "compute", compute: []nvml.ProcessInfo{p(other, 9<<30), p(me, 3<<30), p(me, 1<<30)}},
+		{uuid: "both", compute: []nvml.ProcessInfo{p(me, 2<<30)}, graphics: []nvml.ProcessInfo{p(me, 2<<30), p(other, 1<<30)}},
+		{uuid: "absent", compute: []nvml.ProcessInfo{p(other, 5<<30)}},
+		{uuid: "no graphics list", compute: []nvml.ProcessInfo{p(me, 1<<20)}, noGraphics: true},
+		{uuid: "no compute list", graphics: []nvml.ProcessInfo{p(me, 1<<20)}, noCompute: true},
+		{uuid: "not available", compute: []nvml.ProcessInfo{p(me, notAvailable)}},
+	}
+	var meters []meter
+	for _, d := range devs {
+		meters = append(meters, d)
+	}
+	got := newSampler(meters).ProcessMemory(me)
+	want := []uint64{4 << 30, 2 << 30, 0, 1 << 20, UsageUnknown, UsageUnknown}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ProcessMemory = %v, want %v", got, want)
+	}
+	var none *Sampler // no GPU: no sampler, nothing read
+	if got := none.ProcessMemory(me); got != nil {
+		t.Fatalf("ProcessMemory without a sampler = %v", got)
+	}
 }
 
 // Without libnvidia-ml.so.1 (this machine) there is no sampler and no

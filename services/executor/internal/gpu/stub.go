@@ -56,5 +56,8 @@ func OpenSampler() (*Sampler, error) { return nil, errNoCgo }
 // Read has nothing to read in this build.
 func (s *Sampler) Read() []Reading { return nil }
 
+// ProcessMemory has no GPU to read in this build.
+func (s *Sampler) ProcessMemory(int) []uint64 { return nil }
+
 // Close does nothing in this build.
 func (s *Sampler) Close() {}
