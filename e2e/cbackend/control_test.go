@@ -197,3 +197,86 @@ func TestModelControlFromABackendOutsideExplicitMode(t *testing.T) {
 		t.Fatal("cid is no longer ready after refused unloads")
 	}
 }
+
+// TestModelControlFromABackendUnderPlacement: under placement, a backend's
+// loads and unloads go to the placement controller, which performs them for
+// the cluster, as it does a gateway's repository loads: the model is placed
+// on one executor and READY when the call returns; a model loaded with its
+// configuration and files (in no repository) is placed again with them
+// when the executor holding it dies; an unload takes the model out.
+func TestModelControlFromABackendUnderPlacement(t *testing.T) {
+	backendDir, repo := setup(t)
+	withControl(t, repo)
+	c := constellation.NewCluster(t)
+	redisURL, _ := constellation.Redis(t)
+	router := constellation.Start(t, "router0", c.Bin.Path("nereid-sequence-router"), "--nats-url", c.NATSURL, "--redis-url", redisURL,
+		"--lease-ttl", "2s", "--id", "router0", "--placement", "true")
+	execs := map[string]*constellation.Proc{}
+	for _, id := range []string{"exec-a", "exec-b"} {
+		execs[id] = c.Executor(repo, id, "--backend-directory", backendDir, "--model-control-mode", "explicit", "--load-model", "cctl",
+			"--placement", "true", "--node", "node-"+id)
+	}
+	gw := c.Gateway("--placement", "true")
+	if err := constellation.WaitHTTP(gw.HTTP()+"/v2/models/cctl/ready", 200, 30*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, router.Output())
+	}
+	// holders are the executors whose logs say the controller had them
+	// load model.
+	holders := func(model string) []string {
+		var out []string
+		for id, p := range execs {
+			for _, line := range strings.Split(p.Output(), "\n") {
+				if strings.Contains(line, `msg="placement: load"`) && strings.Contains(line, " model="+model+" err=<nil>") {
+					out = append(out, id)
+					break
+				}
+			}
+		}
+		return out
+	}
+
+	code, body := control(t, gw, "load", "cid", nil)
+	if code != 200 || !strings.Contains(body, `"data":[true]`) {
+		t.Fatalf("load cid: %d %s\n%s", code, body, router.Output())
+	}
+	if h := holders("cid"); len(h) != 1 {
+		t.Fatalf("cid loaded on %v, want one executor placed by the controller", h)
+	}
+	if code, body := post(t, gw.HTTP()+"/v2/models/cid/infer", `{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,2],"data":[3,4]}]}`); code != 200 || !strings.Contains(string(body), `"data":[3,4]`) {
+		t.Fatalf("cid: %d %s", code, body)
+	}
+
+	cfg := `{"backend":"nidentity","max_batch_size":4,"input":[{"name":"INPUT0","data_type":"TYPE_FP32","dims":[-1]}],"output":[{"name":"OUTPUT0","data_type":"TYPE_FP32","dims":[-1]}]}`
+	code, body = control(t, gw, "load_file", "cnew", map[string]string{"config": cfg, "file_path": "1/notes.txt", "file_data": "version one"})
+	if code != 200 || !strings.Contains(body, `"data":[true]`) {
+		t.Fatalf("load cnew with its files: %d %s\n%s", code, body, router.Output())
+	}
+	h := holders("cnew")
+	if len(h) != 1 {
+		t.Fatalf("cnew loaded on %v, want one executor", h)
+	}
+	execs[h[0]].Kill()
+	delete(execs, h[0])
+	// The request places cnew again, on the other executor, with the
+	// configuration and files of its load.
+	var body2 []byte
+	if !constellation.WaitFor(30*time.Second, func() bool {
+		code, body2 = post(t, gw.HTTP()+"/v2/models/cnew/infer", `{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":[7]}]}`)
+		return code == 200
+	}) {
+		t.Fatalf("cnew after %s was killed: %d %s\n%s", h[0], code, body2, router.Output())
+	}
+	if again := holders("cnew"); len(again) != 1 {
+		t.Fatalf("cnew placed again on %v, want the survivor", again)
+	}
+	if _, cfgBody := get(t, gw.HTTP()+"/v2/models/cnew/config"); !strings.Contains(string(cfgBody), `"max_batch_size":4`) {
+		t.Fatalf("cnew placed again has not the configuration of its load: %s", cfgBody)
+	}
+
+	if code, body := control(t, gw, "unload", "cnew", nil); code != 200 {
+		t.Fatalf("unload cnew: %d %s", code, body)
+	}
+	if !constellation.WaitFor(30*time.Second, func() bool { code, _ := get(t, gw.HTTP()+"/v2/models/cnew/ready"); return code != 200 }) {
+		t.Fatal("cnew is still ready after the backend unloaded it")
+	}
+}

@@ -97,7 +97,7 @@ func TestPlacementExplicit(t *testing.T) {
 			msg        string
 		}{
 			{"/v2/repository/models/nosuch/load", "", 500, "failed to load 'nosuch', failed to poll from model repository"},
-			{"/v2/repository/models/m2/load", `{"parameters":{"config":"{\"backend\":\"simple\"}"}}`, 501, "not supported under placement"},
+			{"/v2/repository/models/m2/load", `{"parameters":{"config":"{not json"}}`, 400, "failed to load 'm2'"},
 		} {
 			if code, body := post(t, e.g, tc.path, tc.body); code != tc.code || !strings.Contains(body, tc.msg) {
 				t.Errorf("POST %s %s: %d %s, want %d with %q", tc.path, tc.body, code, body, tc.code, tc.msg)

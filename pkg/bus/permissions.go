@@ -106,7 +106,9 @@ var routes = []Route{
 	{Pattern: PlacementSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
 	{Pattern: PlacementStateSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
 	{Pattern: PlacementPinSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
-	{Pattern: PlacementControlSubject, Publishers: gw, Subscribers: rt, Repliers: rt},
+	// Repository loads and unloads under placement: a gateway's, and
+	// those a Triton backend asks of its executor.
+	{Pattern: PlacementControlSubject, Publishers: []Role{RoleGateway, RoleExecutor}, Subscribers: rt, Repliers: rt},
 	{Pattern: execPrefix + "*.stats", Publishers: gw, Subscribers: ex, Repliers: ex},
 	// The statistics only gateways keep (the ensembles they ran, their
 	// response cache): the gateway answering a statistics request gathers

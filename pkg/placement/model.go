@@ -46,12 +46,16 @@ type Model struct {
 	// Sequence models are never evicted: their live sequences are bound to
 	// the executors holding them.
 	Sequence bool
+	// Ensemble models hold no instance (gateways, or the executor serving
+	// every step, run them): they take no model slot.
+	Ensemble bool
 }
 
 // ModelFrom reads a model's placement from its configuration; a parameter
 // that does not parse is an error naming it.
 func ModelFrom(cfg *inference.ModelConfig) (Model, error) {
-	m := Model{Name: cfg.GetName(), Sequence: cfg.GetSequenceBatching() != nil}
+	m := Model{Name: cfg.GetName(), Sequence: cfg.GetSequenceBatching() != nil,
+		Ensemble: cfg.GetEnsembleScheduling() != nil || cfg.GetPlatform() == "ensemble"}
 	for _, g := range cfg.GetInstanceGroup() {
 		if g.GetKind() == inference.ModelInstanceGroup_KIND_GPU {
 			m.GPU = true

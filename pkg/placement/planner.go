@@ -536,7 +536,16 @@ func (p *Planner) GPUFootprints() map[string]uint64 {
 // size is what the planner counts model to take: host bytes and GPU
 // bytes.
 func (p *Planner) size(model string) size {
-	return size{bytes: p.Footprint(model), gpu: p.GPUFootprint(model)}
+	return size{slots: p.slots(model), bytes: p.Footprint(model), gpu: p.GPUFootprint(model)}
+}
+
+// slots is the model slots model takes: none for an ensemble, which holds
+// no instance (its executor only announces it), else one.
+func (p *Planner) slots(model string) int {
+	if p.models[model].Ensemble {
+		return 0
+	}
+	return 1
 }
 
 // Done records the outcome of a decision performed: a failed load is not
@@ -557,10 +566,14 @@ func (p *Planner) Under() int { return len(p.ops) }
 
 // size is what a model takes on an executor: footprint bytes, and bytes
 // of its GPU memory (0 for a model that uses none).
-type size struct{ bytes, gpu uint64 }
+type size struct {
+	slots      int
+	bytes, gpu uint64
+}
 
 // holder is a model on an executor during planning.
 type holder struct {
+	slots     int
 	footprint uint64
 	gpu       uint64
 	lastUse   time.Time
@@ -570,6 +583,7 @@ type holder struct {
 
 type execState struct {
 	e     *Executor
+	slots int // model slots held
 	bytes uint64
 	gpu   uint64 // GPU footprints held
 	held  map[string]*holder
@@ -592,7 +606,7 @@ func (s *execState) gpuBound() uint64 {
 func (s *execState) short(f size) (slots, bytes, gpu bool) {
 	c := s.e.Capacity
 	g := s.gpuBound()
-	return c.Slots > 0 && len(s.held)+1 > c.Slots,
+	return c.Slots > 0 && f.slots > 0 && s.slots+f.slots > c.Slots,
 		c.Bytes > 0 && s.bytes+f.bytes > c.Bytes,
 		g > 0 && f.gpu > 0 && s.gpu+f.gpu > g
 }
@@ -607,7 +621,7 @@ func (s *execState) fits(f size) bool {
 // lacks) is not worth evicting.
 func (s *execState) relieves(h *holder, f size) bool {
 	slots, bytes, gpu := s.short(f)
-	return slots || bytes && h.footprint > 0 || gpu && h.gpu > 0
+	return slots && h.slots > 0 || bytes && h.footprint > 0 || gpu && h.gpu > 0
 }
 
 // free is how much room s leaves after taking f, for best fit: slots,
@@ -617,7 +631,7 @@ func (s *execState) free(f size) (int, uint64, uint64) {
 	c := s.e.Capacity
 	slots, bytes, gpu := int(^uint(0)>>1), ^uint64(0), ^uint64(0)
 	if c.Slots > 0 {
-		slots = c.Slots - len(s.held) - 1
+		slots = c.Slots - s.slots - f.slots
 	}
 	if c.Bytes > 0 {
 		bytes = c.Bytes - s.bytes - f.bytes
@@ -629,13 +643,15 @@ func (s *execState) free(f size) (int, uint64, uint64) {
 }
 
 func (s *execState) add(model string, f size, now time.Time) {
-	s.held[model] = &holder{footprint: f.bytes, gpu: f.gpu, lastUse: now}
+	s.held[model] = &holder{slots: f.slots, footprint: f.bytes, gpu: f.gpu, lastUse: now}
+	s.slots += f.slots
 	s.bytes += f.bytes
 	s.gpu += f.gpu
 }
 
 func (s *execState) remove(model string) {
 	if h := s.held[model]; h != nil {
+		s.slots -= min(h.slots, s.slots)
 		s.bytes -= min(h.footprint, s.bytes)
 		s.gpu -= min(h.gpu, s.gpu)
 		delete(s.held, model)
@@ -684,7 +700,7 @@ func (p *Planner) Plan(now time.Time) Plan {
 		p.ops[opKey{d.Model, d.Executor}] = op{action: d.Action, at: now}
 		s := states[d.Executor]
 		if d.Action == Load {
-			s.add(d.Model, size{bytes: d.Footprint, gpu: d.GPUFootprint}, now)
+			s.add(d.Model, size{slots: p.slots(d.Model), bytes: d.Footprint, gpu: d.GPUFootprint}, now)
 		} else {
 			s.remove(d.Model)
 		}
@@ -837,7 +853,7 @@ func (p *Planner) Plan(now time.Time) Plan {
 			}
 			if reason != OnDemand {
 				why := NoCapacity
-				if f.gpu > 0 && slices.ContainsFunc(cands, func(s *execState) bool { return s.fits(size{bytes: f.bytes}) }) {
+				if f.gpu > 0 && slices.ContainsFunc(cands, func(s *execState) bool { return s.fits(size{slots: f.slots, bytes: f.bytes}) }) {
 					why = NoGPUMemory
 				}
 				plan.Waiting = append(plan.Waiting, Waiting{Model: m.Name, Replicas: len(have), Why: why, Demanded: n.demanded})
@@ -959,7 +975,9 @@ func (p *Planner) states(now time.Time) map[string]*execState {
 			if g == 0 {
 				g = p.GPUFootprint(h.Model)
 			}
-			s.held[h.Model] = &holder{footprint: f, gpu: g, lastUse: h.LastUse, inflight: h.Inflight, settled: h.State == Ready}
+			n := p.slots(h.Model)
+			s.held[h.Model] = &holder{slots: n, footprint: f, gpu: g, lastUse: h.LastUse, inflight: h.Inflight, settled: h.State == Ready}
+			s.slots += n
 			s.bytes += f
 			s.gpu += g
 		}
@@ -1038,7 +1056,7 @@ func (p *Planner) evictFor(now time.Time, cands []*execState, f size) (*execStat
 			}
 			return cmp.Compare(a, b)
 		})
-		trial := &execState{e: s.e, bytes: s.bytes, gpu: s.gpu, held: map[string]*holder{}}
+		trial := &execState{e: s.e, slots: s.slots, bytes: s.bytes, gpu: s.gpu, held: map[string]*holder{}}
 		for k, v := range s.held {
 			trial.held[k] = v
 		}

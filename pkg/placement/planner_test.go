@@ -253,6 +253,17 @@ func TestPlanner(t *testing.T) {
 			{11, "plan", "", "-m1@e1/lru>m0 +m0@e1/demand"},
 		},
 	}, {
+		name:   "an ensemble takes no slot: placed beside full executors, never evicted for room",
+		models: []Model{{Name: "ens", Ensemble: true}, {Name: "m0"}, {Name: "m1"}, {Name: "m2"}},
+		steps: []step{
+			{0, "exec", "e1 n1 slots=2 ens,m0,m1,m2", ""},
+			{0, "plan", "", "+ens@e1/min +m0@e1/min +m1@e1/min ?m2:full"},
+			{1, "use", "e1 m1", ""},
+			{2, "demand", "m2", ""},
+			// The ensemble, least recently used, frees no slot: m0 goes.
+			{2, "plan", "", "-m0@e1/lru>m2 +m2@e1/demand"},
+		},
+	}, {
 		name:   "never evicts a pinned, sequence or demanded model, nor one with requests in flight",
 		models: []Model{{Name: "pin", Pinned: true}, {Name: "seq", Sequence: true}, {Name: "busy"}, {Name: "x"}},
 		steps: []step{

@@ -37,6 +37,13 @@ func (x *Executors) Load(ctx context.Context, id, model string) (*busv1.Executor
 	return x.control(ctx, id, &busv1.ModelControlRequest{Name: model, Load: true})
 }
 
+// LoadWith is Load with the configuration and files of req (the
+// repository API's override of a model's config.pbtxt and files); req
+// names the model.
+func (x *Executors) LoadWith(ctx context.Context, id string, req *busv1.ModelControlRequest) (*busv1.ExecutorCatalog, error) {
+	return x.control(ctx, id, &busv1.ModelControlRequest{Name: req.GetName(), Load: true, Config: req.GetConfig(), Files: req.GetFiles()})
+}
+
 // Unload tells executor id to unload model; requests it received finish
 // first.
 func (x *Executors) Unload(ctx context.Context, id, model string) (*busv1.ExecutorCatalog, error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
+	"github.com/nereid-io/nereid/pkg/placementbus"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -235,8 +236,20 @@ func errControlDisabled() error {
 // control sends a load or unload to every executor of the constellation,
 // this one included, as a gateway does for the repository API, and waits
 // until each one known has answered. The error is the first executor's in
-// id order, named with the executor when there are several.
+// id order, named with the executor when there are several. Under
+// placement it goes to the placement controller instead, which loads or
+// unloads the model for the whole cluster, as it does a gateway's.
 func (s *backendServer) control(ctx context.Context, req *busv1.ModelControlRequest) error {
+	if s.cfg.Placement {
+		rep, err := placementbus.NewController(s.bus).Control(ctx, req)
+		if err != nil {
+			return err
+		}
+		if rep.GetError() != "" {
+			return tritonerr.New(tritonerr.ParseKind(rep.GetErrorKind()), "%s", rep.GetError())
+		}
+		return nil
+	}
 	select {
 	case <-s.peersHeard:
 	case <-ctx.Done():

@@ -183,9 +183,10 @@ func (e *Executor) handleControl(_ context.Context, data []byte) (proto.Message,
 	case e.cfg.ControlMode != ControlExplicit:
 		err = tritonerr.Unavailablef("explicit model load / unload is not allowed if polling is enabled")
 	case e.cfg.Placement:
-		// The gateways send the repository API's loads to the placement
-		// controller; a Triton backend's own (TRITONSERVER_ServerLoadModel)
-		// would load on one executor behind the controller's back.
+		// Under placement the gateways, and this executor's backends
+		// (TRITONSERVER_ServerLoadModel), send loads and unloads to the
+		// placement controller: one sent to every executor would load
+		// the model on each behind the controller's back.
 		err = tritonerr.Unsupportedf("failed to %s '%s': under placement, models are loaded and unloaded for the whole cluster through a gateway's repository API", controlAction(&req), req.GetName())
 	default:
 		e.controlMu.Lock()

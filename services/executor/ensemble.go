@@ -145,7 +145,9 @@ func (e *Executor) loadWithComposing(ctx context.Context, req *busv1.ModelContro
 	loading[name] = true
 	defer delete(loading, name)
 	for _, dep := range modelconfig.EnsembleModels(cfg) {
-		if loading[dep] || e.servesReady(dep) {
+		// Under placement the controller places the composing models,
+		// each where it decides; this executor loads the ensemble alone.
+		if e.cfg.Placement || loading[dep] || e.servesReady(dep) {
 			continue
 		}
 		if dir, err := e.modelDir(dep); err == nil && isDir(dir) {

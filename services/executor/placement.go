@@ -210,7 +210,8 @@ func (e *Executor) placementHint(name string, now time.Time) *inference.ModelCon
 	return hint
 }
 
-// hintOf is the part of cfg placement reads (placement.ModelFrom).
+// hintOf is the part of cfg placement reads (placement.ModelFrom, and an
+// ensemble's step models).
 func hintOf(cfg *inference.ModelConfig) *inference.ModelConfig {
 	h := &inference.ModelConfig{Name: cfg.GetName()}
 	for k, v := range cfg.GetParameters() {
@@ -226,6 +227,14 @@ func hintOf(cfg *inference.ModelConfig) *inference.ModelConfig {
 	}
 	if cfg.GetSequenceBatching() != nil {
 		h.SchedulingChoice = &inference.ModelConfig_SequenceBatching{SequenceBatching: &inference.ModelSequenceBatching{}}
+	}
+	if ens := cfg.GetEnsembleScheduling(); ens != nil {
+		// The controller places an ensemble's composing models with it.
+		steps := &inference.ModelEnsembling{}
+		for _, st := range ens.GetStep() {
+			steps.Step = append(steps.Step, &inference.ModelEnsembling_Step{ModelName: st.GetModelName()})
+		}
+		h.SchedulingChoice = &inference.ModelConfig_EnsembleScheduling{EnsembleScheduling: steps}
 	}
 	return h
 }

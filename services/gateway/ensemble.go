@@ -588,9 +588,10 @@ func (g *Gateway) wholeHandoff(on *wholeExec, req *inference.ModelInferRequest, 
 // runStep routes one step's request as a client's request to its model:
 // a decoupled model's responses go to got as they stream (streamInfer),
 // another model's one response is returned (forwardInfer), as is the
-// request's failure.
+// request's failure. Under placement, a step's model evicted meanwhile is
+// placed again on demand, as for a client's request.
 func (g *Gateway) runStep(ctx context.Context, s ensemble.Step, sreq *inference.ModelInferRequest, got func(*inference.ModelInferResponse, error)) (*inference.ModelInferResponse, error) {
-	svv, err := g.resolveRequest(s.Model, s.Version)
+	svv, err := g.resolveInfer(ctx, s.Model, s.Version)
 	if err != nil {
 		return nil, err
 	}

@@ -1,15 +1,19 @@
 package placer
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"slices"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
+	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/placement"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
@@ -32,12 +36,80 @@ type controlOutcome struct {
 	err error
 }
 
+// loadedModel is how a model came to be loaded in the cluster.
+type loadedModel struct {
+	// dependency: loaded only as the composing model of a loaded ensemble
+	// (Triton's models not loaded explicitly); unloading an ensemble with
+	// unload_dependents takes it along once no loaded ensemble composes
+	// it. A load of its own clears it.
+	dependency bool
+	// override: the load's configuration and files (the repository API's
+	// config and file: parameters), sent with every placement of the
+	// model, so that each executor that ever holds it loads what the
+	// client loaded, as the one tritonserver would keep it.
+	override *busv1.ModelControlRequest
+}
+
+// overrideOf is the override a load request carries; nil for none.
+func overrideOf(req *busv1.ModelControlRequest) *busv1.ModelControlRequest {
+	if req.GetConfig() == "" && len(req.GetFiles()) == 0 {
+		return nil
+	}
+	return &busv1.ModelControlRequest{Name: req.GetName(), Load: true, Config: req.GetConfig(), Files: req.GetFiles()}
+}
+
+// loadRequest is what an executor is told to load model with: the
+// override it was loaded with in the cluster, else the repository's.
+// c.mu held.
+func (c *Controller) loadRequestLocked(model string) *busv1.ModelControlRequest {
+	if o := c.loaded[model].override; o != nil {
+		return o
+	}
+	return &busv1.ModelControlRequest{Name: model, Load: true}
+}
+
+// composingLocked is the closure of model's composing models, nested
+// ensembles' included, in the order found, model excluded: from the
+// configuration of its override (in change when there, else as loaded),
+// else from what executors' catalogs said of it. c.mu held.
+func (c *Controller) composingLocked(model string, change map[string]loadedModel) []string {
+	var out []string
+	seen := map[string]bool{model: true}
+	for next := []string{model}; len(next) > 0; next = next[1:] {
+		for _, dep := range c.stepsLocked(next[0], change) {
+			if !seen[dep] {
+				seen[dep] = true
+				out = append(out, dep)
+				next = append(next, dep)
+			}
+		}
+	}
+	return out
+}
+
+// stepsLocked are the models the steps of ensemble model use; none for a
+// model that is not an ensemble. c.mu held.
+func (c *Controller) stepsLocked(model string, change map[string]loadedModel) []string {
+	l, ok := change[model]
+	if !ok {
+		l = c.loaded[model]
+	}
+	if o := l.override; o.GetConfig() != "" {
+		var cfg inference.ModelConfig
+		if (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(o.GetConfig()), &cfg) == nil {
+			return modelconfig.EnsembleModels(&cfg)
+		}
+	}
+	return c.composing[model]
+}
+
 // explicitRound brings the startup models of the explicit executors in
-// cats into the loaded models, once per executor generation, and returns
-// whether the cluster runs in explicit mode with the loaded models then.
-// Stores what it adds (fenced by the lease); a change it could not store
-// is tried again next round.
-func (c *Controller) explicitRound(ctx context.Context, epoch uint64, cats []*busv1.ExecutorCatalog) (bool, map[string]bool) {
+// cats into the loaded models, once per executor generation, with the
+// composing models of the ensembles among them, and returns whether the
+// cluster runs in explicit mode with the loaded models then. Stores what
+// it adds (fenced by the lease); a change it could not store is tried
+// again next round.
+func (c *Controller) explicitRound(ctx context.Context, epoch uint64, cats []*busv1.ExecutorCatalog) (bool, map[string]loadedModel) {
 	explicit := false
 	for _, cat := range cats {
 		if !cat.GetExplicitControl() {
@@ -46,11 +118,14 @@ func (c *Controller) explicitRound(ctx context.Context, epoch uint64, cats []*bu
 		explicit = true
 		c.mu.Lock()
 		done := c.started[cat.GetExecutorId()] == cat.GetGeneration()
+		var add map[string]loadedModel
+		if !done {
+			add = c.withDependenciesLocked(startupModels(cat))
+		}
 		c.mu.Unlock()
 		if done {
 			continue
 		}
-		add := startupModels(cat)
 		wctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
 		err := c.st.saveLoaded(wctx, c.cfg.ID, epoch, loadedChange{add: add, executor: cat.GetExecutorId(), generation: cat.GetGeneration()})
 		cancel()
@@ -60,18 +135,49 @@ func (c *Controller) explicitRound(ctx context.Context, epoch uint64, cats []*bu
 		}
 		c.mu.Lock()
 		c.started[cat.GetExecutorId()] = cat.GetGeneration()
-		for _, m := range add {
-			c.loaded[m] = true
-		}
+		maps.Copy(c.loaded, add)
 		c.mu.Unlock()
 		if len(add) > 0 {
-			c.log.Info("placement: startup models loaded", "executor", cat.GetExecutorId(), "models", add)
+			c.log.Info("placement: startup models loaded", "executor", cat.GetExecutorId(), "models", slices.Sorted(maps.Keys(add)))
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.explicit = explicit
 	return explicit, maps.Clone(c.loaded)
+}
+
+// withDependenciesLocked is the change that loads names, each a load of
+// its own (kept as it was when it was one already), and, as
+// dependencies, the composing models of the ensembles among them that are
+// not loaded yet. c.mu held.
+func (c *Controller) withDependenciesLocked(names []string) map[string]loadedModel {
+	add := map[string]loadedModel{}
+	for _, name := range names {
+		l := c.loaded[name]
+		l.dependency = false
+		add[name] = l
+	}
+	return c.dependenciesLocked(add)
+}
+
+// dependenciesLocked adds to the change add, as dependencies, the
+// composing models of the ensembles it loads that are not loaded yet,
+// and returns it. c.mu held.
+func (c *Controller) dependenciesLocked(add map[string]loadedModel) map[string]loadedModel {
+	for _, name := range slices.Sorted(maps.Keys(add)) {
+		if add[name].dependency {
+			continue
+		}
+		for _, dep := range c.composingLocked(name, add) {
+			if _, ok := add[dep]; !ok {
+				if _, loaded := c.loaded[dep]; !loaded {
+					add[dep] = loadedModel{dependency: true}
+				}
+			}
+		}
+	}
+	return add
 }
 
 // startupModels is what an explicit executor's --load-model names, with
@@ -125,7 +231,7 @@ func (c *Controller) handleControl(ctx context.Context, data []byte) (proto.Mess
 	case req.GetLoad():
 		cat, err = c.load(ctx, p, epoch, &req)
 	default:
-		cat, err = c.unload(ctx, p, epoch, req.GetName())
+		cat, err = c.unload(ctx, p, epoch, req.GetName(), req.GetUnloadDependents())
 	}
 	reply := &busv1.ModelControlReply{ExecutorId: c.cfg.ID, Catalog: cat}
 	if err != nil {
@@ -135,116 +241,212 @@ func (c *Controller) handleControl(ctx context.Context, data []byte) (proto.Mess
 	return reply, nil
 }
 
-// load loads a model in the cluster: added to the loaded models, then
-// placed as on demand (evicting when it must), and answered once an
-// executor holds it READY, or with why it was not placed (it is then not
-// loaded). A model some executors hold already is loaded again on each
-// (Triton's reload: what changed on disk is read anew).
+// load loads a model in the cluster, as a tritonserver's repository load
+// does: the model joins the loaded models with the load's configuration
+// and files, and an ensemble's composing models not loaded yet join as
+// its dependencies. A model some executors hold already is loaded again
+// on each (Triton's reload: what changed on disk, or the new override, is
+// read anew); it and those composing models that no executor holds are
+// placed as on demand (evicting when they must). The answer comes once
+// each is READY, or says why one was not placed; the models this load
+// added are then not loaded.
 func (c *Controller) load(ctx context.Context, p *placement.Planner, epoch uint64, req *busv1.ModelControlRequest) (*busv1.ExecutorCatalog, error) {
 	name := req.GetName()
-	if req.GetConfig() != "" || len(req.GetFiles()) > 0 {
-		return nil, tritonerr.Unsupportedf("failed to load '%s': a configuration or files given with the load are not supported under placement; put them in the model repository", name)
-	}
 	c.mu.Lock()
-	var holders []string
+	holders := map[string][]string{}
 	listed := false
 	for _, e := range p.Executors() {
 		listed = listed || slices.Contains(e.Repository, name)
 		for _, h := range e.Holds {
-			if h.Model == name && h.State == placement.Ready {
-				holders = append(holders, e.ID)
+			if h.State == placement.Ready {
+				holders[h.Model] = append(holders[h.Model], e.ID)
 			}
 		}
 	}
-	loaded := c.loaded[name]
+	add := c.dependenciesLocked(map[string]loadedModel{name: {override: overrideOf(req)}})
+	var fresh []string // what this load adds to the loaded models
+	for m := range add {
+		if _, ok := c.loaded[m]; !ok {
+			fresh = append(fresh, m)
+		}
+	}
+	composing := c.composingLocked(name, add)
 	c.mu.Unlock()
-	if !listed {
+	if !listed && len(req.GetFiles()) == 0 {
+		// A load that brings its files needs no repository.
 		return nil, tritonerr.Internalf("failed to load '%s', failed to poll from model repository", name)
 	}
-	if !loaded {
-		wctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
-		err := c.st.saveLoaded(wctx, c.cfg.ID, epoch, loadedChange{add: []string{name}})
-		cancel()
-		if err != nil {
-			return nil, tritonerr.Unavailablef("failed to load '%s': the loaded models could not be stored: %v", name, err)
-		}
+	wctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
+	err := c.st.saveLoaded(wctx, c.cfg.ID, epoch, loadedChange{add: add})
+	cancel()
+	if err != nil {
+		return nil, tritonerr.Unavailablef("failed to load '%s': the loaded models could not be stored: %v", name, err)
 	}
-	if len(holders) > 0 {
-		c.mu.Lock()
-		c.loaded[name] = true
-		c.mu.Unlock()
-		last, err := c.onEach(ctx, holders, name, c.execs.Load)
-		if err == nil {
-			c.log.Info("placement: loaded again", "model", name, "executors", holders)
-		}
-		return last, err
-	}
-	w := make(chan controlOutcome, 1)
 	c.mu.Lock()
 	if c.planner != p {
 		c.mu.Unlock()
 		return nil, tritonerr.Unavailablef("failed to load '%s': the placement controller stepped down", name)
 	}
-	c.loaded[name] = true
-	c.demandLocked(name)
-	c.controls[name] = append(c.controls[name], w)
-	c.pokeLocked()
+	maps.Copy(c.loaded, add)
 	c.mu.Unlock()
-	c.log.Info("placement: load", "model", name)
-	var out controlOutcome
-	select {
-	case out = <-w:
-	case <-ctx.Done():
-		c.mu.Lock()
-		c.controls[name] = slices.DeleteFunc(c.controls[name], func(x chan controlOutcome) bool { return x == w })
-		c.mu.Unlock()
-		out.err = tritonerr.Unavailablef("failed to load '%s': not placed before the request's deadline", name)
+	var last *busv1.ExecutorCatalog
+	if hs := holders[name]; len(hs) > 0 {
+		last, err = c.onEach(ctx, hs, func(ctx context.Context, id string) (*busv1.ExecutorCatalog, error) {
+			return c.execs.LoadWith(ctx, id, &busv1.ModelControlRequest{Name: name, Load: true, Config: req.GetConfig(), Files: req.GetFiles()})
+		})
+		if err != nil {
+			return last, err // a failed reload keeps the versions serving, as in Triton
+		}
+		c.log.Info("placement: loaded again", "model", name, "executors", hs)
 	}
-	if out.err != nil {
+	var place []string
+	for _, m := range append([]string{name}, composing...) {
+		if len(holders[m]) == 0 {
+			place = append(place, m)
+		}
+	}
+	if len(place) == 0 {
+		return last, nil
+	}
+	c.log.Info("placement: load", "model", name, "placing", place)
+	cat, failed, err := c.placeAll(ctx, p, place)
+	if err != nil {
 		// Not loaded, as a model whose load failed in Triton.
-		c.forget(context.WithoutCancel(ctx), p, epoch, name)
+		c.forget(context.WithoutCancel(ctx), p, epoch, fresh)
+		if failed != name {
+			return cat, tritonerr.Unavailablef("failed to load '%s', ensemble '%s' depends on '%s' which has no loaded version. Model '%s' loading failed with error: %s",
+				name, name, failed, failed, tritonerr.From(err).Msg)
+		}
+		return cat, err
 	}
-	return out.cat, out.err
+	return cmp.Or(cat, last), nil
 }
 
-// unload unloads a model from the cluster: removed from the loaded models,
-// then unloaded from every executor holding it (requests there finish
-// first), before the answer.
-func (c *Controller) unload(ctx context.Context, p *placement.Planner, epoch uint64, name string) (*busv1.ExecutorCatalog, error) {
+// placeAll places models, loaded in the cluster, as on demand, and waits
+// (bounded by ctx) until an executor holds each READY: the catalog of the
+// last one to, or the first model that failed and why.
+func (c *Controller) placeAll(ctx context.Context, p *placement.Planner, models []string) (*busv1.ExecutorCatalog, string, error) {
+	ws := make([]chan controlOutcome, len(models))
+	c.mu.Lock()
+	if c.planner != p {
+		c.mu.Unlock()
+		return nil, models[0], tritonerr.Unavailablef("failed to load '%s': the placement controller stepped down", models[0])
+	}
+	for i, m := range models {
+		ws[i] = make(chan controlOutcome, 1)
+		c.demandLocked(m)
+		c.controls[m] = append(c.controls[m], ws[i])
+	}
+	c.pokeLocked()
+	c.mu.Unlock()
+	var cat *busv1.ExecutorCatalog
+	for i, m := range models {
+		var out controlOutcome
+		select {
+		case out = <-ws[i]:
+		case <-ctx.Done():
+			out.err = tritonerr.Unavailablef("failed to load '%s': not placed before the request's deadline", m)
+		}
+		if out.err != nil {
+			c.mu.Lock()
+			for j, m := range models {
+				c.controls[m] = slices.DeleteFunc(c.controls[m], func(x chan controlOutcome) bool { return x == ws[j] })
+				if len(c.controls[m]) == 0 {
+					delete(c.controls, m)
+				}
+			}
+			c.mu.Unlock()
+			return out.cat, m, out.err
+		}
+		cat = cmp.Or(out.cat, cat)
+	}
+	return cat, "", nil
+}
+
+// unload unloads a model from the cluster: removed from the loaded models
+// and unloaded from every executor holding it (requests there finish
+// first) before the answer. With dependents (the repository API's
+// unload_dependents), an ensemble's composing models loaded only as
+// dependencies go with it once no loaded ensemble composes them, down
+// nested ensembles, as Triton's repository manager does.
+func (c *Controller) unload(ctx context.Context, p *placement.Planner, epoch uint64, name string, dependents bool) (*busv1.ExecutorCatalog, error) {
+	c.mu.Lock()
+	gone := []string{name}
+	if dependents {
+		gone = c.dependentsLocked(name)
+	}
+	c.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
-	err := c.st.saveLoaded(wctx, c.cfg.ID, epoch, loadedChange{remove: []string{name}})
+	err := c.st.saveLoaded(wctx, c.cfg.ID, epoch, loadedChange{remove: gone})
 	cancel()
 	if err != nil {
 		return nil, tritonerr.Unavailablef("failed to unload '%s': the loaded models could not be stored: %v", name, err)
 	}
 	c.mu.Lock()
-	delete(c.loaded, name)
+	holders := map[string][]string{}
+	for _, m := range gone {
+		delete(c.loaded, m)
+	}
 	if c.planner == p {
 		// Served no more from now on, not from the next round's view.
-		p.SetModels(slices.DeleteFunc(p.Models(), func(m placement.Model) bool { return m.Name == name }))
+		p.SetModels(slices.DeleteFunc(p.Models(), func(m placement.Model) bool { return slices.Contains(gone, m.Name) }))
 	}
-	var holders []string
 	for _, e := range p.Executors() {
-		if slices.ContainsFunc(e.Holds, func(h placement.Holding) bool { return h.Model == name && h.State != placement.Failed }) {
-			holders = append(holders, e.ID)
+		for _, h := range e.Holds {
+			if slices.Contains(gone, h.Model) && h.State != placement.Failed {
+				holders[h.Model] = append(holders[h.Model], e.ID)
+			}
 		}
 	}
 	c.mu.Unlock()
-	last, err := c.onEach(ctx, holders, name, c.execs.Unload)
-	if err == nil {
-		c.log.Info("placement: unloaded", "model", name, "executors", holders)
+	var last *busv1.ExecutorCatalog
+	for _, m := range gone {
+		cat, err := c.onEach(ctx, holders[m], func(ctx context.Context, id string) (*busv1.ExecutorCatalog, error) {
+			return c.execs.Unload(ctx, id, m)
+		})
+		last = cmp.Or(cat, last)
+		if err != nil {
+			return last, err
+		}
+		c.log.Info("placement: unloaded", "model", m, "executors", holders[m], "for", name)
 	}
-	return last, err
+	return last, nil
 }
 
-// onEach tells each executor of ids to load or unload model (do), in
-// turn, observing their catalogs; it stops at the first failure. It
-// returns the last catalog.
-func (c *Controller) onEach(ctx context.Context, ids []string, model string,
-	do func(context.Context, string, string) (*busv1.ExecutorCatalog, error)) (*busv1.ExecutorCatalog, error) {
+// dependentsLocked is what unloading ensemble name with its dependents
+// unloads: name, then each of its composing models loaded only as a
+// dependency that no other loaded ensemble composes, and theirs in turn.
+// c.mu held.
+func (c *Controller) dependentsLocked(name string) []string {
+	gone := []string{name}
+	for changed := true; changed; {
+		changed = false
+		for _, dep := range c.composingLocked(name, nil) {
+			if slices.Contains(gone, dep) || !c.loaded[dep].dependency {
+				continue
+			}
+			used := false
+			for m := range c.loaded {
+				if !slices.Contains(gone, m) && slices.Contains(c.stepsLocked(m, nil), dep) {
+					used = true
+					break
+				}
+			}
+			if !used {
+				gone = append(gone, dep)
+				changed = true
+			}
+		}
+	}
+	return gone
+}
+
+// onEach runs do for each executor of ids in turn, observing their
+// catalogs; it stops at the first failure. It returns the last catalog.
+func (c *Controller) onEach(ctx context.Context, ids []string, do func(context.Context, string) (*busv1.ExecutorCatalog, error)) (*busv1.ExecutorCatalog, error) {
 	var last *busv1.ExecutorCatalog
 	for _, id := range ids {
-		cat, err := do(ctx, id, model)
+		cat, err := do(ctx, id)
 		if cat != nil {
 			last = cat
 			c.observe(time.Now(), cat)
@@ -256,18 +458,20 @@ func (c *Controller) onEach(ctx context.Context, ids []string, model string,
 	return last, nil
 }
 
-// forget takes a model whose load failed out of the loaded models.
-func (c *Controller) forget(ctx context.Context, p *placement.Planner, epoch uint64, name string) {
+// forget takes models a failed load added out of the loaded models.
+func (c *Controller) forget(ctx context.Context, p *placement.Planner, epoch uint64, models []string) {
 	wctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
-	err := c.st.saveLoaded(wctx, c.cfg.ID, epoch, loadedChange{remove: []string{name}})
+	err := c.st.saveLoaded(wctx, c.cfg.ID, epoch, loadedChange{remove: models})
 	cancel()
 	if err != nil {
-		c.log.Warn("placement: a model whose load failed stays among the loaded models", "model", name, "err", err)
+		c.log.Warn("placement: models whose load failed stay among the loaded models", "models", models, "err", err)
 		return
 	}
 	c.mu.Lock()
 	if c.planner == p {
-		delete(c.loaded, name)
+		for _, m := range models {
+			delete(c.loaded, m)
+		}
 	}
 	c.mu.Unlock()
 }

@@ -29,12 +29,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/adminv1"
 	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/failover"
+	"github.com/nereid-io/nereid/pkg/modelconfig"
 	"github.com/nereid-io/nereid/pkg/placement"
 	"github.com/nereid-io/nereid/pkg/placementbus"
 	"github.com/nereid-io/nereid/pkg/redisconn"
@@ -98,9 +101,12 @@ type Controller struct {
 	// that has just taken over hears of the executors within a heartbeat
 	// interval), or when the leadership ends.
 	catalogsRead chan struct{}
-	loaded       map[string]bool
+	loaded       map[string]loadedModel
 	started      map[string]uint64
-	controls     map[string][]chan controlOutcome
+	// composing: each ensemble's step models, from the executors'
+	// catalogs (the round's).
+	composing map[string][]string
+	controls  map[string][]chan controlOutcome
 	// lastCat is each live executor's latest catalog read (the round's
 	// goroutine only): a round whose read of it fails plans with it.
 	lastCat  map[string]*busv1.ExecutorCatalog
@@ -135,7 +141,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, log: cfg.Logger.With("service", "placement", "controller", cfg.ID), ready: make(chan struct{}),
 		heard: map[string]time.Time{}, waiters: map[string][]chan []string{}, demandedAt: map[string]time.Time{},
-		loaded: map[string]bool{}, started: map[string]uint64{}, controls: map[string][]chan controlOutcome{},
+		loaded: map[string]loadedModel{}, composing: map[string][]string{}, started: map[string]uint64{}, controls: map[string][]chan controlOutcome{},
 		lastCat:  map[string]*busv1.ExecutorCatalog{},
 		onDemand: onDemandSummary(), poke: make(chan struct{}, 1)}
 	if cfg.Metrics != nil {
@@ -308,7 +314,7 @@ func (c *Controller) tryLead(ctx context.Context) *failover.Lease {
 		p.RememberGPUFootprint(m, n)
 	}
 	var pins map[string][]string
-	var loaded map[string]bool
+	var loaded map[string]loadedModel
 	var started map[string]uint64
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/4)
 	pins, err = c.st.pins(rctx)
@@ -396,6 +402,7 @@ func (c *Controller) round(ctx context.Context, epoch uint64, keep func() bool) 
 		}
 	}
 	models := map[string]placement.Model{}
+	composing := map[string][]string{}
 	var cats []*busv1.ExecutorCatalog
 	for _, id := range live {
 		if !keep() {
@@ -424,6 +431,9 @@ func (c *Controller) round(ctx context.Context, epoch uint64, keep func() bool) 
 					if got, err := placement.ModelFrom(m.GetConfig()); err == nil {
 						pm = got
 					}
+					if steps := modelconfig.EnsembleModels(m.GetConfig()); len(steps) > 0 {
+						composing[m.GetName()] = steps
+					}
 				}
 				models[m.GetName()] = pm
 			}
@@ -435,11 +445,24 @@ func (c *Controller) round(ctx context.Context, epoch uint64, keep func() bool) 
 	if ctx.Err() != nil {
 		return // shutting down: the reads failed for that
 	}
+	c.mu.Lock()
+	c.composing = composing
+	c.mu.Unlock()
 	explicit, loaded := c.explicitRound(ctx, epoch, cats)
 	if explicit {
 		// Explicit model control: only the models loaded in the cluster
 		// are served; the others held somewhere are unloaded.
-		maps.DeleteFunc(models, func(name string, _ placement.Model) bool { return !loaded[name] })
+		maps.DeleteFunc(models, func(name string, _ placement.Model) bool {
+			_, ok := loaded[name]
+			return !ok
+		})
+		// A model loaded with its files is in no repository until an
+		// executor holds it.
+		for name, l := range loaded {
+			if _, ok := models[name]; !ok && len(l.override.GetFiles()) > 0 {
+				models[name] = overriddenModel(name, l.override)
+			}
+		}
 	}
 	if len(cats) > 0 {
 		c.mu.Lock()
@@ -466,7 +489,10 @@ func (c *Controller) round(ctx context.Context, epoch uint64, keep func() bool) 
 		var err error
 		if d.Action == placement.Load {
 			loaded := c.loading(d.Model, time.Now())
-			cat, err = c.execs.Load(rctx, d.Executor, d.Model)
+			c.mu.Lock()
+			req := c.loadRequestLocked(d.Model)
+			c.mu.Unlock()
+			cat, err = c.execs.LoadWith(rctx, d.Executor, req)
 			loaded(err)
 		} else {
 			cat, err = c.execs.Unload(rctx, d.Executor, d.Model)
@@ -522,6 +548,20 @@ func (c *Controller) round(ctx context.Context, epoch uint64, keep func() bool) 
 	}
 }
 
+// overriddenModel is placement's view of a model loaded with the
+// configuration of override: what it reads of that configuration, else the
+// name alone.
+func overriddenModel(name string, override *busv1.ModelControlRequest) placement.Model {
+	var cfg inference.ModelConfig
+	if (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(override.GetConfig()), &cfg) == nil {
+		cfg.Name = name
+		if m, err := placement.ModelFrom(&cfg); err == nil {
+			return m
+		}
+	}
+	return placement.Model{Name: name}
+}
+
 // observe gives an executor's catalog to the planner, and answers the
 // demands it satisfies.
 func (c *Controller) observe(now time.Time, cat *busv1.ExecutorCatalog) {
@@ -573,6 +613,13 @@ func (c *Controller) observe(now time.Time, cat *busv1.ExecutorCatalog) {
 	if c.planner == nil {
 		return
 	}
+	// A model loaded with its files needs no repository: any executor
+	// can hold it.
+	for m, l := range c.loaded {
+		if len(l.override.GetFiles()) > 0 && !slices.Contains(e.Repository, m) {
+			e.Repository = append(e.Repository, m)
+		}
+	}
 	c.planner.Observe(now, e)
 	for _, h := range e.Holds {
 		if h.State != placement.Ready {
@@ -605,12 +652,19 @@ func (c *Controller) handleDemand(ctx context.Context, _, reply string, data []b
 		_ = c.bus.Reply(ctx, reply, &busv1.PlacementDemandReply{Reason: "this controller does not lead placement"})
 		return
 	}
-	if c.explicit && !c.loaded[d.GetModel()] {
+	if _, loaded := c.loaded[d.GetModel()]; c.explicit && !loaded {
 		c.mu.Unlock()
 		_ = c.bus.Reply(ctx, reply, &busv1.PlacementDemandReply{Reason: "the model is not loaded (explicit model control: load it through the repository API)"})
 		return
 	}
 	c.demandLocked(d.GetModel())
+	// An ensemble's composing models are demanded with it: its requests
+	// run their steps at once.
+	for _, m := range c.composingLocked(d.GetModel(), nil) {
+		if _, loaded := c.loaded[m]; !c.explicit || loaded {
+			c.demandLocked(m)
+		}
+	}
 	c.waiters[d.GetModel()] = append(c.waiters[d.GetModel()], w)
 	c.pokeLocked()
 	c.mu.Unlock()

@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/busv1"
 
 	"github.com/nereid-io/nereid/pkg/failover"
 	"github.com/nereid-io/nereid/services/sequence-router/internal/redislease"
@@ -20,8 +25,13 @@ import (
 //	nereid:placement:footprints   hash model -> bytes measured
 //	nereid:placement:gpu_footprints hash model -> GPU bytes measured
 //	nereid:placement:pins         hash model -> JSON array of executor ids
-//	nereid:placement:loaded       hash model -> "1": the models loaded in the
-//	                              cluster in explicit model control mode
+//	nereid:placement:loaded       hash model -> how it was loaded, for the
+//	                              models loaded in the cluster in explicit
+//	                              model control mode: "1" by a load of its
+//	                              own, "d" only as an ensemble's composing
+//	                              model, else the busv1.ModelControlRequest
+//	                              (protobuf) whose configuration and files
+//	                              it was loaded with
 //	nereid:placement:started      hash executor id -> the generation whose
 //	                              startup models (--load-model) were loaded
 //
@@ -63,15 +73,16 @@ end
 return 1`)
 
 // loadedScript changes the loaded models for the holder of the lease
-// (ARGV[1]): ARGV[2] = n, then n models added; then m, then m models
-// removed; then an executor id ("" for none) and the generation whose
-// startup models this adds. 0 when the writer no longer holds the lease.
+// (ARGV[1]): ARGV[2] = n, then n pairs of a model added and how; then m,
+// then m models removed; then an executor id ("" for none) and the
+// generation whose startup models this adds. 0 when the writer no longer
+// holds the lease.
 var loadedScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local i = 2
 local n = tonumber(ARGV[i])
-for j = 1, n do redis.call('HSET', KEYS[2], ARGV[i+j], '1') end
-i = i + n + 1
+for j = 1, n do redis.call('HSET', KEYS[2], ARGV[i+2*j-1], ARGV[i+2*j]) end
+i = i + 2*n + 1
 n = tonumber(ARGV[i])
 for j = 1, n do redis.call('HDEL', KEYS[2], ARGV[i+j]) end
 i = i + n + 1
@@ -156,16 +167,18 @@ func (s *store) savePin(ctx context.Context, owner string, epoch uint64, model s
 	return nil
 }
 
-// loaded reads the models loaded in the cluster (explicit model control)
-// and, by executor, the generation whose startup models were loaded.
-func (s *store) loaded(ctx context.Context) (map[string]bool, map[string]uint64, error) {
+// loaded reads the models loaded in the cluster (explicit model control),
+// with how each was loaded, and, by executor, the generation whose
+// startup models were loaded. An entry that does not decode is a load of
+// its own without an override: the model stays loaded.
+func (s *store) loaded(ctx context.Context) (map[string]loadedModel, map[string]uint64, error) {
 	m, err := s.rdb.HGetAll(ctx, loadedKey).Result()
 	if err != nil {
 		return nil, nil, err
 	}
-	loaded := make(map[string]bool, len(m))
-	for k := range m {
-		loaded[k] = true
+	loaded := make(map[string]loadedModel, len(m))
+	for k, v := range m {
+		loaded[k] = decodeLoaded(k, v)
 	}
 	st, err := s.rdb.HGetAll(ctx, startedKey).Result()
 	if err != nil {
@@ -180,21 +193,57 @@ func (s *store) loaded(ctx context.Context) (map[string]bool, map[string]uint64,
 	return loaded, started, nil
 }
 
-// loadedChange is one change of the loaded models: models added, models
-// removed, and the executor generation whose startup models it adds
-// (executor "" for none).
+// The values of nereid:placement:loaded that are not an override.
+const (
+	loadedOwn        = "1"
+	loadedDependency = "d"
+)
+
+func encodeLoaded(l loadedModel) (string, error) {
+	switch {
+	case l.override != nil:
+		b, err := proto.Marshal(l.override)
+		return string(b), err
+	case l.dependency:
+		return loadedDependency, nil
+	}
+	return loadedOwn, nil
+}
+
+func decodeLoaded(model, v string) loadedModel {
+	switch v {
+	case loadedOwn:
+		return loadedModel{}
+	case loadedDependency:
+		return loadedModel{dependency: true}
+	}
+	var req busv1.ModelControlRequest
+	if proto.Unmarshal([]byte(v), &req) != nil || req.GetName() != model {
+		return loadedModel{}
+	}
+	return loadedModel{override: &req}
+}
+
+// loadedChange is one change of the loaded models: models added (or
+// changed) with how they are loaded, models removed, and the executor
+// generation whose startup models it adds (executor "" for none).
 type loadedChange struct {
-	add, remove []string
-	executor    string
-	generation  uint64
+	add        map[string]loadedModel
+	remove     []string
+	executor   string
+	generation uint64
 }
 
 // saveLoaded writes a change of the loaded models, fenced by the lease
 // (errNotLeading).
 func (s *store) saveLoaded(ctx context.Context, owner string, epoch uint64, ch loadedChange) error {
 	args := []any{redislease.Value(owner, epoch), len(ch.add)}
-	for _, m := range ch.add {
-		args = append(args, m)
+	for _, m := range slices.Sorted(maps.Keys(ch.add)) {
+		v, err := encodeLoaded(ch.add[m])
+		if err != nil {
+			return err
+		}
+		args = append(args, m, v)
 	}
 	args = append(args, len(ch.remove))
 	for _, m := range ch.remove {

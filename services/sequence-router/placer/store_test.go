@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/pkg/failover"
 	"github.com/nereid-io/nereid/pkg/redisconn/redistest"
 )
@@ -104,9 +107,11 @@ func TestStorePins(t *testing.T) {
 	}
 }
 
-// TestStoreLoaded: the loaded models (explicit model control) and the
-// executor generations whose startup models were loaded are kept by the
-// lease's holder only, and read back whole by the next controller.
+// TestStoreLoaded: the loaded models (explicit model control), with how
+// each was loaded (a load of its own, a dependency of an ensemble, the
+// configuration and files of its load), and the executor generations
+// whose startup models were loaded are kept by the lease's holder only,
+// and read back whole by the next controller.
 func TestStoreLoaded(t *testing.T) {
 	ctx := context.Background()
 	s := &store{rdb: redistest.Plain(t)}
@@ -115,16 +120,17 @@ func TestStoreLoaded(t *testing.T) {
 	if err != nil || e1 == 0 {
 		t.Fatalf("a acquires: %d, %v", e1, err)
 	}
+	override := &busv1.ModelControlRequest{Name: "m3", Load: true, Config: `{"max_batch_size":4}`, Files: map[string][]byte{"1/model.bin": {0, 1, 2, 0xff}}}
 	for _, ch := range []loadedChange{
-		{add: []string{"m0", "m1"}, executor: "exec0", generation: 7},
-		{add: []string{"m2"}},
+		{add: map[string]loadedModel{"m0": {}, "m1": {}}, executor: "exec0", generation: 7},
+		{add: map[string]loadedModel{"m2": {dependency: true}, "m3": {override: override}}},
 		{remove: []string{"m1", "never"}},
 	} {
 		if err := s.saveLoaded(ctx, "a", e1, ch); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.saveLoaded(ctx, "b", e1, loadedChange{add: []string{"m9"}, executor: "exec9", generation: 1}); err != errNotLeading {
+	if err := s.saveLoaded(ctx, "b", e1, loadedChange{add: map[string]loadedModel{"m9": {}}, executor: "exec9", generation: 1}); err != errNotLeading {
 		t.Fatalf("a change by a controller without the lease: %v, want %v", err, errNotLeading)
 	}
 	time.Sleep(ttl + 100*time.Millisecond)
@@ -138,7 +144,9 @@ func TestStoreLoaded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(loaded) != 2 || !loaded["m0"] || !loaded["m2"] || len(started) != 1 || started["exec0"] != 7 {
-		t.Fatalf("read by the next controller: loaded %v started %v; want m0, m2 and exec0=7", loaded, started)
+	_, m0 := loaded["m0"]
+	if len(loaded) != 3 || !m0 || loaded["m0"].dependency || loaded["m0"].override != nil || !loaded["m2"].dependency ||
+		!proto.Equal(loaded["m3"].override, override) || loaded["m3"].dependency || len(started) != 1 || started["exec0"] != 7 {
+		t.Fatalf("read by the next controller: loaded %v started %v; want m0 (its own), m2 (a dependency), m3 (with its override) and exec0=7", loaded, started)
 	}
 }
