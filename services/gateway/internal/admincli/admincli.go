@@ -347,9 +347,9 @@ func WritePlacement(out io.Writer, p *adminv1.Placement) error {
 			}
 		}
 		rows = append(rows, []string{m.GetName(), orDash(strings.Join(m.GetExecutors(), ",")), bytesOrDash(m.GetFootprintBytes()),
-			replicaBound(m.GetMinReplicas()), replicaBound(m.GetMaxReplicas()), orDash(strings.Join(flags, ","))})
+			bytesOrDash(m.GetGpuFootprintBytes()), replicaBound(m.GetMinReplicas()), replicaBound(m.GetMaxReplicas()), orDash(strings.Join(flags, ","))})
 	}
-	if err := table(out, "MODEL\tEXECUTORS\tFOOTPRINT\tMIN\tMAX\tFLAGS", rows); err != nil {
+	if err := table(out, "MODEL\tEXECUTORS\tFOOTPRINT\tGPU FOOTPRINT\tMIN\tMAX\tFLAGS", rows); err != nil {
 		return err
 	}
 	rows = nil
@@ -362,11 +362,15 @@ func WritePlacement(out io.Writer, p *adminv1.Placement) error {
 		if e.GetDraining() {
 			state = "draining"
 		}
+		gpu := "-" // no GPU
+		if e.GetGpu() {
+			gpu = bytesOrDash(e.GetHeldGpuBytes()) + " / " + bytesOrDash(e.GetGpuCapacityBytes())
+		}
 		rows = append(rows, []string{e.GetId(), orDash(e.GetNode()), capa, fmt.Sprintf("%s / %d models", bytesOrDash(e.GetHeldBytes()), e.GetHeldModels()),
-			strconv.FormatBool(e.GetGpu()), state})
+			gpu, state})
 	}
 	fmt.Fprintln(out)
-	if err := table(out, "EXECUTOR\tNODE\tCAPACITY\tHOLDS\tGPU\tSTATE", rows); err != nil {
+	if err := table(out, "EXECUTOR\tNODE\tCAPACITY\tHOLDS\tGPU HELD / MEMORY\tSTATE", rows); err != nil {
 		return err
 	}
 	if len(p.GetPins()) > 0 {

@@ -126,10 +126,13 @@ func TestPlacementTable(t *testing.T) {
 	err := WritePlacement(&b, &adminv1.Placement{
 		ControllerId: "router0",
 		Models: []*adminv1.PlacedModel{
-			{Name: "m0", Executors: []string{"e1", "e2"}, FootprintBytes: 3 << 30, MaxReplicas: 2, Pinned: true},
+			{Name: "m0", Executors: []string{"e1", "e2"}, FootprintBytes: 3 << 30, GpuFootprintBytes: 5 << 30, MaxReplicas: 2, Pinned: true},
 			{Name: "m1"},
 		},
-		Executors: []*adminv1.PlacementExecutor{{Id: "e1", Node: "n1", CapacityBytes: 16 << 30, CapacitySlots: 3, HeldBytes: 3 << 30, HeldModels: 1, Draining: true}},
+		Executors: []*adminv1.PlacementExecutor{
+			{Id: "e1", Node: "n1", CapacityBytes: 16 << 30, CapacitySlots: 3, HeldBytes: 3 << 30, HeldModels: 1, Draining: true,
+				Gpu: true, GpuCapacityBytes: 80 << 30, HeldGpuBytes: 5 << 30},
+		},
 		Waiting:   []*adminv1.WaitingModel{{Model: "m1", Why: "no executor has room for it", Demanded: true}},
 		Pins:      []*adminv1.ModelPin{{Model: "m7", Executors: []string{"e3", "e4"}}},
 		Decisions: []*adminv1.PlacementDecision{
@@ -142,7 +145,7 @@ func TestPlacementTable(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{"controller router0", "e1,e2", "3.0GiB", "pinned", "default", "16.0GiB / 3 slots", "3.0GiB / 1 models",
-		"draining", "no executor has room for it", "least recently used, evicted for m0", "on demand (failed: load failed)",
+		"draining", "5.0GiB / 80.0GiB", "no executor has room for it", "least recently used, evicted for m0", "on demand (failed: load failed)",
 		"PINNED", "m7      e3,e4"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("placement tables lack %q:\n%s", want, out)
