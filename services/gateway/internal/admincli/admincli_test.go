@@ -133,8 +133,8 @@ func TestPlacementTable(t *testing.T) {
 			{Id: "e1", Node: "n1", CapacityBytes: 16 << 30, CapacitySlots: 3, HeldBytes: 3 << 30, HeldModels: 1, Draining: true,
 				Gpu: true, GpuCapacityBytes: 80 << 30, HeldGpuBytes: 5 << 30},
 		},
-		Waiting:   []*adminv1.WaitingModel{{Model: "m1", Why: "no executor has room for it", Demanded: true}},
-		Pins:      []*adminv1.ModelPin{{Model: "m7", Executors: []string{"e3", "e4"}}},
+		Waiting: []*adminv1.WaitingModel{{Model: "m1", Why: "no executor has room for it", Demanded: true}},
+		Pins:    []*adminv1.ModelPin{{Model: "m7", Executors: []string{"e3", "e4"}}},
 		Decisions: []*adminv1.PlacementDecision{
 			{UnixMs: 1000, Action: "unload", Model: "m2", Executor: "e1", Reason: "least recently used, evicted", ForModel: "m0"},
 			{UnixMs: 2000, Action: "load", Model: "m0", Executor: "e1", Reason: "on demand", Error: "load failed"},
