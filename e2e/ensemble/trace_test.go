@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -129,5 +130,126 @@ func TestEnsembleTraceSpans(t *testing.T) {
 	root = spanOf(t, spans, "repeat_pipeline", streamClient)
 	if got, want := children(spans, root.ID), []string{"identity_int32", "identity_int32", "identity_int32", "repeat_int32"}; !slices.Equal(got, want) {
 		t.Errorf("steps under repeat_pipeline's span: %v, want %v", got, want)
+	}
+}
+
+// spansOf are the spans of a trace once n of them come from service.
+func spansOf(t *testing.T, rcv *constellation.OTLPReceiver, traceID, service string, n int) []constellation.Span {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := 0
+		for _, s := range rcv.Trace(traceID) {
+			if s.Service == service {
+				got++
+			}
+		}
+		if got >= n {
+			time.Sleep(300 * time.Millisecond) // none more comes
+			return rcv.Trace(traceID)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trace %s: %d spans of %s, want %d: %+v", traceID, got, service, n, rcv.Trace(traceID))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stepSpans are the models of the step spans ("InferRequest") of service
+// under parent, sorted.
+func stepSpans(spans []constellation.Span, service, parent string) []string {
+	var out []string
+	for _, s := range spans {
+		if s.Service == service && s.ParentID == parent && s.Name == "InferRequest" {
+			out = append(out, s.Attributes["triton.model_name"])
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestEnsembleTraceSpansWhole: a traced request to an ensemble whose steps
+// one executor all serves goes to that executor whole, and the trace still
+// has one span per step under the request's span, made by the executor:
+// nested_ensemble over HTTP (simple_ensemble under the request's span, simple
+// under that, each with the model's own span under it), and
+// repeat_pipeline over a gRPC stream. The gateway makes no step span: the
+// steps did not run there.
+func TestEnsembleTraceSpansWhole(t *testing.T) {
+	rcv := constellation.StartOTLPReceiver(t)
+	repo := t.TempDir()
+	for _, dir := range []string{"e2e/ensemble/testdata/exa", "e2e/ensemble/testdata/exb"} {
+		if err := os.CopyFS(repo, os.DirFS(constellation.RepoPath(t, dir))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	traceArgs := []string{"--trace-config", "mode=opentelemetry", "--trace-config", "opentelemetry,url=" + rcv.Addr,
+		"--trace-config", "opentelemetry,bsp_schedule_delay=20", "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"}
+	c := constellation.NewCluster(t)
+	c.Executor(repo, "ex-all", traceArgs...)
+	g := c.Gateway(traceArgs...)
+	waitReady(t, g, "simple", "nested_ensemble", "repeat_int32", "repeat_pipeline")
+
+	const traceID, client = "5bf92f3577b34da6a3ce929d0e0e4736", "10f067aa0ba902b7"
+	body := `{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"INT32","data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},` +
+		`{"name":"INPUT1","shape":[1,16],"datatype":"INT32","data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}`
+	req, _ := http.NewRequest(http.MethodPost, g.HTTP()+"/v2/models/nested_ensemble/infer", bytes.NewBufferString(body))
+	req.Header.Set("traceparent", "00-"+traceID+"-"+client+"-01")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("nested_ensemble: %d", r.StatusCode)
+	}
+	// The executor's: the two steps' spans and simple's own.
+	spans := spansOf(t, rcv, traceID, "nereid-executor", 3)
+	root := spanOf(t, spans, "nested_ensemble", client)
+	if got := stepSpans(spans, "nereid-executor", root.ID); !slices.Equal(got, []string{"simple_ensemble"}) {
+		t.Fatalf("executor step spans under nested_ensemble's: %v, want [simple_ensemble]\n%+v", got, spans)
+	}
+	var inner constellation.Span
+	for _, s := range spans {
+		if s.Service == "nereid-executor" && s.ParentID == root.ID {
+			inner = s
+		}
+	}
+	if got := stepSpans(spans, "nereid-executor", inner.ID); !slices.Equal(got, []string{"simple"}) {
+		t.Errorf("executor step spans under simple_ensemble's: %v, want [simple]\n%+v", got, spans)
+	}
+	if got := children(spans, root.ID); len(got) != 0 {
+		t.Errorf("gateway spans under the request's: %v, want none (the executor ran the steps)", got)
+	}
+
+	conn, err := grpc.NewClient(g.GRPC(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const streamTrace, streamClient = "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee", "ffffffffffffffff"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := inference.NewGRPCInferenceServiceClient(conn).ModelStreamInfer(
+		metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+streamTrace+"-"+streamClient+"-01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Send(&inference.ModelInferRequest{ModelName: "repeat_pipeline", Inputs: []*inference.ModelInferRequest_InferInputTensor{
+		{Name: "IN", Datatype: "INT32", Shape: []int64{2}, Contents: &inference.InferTensorContents{IntContents: []int32{5, 6}}},
+		{Name: "DELAY", Datatype: "UINT32", Shape: []int64{2}, Contents: &inference.InferTensorContents{UintContents: []uint32{0, 0}}},
+		{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}, Contents: &inference.InferTensorContents{UintContents: []uint32{0}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r, err := st.Recv(); err != nil || r.GetErrorMessage() != "" {
+			t.Fatalf("stream: %v %v", r, err)
+		}
+	}
+	spans = spansOf(t, rcv, streamTrace, "nereid-executor", 8)
+	root = spanOf(t, spans, "repeat_pipeline", streamClient)
+	if got, want := stepSpans(spans, "nereid-executor", root.ID), []string{"identity_int32", "identity_int32", "identity_int32", "repeat_int32"}; !slices.Equal(got, want) {
+		t.Errorf("executor step spans under repeat_pipeline's: %v, want %v\n%+v", got, want, spans)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/handoff"
 	"github.com/nereid-io/nereid/pkg/infercodec"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
+	"github.com/nereid-io/nereid/pkg/tracing"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -108,13 +109,30 @@ func (e *Executor) readyVersion(name, version string) *modelVersion {
 	return best
 }
 
-// runEnsembleStep runs one step's request (ensemble.StepFunc): in-process
-// when this executor serves the step's version and takes new work, the
-// model not a sequence model (a decoupled model's responses go to got as
-// it makes them: stepSink; a nested ensemble that answers once runs its
-// own steps here: runNested); else over the bus, as a backend's call to
-// the model is made (backendServer.Infer).
+// runEnsembleStep runs one step's request (ensemble.StepFunc). A traced
+// request's step has its span under the request's (a nested ensemble's
+// steps under the nested step's), as a gateway running the steps makes
+// one per step, Triton's child trace per step; the model's own span goes
+// under it.
 func (e *Executor) runEnsembleStep(ctx context.Context, s ensemble.Step, sreq *inference.ModelInferRequest, got func(*inference.ModelInferResponse, error)) (*inference.ModelInferResponse, error) {
+	ctx, span := e.tracer.StartChild(ctx, s.Model, "InferRequest")
+	if span == nil {
+		return e.runStep(ctx, s, sreq, got)
+	}
+	resp, err := e.runStep(ctx, s, sreq, got)
+	// The version the step resolved to, as the gateway names it.
+	span.SetAttributes(tracing.AttrModelVersion.String(sreq.GetModelVersion()), tracing.AttrRequestID.String(sreq.GetId()))
+	tracing.End(span, err)
+	return resp, err
+}
+
+// runStep runs one step's request: in-process when this executor serves
+// the step's version and takes new work, the model not a sequence model (a
+// decoupled model's responses go to got as it makes them: stepSink; a
+// nested ensemble that answers once runs its own steps here: runNested);
+// else over the bus, as a backend's call to the model is made
+// (backendServer.Infer).
+func (e *Executor) runStep(ctx context.Context, s ensemble.Step, sreq *inference.ModelInferRequest, got func(*inference.ModelInferResponse, error)) (*inference.ModelInferResponse, error) {
 	mv := e.readyVersion(s.Model, s.Version)
 	if mv != nil && !e.draining.Load() && !s.Decoupled && isEnsemble(mv.cfg) {
 		if resp, ok, err := e.runNested(ctx, mv, sreq); ok {

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
@@ -321,7 +320,7 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 	// (readInferBody, the gRPC codec).
 	body := handoff.TakeRegion(req)
 	kept.hold(body)
-	if on := g.ensembleExecutor(ctx, vv, req); on != nil && isDecoupled(vv) {
+	if on := g.ensembleExecutor(vv, req); on != nil && isDecoupled(vv) {
 		start := time.Now()
 		if err, ran := g.ensembleStreamOn(ctx, on, vv, req, emit); ran {
 			return batch, time.Since(start), err
@@ -463,11 +462,13 @@ func (s *stepFiles) holding(raw [][]byte) *handoff.Region {
 
 // ensembleExecutor picks the executor to which a request to ensemble vv
 // goes whole (vv.wholeOn), so that the tensors between its steps never
-// leave it. A request traced (spans or Triton's trace file), or with
-// tensors in shared memory, keeps this gateway's path: its steps are
-// traced, and reach the regions' node, as any request's do. nil: none.
-func (g *Gateway) ensembleExecutor(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) *wholeExec {
-	if len(vv.wholeOn) == 0 || trace.SpanFromContext(ctx).IsRecording() ||
+// leave it. A request traced with spans goes too: the executor makes the
+// steps' spans under the request's, which the bus carries to it. One
+// traced into Triton's trace file, or with tensors in shared memory,
+// keeps this gateway's path: its steps' child traces are written here,
+// and its steps reach the regions' node, as any request's do. nil: none.
+func (g *Gateway) ensembleExecutor(vv *versionView, req *inference.ModelInferRequest) *wholeExec {
+	if len(vv.wholeOn) == 0 ||
 		(g.traceFile != nil && g.trace.Level(req.GetModelName()) != tracesetting.LevelOff) ||
 		usesSharedMemory(req) {
 		return nil
