@@ -253,3 +253,119 @@ func TestEnsembleTraceSpansWhole(t *testing.T) {
 		t.Errorf("executor step spans under repeat_pipeline's: %v, want %v\n%+v", got, want, spans)
 	}
 }
+
+// outerPipeline is an ensemble over repeat_pipeline (decoupled) whose
+// responses each go through identity_int32 once more.
+const outerPipeline = `name: "outer_pipeline"
+platform: "ensemble"
+max_batch_size: 0
+input [
+  { name: "IN", data_type: TYPE_INT32, dims: [ -1 ] },
+  { name: "DELAY", data_type: TYPE_UINT32, dims: [ -1 ] },
+  { name: "WAIT", data_type: TYPE_UINT32, dims: [ 1 ] }
+]
+output [
+  { name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] },
+  { name: "IDX", data_type: TYPE_UINT32, dims: [ 1 ] }
+]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "repeat_pipeline"
+      model_version: -1
+      input_map { key: "IN" value: "IN" }
+      input_map { key: "DELAY" value: "DELAY" }
+      input_map { key: "WAIT" value: "WAIT" }
+      output_map { key: "OUT" value: "inner_out" }
+      output_map { key: "IDX" value: "IDX" }
+    },
+    {
+      model_name: "identity_int32"
+      model_version: -1
+      input_map { key: "INPUT0" value: "inner_out" }
+      output_map { key: "OUTPUT0" value: "OUT" }
+    }
+  ]
+}
+`
+
+// TestNestedDecoupledEnsembleWhole: an ensemble whose step is a decoupled
+// ensemble, every model on one executor, runs there whole: its responses
+// stream as the inner ensemble's do (one per element of IN, then the final
+// flag), and the trace shows the executor running the steps (the inner
+// ensemble's under its step's span), none of them on the gateway.
+func TestNestedDecoupledEnsembleWhole(t *testing.T) {
+	rcv := constellation.StartOTLPReceiver(t)
+	repo := t.TempDir()
+	for _, dir := range []string{"e2e/ensemble/testdata/exa", "e2e/ensemble/testdata/exb"} {
+		if err := os.CopyFS(repo, os.DirFS(constellation.RepoPath(t, dir))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(repo+"/outer_pipeline/1", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(repo+"/outer_pipeline/config.pbtxt", []byte(outerPipeline), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	traceArgs := []string{"--trace-config", "mode=opentelemetry", "--trace-config", "opentelemetry,url=" + rcv.Addr,
+		"--trace-config", "opentelemetry,bsp_schedule_delay=20", "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"}
+	c := constellation.NewCluster(t)
+	c.Executor(repo, "ex-all", traceArgs...)
+	g := c.Gateway(traceArgs...)
+	waitReady(t, g, "repeat_pipeline", "outer_pipeline")
+
+	conn, err := grpc.NewClient(g.GRPC(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const traceID, client = "abababababababababababababababab", "cdcdcdcdcdcdcdcd"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := inference.NewGRPCInferenceServiceClient(conn).ModelStreamInfer(
+		metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+traceID+"-"+client+"-01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Send(&inference.ModelInferRequest{ModelName: "outer_pipeline", Inputs: []*inference.ModelInferRequest_InferInputTensor{
+		{Name: "IN", Datatype: "INT32", Shape: []int64{3}, Contents: &inference.InferTensorContents{IntContents: []int32{5, 6, 7}}},
+		{Name: "DELAY", Datatype: "UINT32", Shape: []int64{3}, Contents: &inference.InferTensorContents{UintContents: []uint32{0, 0, 0}}},
+		{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}, Contents: &inference.InferTensorContents{UintContents: []uint32{0}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outs []int32
+	for range 3 { // one response per element of IN; no empty final one unless asked
+		r, err := st.Recv()
+		if err != nil || r.GetErrorMessage() != "" {
+			t.Fatalf("stream: %v %v", r, err)
+		}
+		resp := r.GetInferResponse()
+		if len(resp.GetOutputs()) > 0 {
+			for i, o := range resp.GetOutputs() {
+				if o.GetName() == "OUT" {
+					b := resp.GetRawOutputContents()[i]
+					outs = append(outs, int32(uint32(b[0])|uint32(b[1])<<8|uint32(b[2])<<16|uint32(b[3])<<24))
+				}
+			}
+		}
+	}
+	// The responses of the three elements run their last step
+	// concurrently: they come in any order.
+	slices.Sort(outs)
+	if !slices.Equal(outs, []int32{5, 6, 7}) {
+		t.Fatalf("outer_pipeline streamed OUT %v, want 5, 6 and 7", outs)
+	}
+	// The executor's step spans: repeat_pipeline's and identity_int32's
+	// (one per response) under the request's, the inner ensemble's three
+	// models' under repeat_pipeline's, and the models' own.
+	spans := spansOf(t, rcv, traceID, "nereid-executor", 10)
+	root := spanOf(t, spans, "outer_pipeline", client)
+	if got, want := stepSpans(spans, "nereid-executor", root.ID), []string{"identity_int32", "identity_int32", "identity_int32", "repeat_pipeline"}; !slices.Equal(got, want) {
+		t.Fatalf("executor step spans under outer_pipeline's: %v, want %v\n%+v", got, want, spans)
+	}
+	if got := children(spans, root.ID); len(got) != 0 {
+		t.Errorf("gateway spans under the request's: %v, want none (the executor ran the steps)", got)
+	}
+}

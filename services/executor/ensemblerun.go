@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -76,17 +75,44 @@ func (e *Executor) ensemblePlan(ens *modelVersion) *ensemble.Plan {
 		return p.(*ensemble.Plan)
 	}
 	models := e.snapshot()
-	p := ensemble.Compile(ens.cfg, func(model string) bool {
-		for _, mv := range models {
-			if mv.name == model && mv.state == StateReady && modelconfig.IsDecoupled(mv.cfg) {
-				return true
-			}
-		}
-		return false
-	})
+	p := ensemble.Compile(ens.cfg, func(model string) bool { return streams(models, model, 0) })
 	e.ensemblePlans.Store(ens, p)
 	return p
 }
+
+// streams reports whether model, READY among models, answers in a stream:
+// a decoupled model, or an ensemble with a decoupled step on its outputs'
+// path (modelconfig.ValidateComposition says so, nested ensembles
+// included), as the gateways' catalogs mark an ensemble's configuration.
+func streams(models []*modelVersion, model string, depth int) bool {
+	for _, mv := range models {
+		if mv.name != model || mv.state != StateReady {
+			continue
+		}
+		if !isEnsemble(mv.cfg) {
+			return modelconfig.IsDecoupled(mv.cfg)
+		}
+		if depth >= maxNesting {
+			return false
+		}
+		local, _ := localComposing(models)
+		decoupled, err := modelconfig.ValidateComposition(mv.cfg, func(name string) (modelconfig.Composing, bool) {
+			c, ok := local(name)
+			if isEnsemble(c.Config) && streams(models, name, depth+1) {
+				cfg := proto.Clone(c.Config).(*inference.ModelConfig)
+				cfg.ModelTransactionPolicy = &inference.ModelTransactionPolicy{Decoupled: true}
+				c.Config = cfg
+			}
+			return c, ok
+		})
+		return err == nil && decoupled
+	}
+	return false
+}
+
+// maxNesting bounds how deep streams follows ensembles within ensembles
+// (validation refuses cycles; this keeps a bad repository finite).
+const maxNesting = 16
 
 // readyVersion is this executor's READY version of name (version "": the
 // highest), nil when it has none.
@@ -129,15 +155,12 @@ func (e *Executor) runEnsembleStep(ctx context.Context, s ensemble.Step, sreq *i
 // runStep runs one step's request: in-process when this executor serves
 // the step's version and takes new work, the model not a sequence model (a
 // decoupled model's responses go to got as it makes them: stepSink; a
-// nested ensemble that answers once runs its own steps here: runNested);
-// else over the bus, as a backend's call to the model is made
-// (backendServer.Infer).
+// nested ensemble runs its own steps here: runNested); else over the bus,
+// as a backend's call to the model is made (backendServer.Infer).
 func (e *Executor) runStep(ctx context.Context, s ensemble.Step, sreq *inference.ModelInferRequest, got func(*inference.ModelInferResponse, error)) (*inference.ModelInferResponse, error) {
 	mv := e.readyVersion(s.Model, s.Version)
-	if mv != nil && !e.draining.Load() && !s.Decoupled && isEnsemble(mv.cfg) {
-		if resp, ok, err := e.runNested(ctx, mv, sreq); ok {
-			return resp, err
-		}
+	if mv != nil && !e.draining.Load() && isEnsemble(mv.cfg) {
+		return e.runNested(ctx, mv, s.Decoupled, sreq, got)
 	} else if mv != nil && !e.draining.Load() && mv.seq == nil && !isEnsemble(mv.cfg) {
 		sreq.ModelVersion = mv.vstr
 		if mv.decoupled() {
@@ -168,20 +191,28 @@ func (e *Executor) runStep(ctx context.Context, s ensemble.Step, sreq *inference
 	return last, err
 }
 
-// runNested runs a step that is itself an ensemble this executor holds,
-// answering once (no decoupled step), in this process as the request's
-// own steps run, and counts it in the nested ensemble's statistics as a
-// gateway counts the ensembles it runs (stats.ensembleRun). ok is false
-// for one with a decoupled step: it goes over the bus then.
-func (e *Executor) runNested(ctx context.Context, ens *modelVersion, sreq *inference.ModelInferRequest) (*inference.ModelInferResponse, bool, error) {
-	if slices.ContainsFunc(e.ensemblePlan(ens).Steps, func(st ensemble.Step) bool { return st.Decoupled }) {
-		return nil, false, nil
-	}
+// runNested runs a step that is itself an ensemble this executor holds in
+// this process, as the request's own steps run, and counts it in the
+// nested ensemble's statistics as a gateway counts the ensembles it runs
+// (stats.ensembleRun). A decoupled one's responses go to got as its steps
+// make them, as a decoupled model's do; one that answers once (its
+// decoupled steps, if any, off its outputs' path) returns its response.
+func (e *Executor) runNested(ctx context.Context, ens *modelVersion, decoupled bool, sreq *inference.ModelInferRequest, got func(*inference.ModelInferResponse, error)) (*inference.ModelInferResponse, error) {
 	start := time.Now()
 	sreq.ModelVersion = ens.vstr
+	if decoupled {
+		compute, err := e.ensemblePlan(ens).Drive(ctx, sreq, ens.vstr, wantedOutputs(sreq), e.runEnsembleStep, func(resp *inference.ModelInferResponse, _ bool) error {
+			if resp != nil {
+				got(resp, nil)
+			}
+			return nil
+		})
+		ens.stats.ensembleRun(start, batchOf(ens.cfg, sreq), compute, err)
+		return nil, err
+	}
 	out, compute, err := e.runOnce(ctx, ens, sreq)
 	ens.stats.ensembleRun(start, batchOf(ens.cfg, sreq), compute, err)
-	return out, true, err
+	return out, err
 }
 
 // runOnce runs req's steps of ensemble ens, which answers once, here and

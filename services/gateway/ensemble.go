@@ -106,8 +106,9 @@ type wholeExec struct {
 // (those keep the gateway's path, which goes through the sequence router
 // or reads the cache): holdingSteps. A decoupled step streams to the next
 // inside the executor, a decoupled ensemble's responses stream from it
-// (ensembleStreamOn), and a nested ensemble that answers once runs there
-// too, counting its own statistics there. nil: none.
+// (ensembleStreamOn), and a nested ensemble runs there too (a decoupled
+// one streaming to the steps that read it), counting its own statistics
+// there. nil: none.
 func wholeOn(v *view, vv *versionView) []wholeExec {
 	if len(vv.execNodes) == 0 {
 		return nil
@@ -159,8 +160,8 @@ const maxNesting = 16
 
 // holdingSteps narrows candidates to the executors holding READY the
 // version each step of plan resolves to, and, for a step that is itself an
-// ensemble answering once (no decoupled step), every step of it in turn.
-// It reports false when none is left, or a step keeps the gateway's path.
+// ensemble, every step of it in turn. It reports false when none is left,
+// or a step keeps the gateway's path.
 func holdingSteps(v *view, plan *ensemble.Plan, candidates *[]string, depth int) bool {
 	for _, s := range plan.Steps {
 		svv, err := v.step(s)
@@ -175,9 +176,7 @@ func holdingSteps(v *view, plan *ensemble.Plan, candidates *[]string, depth int)
 			return false
 		}
 		if modelconfig.IsEnsemble(svv.config) {
-			if svv.plan == nil || isDecoupled(svv) || depth >= maxNesting ||
-				slices.ContainsFunc(svv.plan.Steps, func(st ensemble.Step) bool { return st.Decoupled }) ||
-				!holdingSteps(v, svv.plan, candidates, depth+1) {
+			if svv.plan == nil || depth >= maxNesting || !holdingSteps(v, svv.plan, candidates, depth+1) {
 				return false
 			}
 		}
