@@ -36,6 +36,7 @@ var (
 // server is the standalone composition running in this test process.
 type server struct {
 	http, grpc string
+	srv        *standalone.Server
 }
 
 func startServer(t *testing.T, allowShm bool) *server {
@@ -73,7 +74,7 @@ func startServer(t *testing.T, allowShm bool) *server {
 	case <-time.After(30 * time.Second):
 		t.Fatal("standalone server not ready")
 	}
-	s := &server{http: "http://" + srv.Gateway().HTTPAddr(), grpc: srv.Gateway().GRPCAddr()}
+	s := &server{http: "http://" + srv.Gateway().HTTPAddr(), grpc: srv.Gateway().GRPCAddr(), srv: srv}
 	waitReady(t, s.http, "simple", "identity", "slow")
 	return s
 }

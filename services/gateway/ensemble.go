@@ -319,7 +319,12 @@ func (g *Gateway) runEnsemble(ctx context.Context, vv *versionView, req *inferen
 	// (readInferBody, the gRPC codec).
 	body := handoff.TakeRegion(req)
 	kept.hold(body)
-	if on := g.ensembleExecutor(vv, req); on != nil && isDecoupled(vv) {
+	on, held, err := g.ensembleExecutor(ctx, vv, req)
+	if err != nil {
+		return batch, 0, err
+	}
+	defer held()
+	if on != nil && isDecoupled(vv) {
 		start := time.Now()
 		if err, ran := g.ensembleStreamOn(ctx, on, vv, req, emit); ran {
 			return batch, time.Since(start), err
@@ -462,17 +467,40 @@ func (s *stepFiles) holding(raw [][]byte) *handoff.Region {
 // ensembleExecutor picks the executor to which a request to ensemble vv
 // goes whole (vv.wholeOn), so that the tensors between its steps never
 // leave it. A request traced with spans goes too: the executor makes the
-// steps' spans under the request's, which the bus carries to it. One
-// traced into Triton's trace file, or with tensors in shared memory,
-// keeps this gateway's path: its steps' child traces are written here,
-// and its steps reach the regions' node, as any request's do. nil: none.
-func (g *Gateway) ensembleExecutor(vv *versionView, req *inference.ModelInferRequest) *wholeExec {
-	if len(vv.wholeOn) == 0 ||
-		(g.traceFile != nil && g.trace.Level(req.GetModelName()) != tracesetting.LevelOff) ||
-		usesSharedMemory(req) {
-		return nil
+// steps' spans under the request's, which the bus carries to it. So does
+// one with tensors in system shared memory, to an executor of the
+// regions' node: the regions are held for the request (release ends the
+// hold; never nil) and their lease goes with it, so that the steps read
+// and write them there, as they would on the gateway's path. One traced
+// into Triton's trace file, or using CUDA shared memory, keeps this
+// gateway's path: its steps' child traces are written here, and its steps
+// reach the region's GPU, as any request's do. nil: none. An error is a
+// region the request names wrongly.
+func (g *Gateway) ensembleExecutor(ctx context.Context, vv *versionView, req *inference.ModelInferRequest) (on *wholeExec, release func(), err error) {
+	release = func() {}
+	if len(vv.wholeOn) == 0 || (g.traceFile != nil && g.trace.Level(req.GetModelName()) != tracesetting.LevelOff) {
+		return nil, release, nil
 	}
-	return &vv.wholeOn[rand.IntN(len(vv.wholeOn))]
+	if !usesSharedMemory(req) {
+		return &vv.wholeOn[rand.IntN(len(vv.wholeOn))], release, nil
+	}
+	first, cuda, held, err := g.shmHold(ctx, req)
+	if err != nil {
+		return nil, release, err
+	}
+	var there []*wholeExec
+	for i := range vv.wholeOn {
+		if cuda == nil && first != nil && vv.wholeOn[i].node == first.GetNode() {
+			there = append(there, &vv.wholeOn[i])
+		}
+	}
+	if len(there) == 0 {
+		// The steps take their own holds on the gateway's path.
+		held()
+		delete(req.Parameters, shm.LeaseParam)
+		return nil, release, nil
+	}
+	return there[rand.IntN(len(there))], held, nil
 }
 
 // ensembleOn sends a request to ensemble vv to executor on, which runs its
