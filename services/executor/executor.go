@@ -321,20 +321,11 @@ func (e *Executor) Run(ctx context.Context) error {
 	}
 	e.bus = bc
 	defer bc.Close()
-	if e.cfg.Trace.Mode == tracesetting.ModeOpenTelemetry {
-		if e.tracer, err = tracing.New(ctx, e.cfg.Trace, "executor", e.trace); err != nil {
-			return fmt.Errorf("executor: %w", err)
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = e.tracer.Shutdown(sctx)
-		}()
-	} else {
-		// No spans here, but a gateway writing Triton's trace file asks
-		// for a request's timestamps through its trace context.
-		tracing.UsePropagator()
+	stopTracing, err := e.startTracing(ctx)
+	if err != nil {
+		return err
 	}
+	defer stopTracing()
 
 	// Executions outlive ctx by the drain: they end when execCancel runs.
 	execCtx, execCancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -343,45 +334,12 @@ func (e *Executor) Run(ctx context.Context) error {
 	defer e.group.Stop()
 	e.execCtx = execCtx
 
-	if e.cfg.RedisURL != "" {
-		// Refused credentials stop the start; a Redis that does not answer
-		// yet does not: the models serve, and durable writes wait for it.
-		octx, cancel := context.WithTimeout(ctx, redisStartWait)
-		rdb, err := redisconn.Open(octx, e.cfg.RedisURL, e.cfg.RedisAuth)
-		cancel()
-		if err != nil && ctx.Err() == nil && octx.Err() != nil {
-			e.log.Warn("Redis does not answer yet; durable sequence states will wait for it", "url", redisconn.Redact(e.cfg.RedisURL), "err", err)
-			rdb, err = redisconn.New(e.cfg.RedisURL, e.cfg.RedisAuth)
-		}
-		if err != nil {
-			return fmt.Errorf("executor: durable sequence state: %w", err)
-		}
-		e.states = newRedisStates(rdb)
-	} else {
-		e.states = newMemStates()
+	if err := e.openStates(ctx); err != nil {
+		return err
 	}
-	defer e.states.close() // after the models using it are finalized
-
+	defer e.states.close()    // after the models using it are finalized
 	defer e.removeOverrides() // after the models using them are finalized
-	// In explicit mode the models loaded through the repository API before
-	// this start are loaded too: from the constellation's set when NATS has
-	// JetStream, else from what the running executors serve.
-	var restore []*busv1.ModelControlRequest
-	fromPeers := map[string]bool{}
-	// Under placement the controller keeps the cluster's loaded models
-	// (services/sequence-router/placer) and tells this executor what to
-	// hold.
-	if e.cfg.ControlMode == ControlExplicit && !e.cfg.Placement {
-		if restore, err = e.openSet(ctx); err != nil {
-			e.log.Info("no loaded-model set in JetStream: loading what the other executors serve", "err", err)
-			for _, name := range e.loadedByPeers(ctx) {
-				if !slices.Contains(e.cfg.Models, name) {
-					fromPeers[name] = true
-					e.cfg.Models = append(e.cfg.Models, name)
-				}
-			}
-		}
-	}
+	restore, fromPeers := e.loadedBefore(ctx)
 	if err := e.load(execCtx); err != nil {
 		return err
 	}
@@ -404,53 +362,15 @@ func (e *Executor) Run(ctx context.Context) error {
 	}
 	defer stopShm()
 
-	var subs []*bus.Subscription
+	subs, err := e.subscribe(bc)
 	defer func() {
 		for _, s := range subs {
 			_ = s.Unsubscribe()
 		}
 	}()
-	for _, mv := range e.snapshot() {
-		if err := e.serve(mv); err != nil {
-			return err
-		}
-	}
-	ctlSub, err := bc.Handle(bus.ModelControlSubject, "", e.handleControl)
-	if err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	subs = append(subs, ctlSub)
-	loadedSub, err := bc.Handle(bus.LoadedModelsSubject, "", e.handleCatalog)
-	if err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	subs = append(subs, loadedSub)
-	catSub, err := bc.Handle(bus.ExecutorCatalogSubject(e.cfg.ID), "", e.handleCatalog)
-	if err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	subs = append(subs, catSub)
-	statsSub, err := bc.Handle(bus.ExecutorStatsSubject(e.cfg.ID), "", e.handleStats)
-	if err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	subs = append(subs, statsSub)
-	if e.ensembleSub, err = bc.HandleBody(bus.ExecutorEnsembleSubject(e.cfg.ID), bus.QueueExecutors, e.handleEnsemble); err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	subs = append(subs, e.ensembleSub)
-	if e.cfg.Placement {
-		placeSub, err := bc.Handle(bus.ExecutorPlaceSubject(e.cfg.ID), "", e.handlePlace)
-		if err != nil {
-			return fmt.Errorf("executor: %w", err)
-		}
-		subs = append(subs, placeSub)
-	}
-	adminSubs, err := e.serveAdmin(bc)
 	if err != nil {
 		return err
 	}
-	subs = append(subs, adminSubs...)
 	stores := []settingbus.Store{e.trace}
 	if e.cfg.Logging != nil {
 		stores = append(stores, e.cfg.Logging)
@@ -462,18 +382,8 @@ func (e *Executor) Run(ctx context.Context) error {
 	defer settings.Stop()
 	// Backends calling other models (BLS) need to know who serves what:
 	// peers are known from their heartbeats, within HeartbeatInterval.
-	peers, err := bc.Subscribe(bus.HeartbeatSubject, e.peerHeartbeat)
-	if err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	subs = append(subs, peers)
 	settle := time.AfterFunc(bus.HeartbeatInterval+bus.HeartbeatInterval/2, func() { close(e.peersHeard) })
 	defer settle.Stop()
-	solicit, err := bc.Subscribe(bus.SolicitSubject, func(context.Context, []byte) { e.heartbeat(false) })
-	if err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	subs = append(subs, solicit)
 	if len(restore) > 0 {
 		e.restore(execCtx, restore)
 	}
@@ -490,23 +400,158 @@ func (e *Executor) Run(ctx context.Context) error {
 	if e.cfg.ControlMode == ControlPoll {
 		e.group.Go(e.poll(ctx))
 	}
+	e.announce(ctx)
+	e.withdraw(execCtx)
+	execCancel()
+	e.log.Info("executor stopped")
+	return nil
+}
 
+// startTracing starts the exporter of spans when traces go to
+// OpenTelemetry; stop flushes and ends it.
+func (e *Executor) startTracing(ctx context.Context) (stop func(), err error) {
+	if e.cfg.Trace.Mode != tracesetting.ModeOpenTelemetry {
+		// No spans here, but a gateway writing Triton's trace file asks
+		// for a request's timestamps through its trace context.
+		tracing.UsePropagator()
+		return func() {}, nil
+	}
+	if e.tracer, err = tracing.New(ctx, e.cfg.Trace, "executor", e.trace); err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = e.tracer.Shutdown(sctx)
+	}, nil
+}
+
+// openStates opens the store of durable sequence states: Redis when
+// configured, else memory. Refused credentials stop the start; a Redis
+// that does not answer yet does not: the models serve, and durable writes
+// wait for it.
+func (e *Executor) openStates(ctx context.Context) error {
+	if e.cfg.RedisURL == "" {
+		e.states = newMemStates()
+		return nil
+	}
+	octx, cancel := context.WithTimeout(ctx, redisStartWait)
+	rdb, err := redisconn.Open(octx, e.cfg.RedisURL, e.cfg.RedisAuth)
+	cancel()
+	if err != nil && ctx.Err() == nil && octx.Err() != nil {
+		e.log.Warn("Redis does not answer yet; durable sequence states will wait for it", "url", redisconn.Redact(e.cfg.RedisURL), "err", err)
+		rdb, err = redisconn.New(e.cfg.RedisURL, e.cfg.RedisAuth)
+	}
+	if err != nil {
+		return fmt.Errorf("executor: durable sequence state: %w", err)
+	}
+	e.states = newRedisStates(rdb)
+	return nil
+}
+
+// loadedBefore is, in explicit mode, what the repository API loaded before
+// this start, to load too: the constellation's set when NATS has
+// JetStream (restore), else what the running executors serve, added to
+// the models loaded at start (fromPeers names them). Under placement the
+// controller keeps the cluster's loaded models
+// (services/sequence-router/placer) and tells this executor what to hold.
+func (e *Executor) loadedBefore(ctx context.Context) (restore []*busv1.ModelControlRequest, fromPeers map[string]bool) {
+	fromPeers = map[string]bool{}
+	if e.cfg.ControlMode != ControlExplicit || e.cfg.Placement {
+		return nil, fromPeers
+	}
+	restore, err := e.openSet(ctx)
+	if err != nil {
+		e.log.Info("no loaded-model set in JetStream: loading what the other executors serve", "err", err)
+		for _, name := range e.loadedByPeers(ctx) {
+			if !slices.Contains(e.cfg.Models, name) {
+				fromPeers[name] = true
+				e.cfg.Models = append(e.cfg.Models, name)
+			}
+		}
+	}
+	return restore, fromPeers
+}
+
+// subscribe serves the models loaded and the executor's subjects: model
+// control, the catalog, statistics, whole ensembles, placement, the admin
+// API, peers' heartbeats and gateways' solicitations. It returns what it
+// subscribed, also when it fails part way.
+func (e *Executor) subscribe(bc *bus.Conn) ([]*bus.Subscription, error) {
+	var subs []*bus.Subscription
+	for _, mv := range e.snapshot() {
+		if err := e.serve(mv); err != nil {
+			return subs, err
+		}
+	}
+	type handler struct {
+		subject string
+		h       bus.HandlerFunc
+	}
+	handlers := []handler{
+		{bus.ModelControlSubject, e.handleControl},
+		{bus.LoadedModelsSubject, e.handleCatalog},
+		{bus.ExecutorCatalogSubject(e.cfg.ID), e.handleCatalog},
+		{bus.ExecutorStatsSubject(e.cfg.ID), e.handleStats},
+	}
+	if e.cfg.Placement {
+		handlers = append(handlers, handler{bus.ExecutorPlaceSubject(e.cfg.ID), e.handlePlace})
+	}
+	for _, h := range handlers {
+		sub, err := bc.Handle(h.subject, "", h.h)
+		if err != nil {
+			return subs, fmt.Errorf("executor: %w", err)
+		}
+		subs = append(subs, sub)
+	}
+	var err error
+	if e.ensembleSub, err = bc.HandleBody(bus.ExecutorEnsembleSubject(e.cfg.ID), bus.QueueExecutors, e.handleEnsemble); err != nil {
+		return subs, fmt.Errorf("executor: %w", err)
+	}
+	subs = append(subs, e.ensembleSub)
+	adminSubs, err := e.serveAdmin(bc)
+	if err != nil {
+		return subs, err
+	}
+	subs = append(subs, adminSubs...)
+	for _, l := range []struct {
+		subject string
+		f       func(context.Context, []byte)
+	}{
+		{bus.HeartbeatSubject, e.peerHeartbeat},
+		{bus.SolicitSubject, func(context.Context, []byte) { e.heartbeat(false) }},
+	} {
+		sub, err := bc.Subscribe(l.subject, l.f)
+		if err != nil {
+			return subs, fmt.Errorf("executor: %w", err)
+		}
+		subs = append(subs, sub)
+	}
+	return subs, nil
+}
+
+// announce sends the executor's heartbeat every HeartbeatInterval until
+// ctx ends.
+func (e *Executor) announce(ctx context.Context) {
 	tick := time.NewTicker(bus.HeartbeatInterval)
 	defer tick.Stop()
-	for done := false; !done; {
+	for {
 		select {
 		case <-ctx.Done():
-			done = true
+			return
 		case <-tick.C:
 			e.heartbeat(false)
 		}
 	}
+}
 
-	// Shutdown: tell gateways first, so that they stop routing here, then
-	// finish what has arrived.
+// withdraw tells gateways first that the executor is going, so that they
+// stop routing here, then lets what has arrived finish, up to
+// DrainTimeout.
+func (e *Executor) withdraw(execCtx context.Context) {
 	e.heartbeat(true)
 	flushCtx, cancelFlush := context.WithTimeout(execCtx, time.Second)
-	_ = bc.Flush(flushCtx)
+	_ = e.bus.Flush(flushCtx)
 	cancelFlush()
 	drained := make(chan struct{})
 	e.group.Go(func(context.Context) {
@@ -529,9 +574,6 @@ func (e *Executor) Run(ctx context.Context) error {
 	case <-time.After(DrainTimeout):
 		e.log.Warn("requests still in flight after the drain timeout; cancelling them")
 	}
-	execCancel()
-	e.log.Info("executor stopped")
-	return nil
 }
 
 // summary lists "name/version:STATE" for the log.
