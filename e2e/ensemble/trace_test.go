@@ -3,8 +3,10 @@ package ensemble
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -62,6 +64,88 @@ func spanOf(t *testing.T, spans []constellation.Span, model, parent string) cons
 	return constellation.Span{}
 }
 
+// otelArgs are the trace settings that export every request's spans to rcv.
+func otelArgs(rcv *constellation.OTLPReceiver) []string {
+	return []string{"--trace-config", "mode=opentelemetry", "--trace-config", "opentelemetry,url=" + rcv.Addr,
+		"--trace-config", "opentelemetry,bsp_schedule_delay=20", "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"}
+}
+
+// simpleBody is simple's inputs in a request over HTTP.
+const simpleBody = `{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"INT32","data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},` +
+	`{"name":"INPUT1","shape":[1,16],"datatype":"INT32","data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}`
+
+// postTraced sends body to model over HTTP under the client's trace
+// context (traceID, span client) and fails the test unless it answers 200.
+func postTraced(t *testing.T, g *constellation.Gateway, model, traceID, client, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, g.HTTP()+"/v2/models/"+model+"/infer", bytes.NewBufferString(body))
+	req.Header.Set("traceparent", "00-"+traceID+"-"+client+"-01")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %d", model, r.StatusCode)
+	}
+}
+
+// streamTraced sends in as IN to a pipeline over repeat_int32 (model) on
+// a gRPC stream under the client's trace context, and returns its
+// responses, one per element of IN (no empty final one unless asked).
+func streamTraced(t *testing.T, g *constellation.Gateway, model, traceID, client string, in []int32) []*inference.ModelInferResponse {
+	t.Helper()
+	conn, err := grpc.NewClient(g.GRPC(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := inference.NewGRPCInferenceServiceClient(conn).ModelStreamInfer(
+		metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+traceID+"-"+client+"-01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Send(&inference.ModelInferRequest{ModelName: model, Inputs: []*inference.ModelInferRequest_InferInputTensor{
+		{Name: "IN", Datatype: "INT32", Shape: []int64{int64(len(in))}, Contents: &inference.InferTensorContents{IntContents: in}},
+		{Name: "DELAY", Datatype: "UINT32", Shape: []int64{int64(len(in))}, Contents: &inference.InferTensorContents{UintContents: make([]uint32, len(in))}},
+		{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}, Contents: &inference.InferTensorContents{UintContents: []uint32{0}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*inference.ModelInferResponse
+	for range in {
+		r, err := st.Recv()
+		if err != nil || r.GetErrorMessage() != "" {
+			t.Fatalf("%s's stream: %v %v", model, r, err)
+		}
+		out = append(out, r.GetInferResponse())
+	}
+	return out
+}
+
+// wholeRepo is one repository holding exa's and exb's models, and the
+// extra configurations given by name: one executor serves every step.
+func wholeRepo(t *testing.T, extra map[string]string) string {
+	t.Helper()
+	repo := t.TempDir()
+	for _, dir := range []string{"e2e/ensemble/testdata/exa", "e2e/ensemble/testdata/exb"} {
+		if err := os.CopyFS(repo, os.DirFS(constellation.RepoPath(t, dir))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, cfg := range extra {
+		if err := os.MkdirAll(filepath.Join(repo, name, "1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(repo, name, "config.pbtxt"), []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return repo
+}
+
 // TestEnsembleTraceSpans: a traced ensemble request has one span per step
 // request under the request's span, as Triton spawns a child trace per
 // step: nested_ensemble over HTTP with the client's traceparent (its step
@@ -73,23 +157,11 @@ func TestEnsembleTraceSpans(t *testing.T) {
 	c := constellation.NewCluster(t)
 	c.Executor(constellation.RepoPath(t, "e2e/ensemble/testdata/exa"), "ex-a")
 	c.Executor(constellation.RepoPath(t, "e2e/ensemble/testdata/exb"), "ex-b")
-	g := c.Gateway("--trace-config", "mode=opentelemetry", "--trace-config", "opentelemetry,url="+rcv.Addr,
-		"--trace-config", "opentelemetry,bsp_schedule_delay=20", "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1")
+	g := c.Gateway(otelArgs(rcv)...)
 	waitReady(t, g, "simple", "nested_ensemble", "repeat_int32", "repeat_pipeline")
 
 	const traceID, client = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-	body := `{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"INT32","data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},` +
-		`{"name":"INPUT1","shape":[1,16],"datatype":"INT32","data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}`
-	req, _ := http.NewRequest(http.MethodPost, g.HTTP()+"/v2/models/nested_ensemble/infer", bytes.NewBufferString(body))
-	req.Header.Set("traceparent", "00-"+traceID+"-"+client+"-01")
-	r, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Body.Close()
-	if r.StatusCode != http.StatusOK {
-		t.Fatalf("nested_ensemble: %d", r.StatusCode)
-	}
+	postTraced(t, g, "nested_ensemble", traceID, client, simpleBody)
 	spans := gatewaySpans(t, rcv, traceID, 3)
 	root := spanOf(t, spans, "nested_ensemble", client)
 	inner := spanOf(t, spans, "simple_ensemble", root.ID)
@@ -101,31 +173,8 @@ func TestEnsembleTraceSpans(t *testing.T) {
 		t.Errorf("spans under the client's: %v, want the request's alone", got)
 	}
 
-	conn, err := grpc.NewClient(g.GRPC(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	const streamTrace, streamClient = "cccccccccccccccccccccccccccccccc", "dddddddddddddddd"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := inference.NewGRPCInferenceServiceClient(conn).ModelStreamInfer(
-		metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+streamTrace+"-"+streamClient+"-01"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = st.Send(&inference.ModelInferRequest{ModelName: "repeat_pipeline", Inputs: []*inference.ModelInferRequest_InferInputTensor{
-		{Name: "IN", Datatype: "INT32", Shape: []int64{2}, Contents: &inference.InferTensorContents{IntContents: []int32{5, 6}}},
-		{Name: "DELAY", Datatype: "UINT32", Shape: []int64{2}, Contents: &inference.InferTensorContents{UintContents: []uint32{0, 0}}},
-		{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}, Contents: &inference.InferTensorContents{UintContents: []uint32{0}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		if r, err := st.Recv(); err != nil || r.GetErrorMessage() != "" {
-			t.Fatalf("stream: %v %v", r, err)
-		}
-	}
+	streamTraced(t, g, "repeat_pipeline", streamTrace, streamClient, []int32{5, 6})
 	spans = gatewaySpans(t, rcv, streamTrace, 5)
 	root = spanOf(t, spans, "repeat_pipeline", streamClient)
 	if got, want := children(spans, root.ID), []string{"identity_int32", "identity_int32", "identity_int32", "repeat_int32"}; !slices.Equal(got, want) {
@@ -177,32 +226,13 @@ func stepSpans(spans []constellation.Span, service, parent string) []string {
 // steps did not run there.
 func TestEnsembleTraceSpansWhole(t *testing.T) {
 	rcv := constellation.StartOTLPReceiver(t)
-	repo := t.TempDir()
-	for _, dir := range []string{"e2e/ensemble/testdata/exa", "e2e/ensemble/testdata/exb"} {
-		if err := os.CopyFS(repo, os.DirFS(constellation.RepoPath(t, dir))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	traceArgs := []string{"--trace-config", "mode=opentelemetry", "--trace-config", "opentelemetry,url=" + rcv.Addr,
-		"--trace-config", "opentelemetry,bsp_schedule_delay=20", "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"}
 	c := constellation.NewCluster(t)
-	c.Executor(repo, "ex-all", traceArgs...)
-	g := c.Gateway(traceArgs...)
+	c.Executor(wholeRepo(t, nil), "ex-all", otelArgs(rcv)...)
+	g := c.Gateway(otelArgs(rcv)...)
 	waitReady(t, g, "simple", "nested_ensemble", "repeat_int32", "repeat_pipeline")
 
 	const traceID, client = "5bf92f3577b34da6a3ce929d0e0e4736", "10f067aa0ba902b7"
-	body := `{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"INT32","data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},` +
-		`{"name":"INPUT1","shape":[1,16],"datatype":"INT32","data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}`
-	req, _ := http.NewRequest(http.MethodPost, g.HTTP()+"/v2/models/nested_ensemble/infer", bytes.NewBufferString(body))
-	req.Header.Set("traceparent", "00-"+traceID+"-"+client+"-01")
-	r, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Body.Close()
-	if r.StatusCode != http.StatusOK {
-		t.Fatalf("nested_ensemble: %d", r.StatusCode)
-	}
+	postTraced(t, g, "nested_ensemble", traceID, client, simpleBody)
 	// The executor's: the two steps' spans and simple's own.
 	spans := spansOf(t, rcv, traceID, "nereid-executor", 3)
 	root := spanOf(t, spans, "nested_ensemble", client)
@@ -222,31 +252,8 @@ func TestEnsembleTraceSpansWhole(t *testing.T) {
 		t.Errorf("gateway spans under the request's: %v, want none (the executor ran the steps)", got)
 	}
 
-	conn, err := grpc.NewClient(g.GRPC(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	const streamTrace, streamClient = "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee", "ffffffffffffffff"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := inference.NewGRPCInferenceServiceClient(conn).ModelStreamInfer(
-		metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+streamTrace+"-"+streamClient+"-01"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = st.Send(&inference.ModelInferRequest{ModelName: "repeat_pipeline", Inputs: []*inference.ModelInferRequest_InferInputTensor{
-		{Name: "IN", Datatype: "INT32", Shape: []int64{2}, Contents: &inference.InferTensorContents{IntContents: []int32{5, 6}}},
-		{Name: "DELAY", Datatype: "UINT32", Shape: []int64{2}, Contents: &inference.InferTensorContents{UintContents: []uint32{0, 0}}},
-		{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}, Contents: &inference.InferTensorContents{UintContents: []uint32{0}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		if r, err := st.Recv(); err != nil || r.GetErrorMessage() != "" {
-			t.Fatalf("stream: %v %v", r, err)
-		}
-	}
+	streamTraced(t, g, "repeat_pipeline", streamTrace, streamClient, []int32{5, 6})
 	spans = spansOf(t, rcv, streamTrace, "nereid-executor", 8)
 	root = spanOf(t, spans, "repeat_pipeline", streamClient)
 	if got, want := stepSpans(spans, "nereid-executor", root.ID), []string{"identity_int32", "identity_int32", "identity_int32", "repeat_int32"}; !slices.Equal(got, want) {
@@ -296,58 +303,17 @@ ensemble_scheduling {
 // ensemble's under its step's span), none of them on the gateway.
 func TestNestedDecoupledEnsembleWhole(t *testing.T) {
 	rcv := constellation.StartOTLPReceiver(t)
-	repo := t.TempDir()
-	for _, dir := range []string{"e2e/ensemble/testdata/exa", "e2e/ensemble/testdata/exb"} {
-		if err := os.CopyFS(repo, os.DirFS(constellation.RepoPath(t, dir))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.MkdirAll(repo+"/outer_pipeline/1", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(repo+"/outer_pipeline/config.pbtxt", []byte(outerPipeline), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	traceArgs := []string{"--trace-config", "mode=opentelemetry", "--trace-config", "opentelemetry,url=" + rcv.Addr,
-		"--trace-config", "opentelemetry,bsp_schedule_delay=20", "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"}
 	c := constellation.NewCluster(t)
-	c.Executor(repo, "ex-all", traceArgs...)
-	g := c.Gateway(traceArgs...)
+	c.Executor(wholeRepo(t, map[string]string{"outer_pipeline": outerPipeline}), "ex-all", otelArgs(rcv)...)
+	g := c.Gateway(otelArgs(rcv)...)
 	waitReady(t, g, "repeat_pipeline", "outer_pipeline")
 
-	conn, err := grpc.NewClient(g.GRPC(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	const traceID, client = "abababababababababababababababab", "cdcdcdcdcdcdcdcd"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := inference.NewGRPCInferenceServiceClient(conn).ModelStreamInfer(
-		metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+traceID+"-"+client+"-01"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = st.Send(&inference.ModelInferRequest{ModelName: "outer_pipeline", Inputs: []*inference.ModelInferRequest_InferInputTensor{
-		{Name: "IN", Datatype: "INT32", Shape: []int64{3}, Contents: &inference.InferTensorContents{IntContents: []int32{5, 6, 7}}},
-		{Name: "DELAY", Datatype: "UINT32", Shape: []int64{3}, Contents: &inference.InferTensorContents{UintContents: []uint32{0, 0, 0}}},
-		{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}, Contents: &inference.InferTensorContents{UintContents: []uint32{0}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var outs []int32
-	for range 3 { // one response per element of IN; no empty final one unless asked
-		r, err := st.Recv()
-		if err != nil || r.GetErrorMessage() != "" {
-			t.Fatalf("stream: %v %v", r, err)
-		}
-		resp := r.GetInferResponse()
-		if len(resp.GetOutputs()) > 0 {
-			for i, o := range resp.GetOutputs() {
-				if o.GetName() == "OUT" {
-					b := resp.GetRawOutputContents()[i]
-					outs = append(outs, int32(uint32(b[0])|uint32(b[1])<<8|uint32(b[2])<<16|uint32(b[3])<<24))
-				}
+	for _, resp := range streamTraced(t, g, "outer_pipeline", traceID, client, []int32{5, 6, 7}) {
+		for i, o := range resp.GetOutputs() {
+			if o.GetName() == "OUT" {
+				outs = append(outs, int32(binary.LittleEndian.Uint32(resp.GetRawOutputContents()[i])))
 			}
 		}
 	}

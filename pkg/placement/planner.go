@@ -3,6 +3,7 @@ package placement
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -499,11 +500,7 @@ func (p *Planner) RememberFootprint(model string, n uint64) {
 
 // Footprints returns the measured footprints, by model.
 func (p *Planner) Footprints() map[string]uint64 {
-	out := make(map[string]uint64, len(p.footprints))
-	for k, v := range p.footprints {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(p.footprints)
 }
 
 // GPUFootprint is what the planner counts model to take of an executor's
@@ -526,11 +523,7 @@ func (p *Planner) RememberGPUFootprint(model string, n uint64) {
 
 // GPUFootprints returns the measured GPU footprints, by model.
 func (p *Planner) GPUFootprints() map[string]uint64 {
-	out := make(map[string]uint64, len(p.gpuFootprints))
-	for k, v := range p.gpuFootprints {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(p.gpuFootprints)
 }
 
 // size is what the planner counts model to take: host bytes and GPU

@@ -107,8 +107,19 @@ func (s *store) release(ctx context.Context, owner string, epoch uint64) error {
 	return lease.Release(ctx, s.rdb, owner, epoch)
 }
 
+// footprints reads the footprints kept; a malformed entry is skipped.
 func (s *store) footprints(ctx context.Context) (map[string]uint64, error) {
-	m, err := s.rdb.HGetAll(ctx, footprintsKey).Result()
+	return s.sizes(ctx, footprintsKey)
+}
+
+// saveFootprints writes footprints, fenced by the lease (errNotLeading).
+func (s *store) saveFootprints(ctx context.Context, owner string, epoch uint64, f map[string]uint64) error {
+	return s.saveSizes(ctx, footprintsKey, owner, epoch, f)
+}
+
+// sizes reads a hash of model -> bytes; a malformed entry is skipped.
+func (s *store) sizes(ctx context.Context, key string) (map[string]uint64, error) {
+	m, err := s.rdb.HGetAll(ctx, key).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -121,12 +132,21 @@ func (s *store) footprints(ctx context.Context) (map[string]uint64, error) {
 	return out, nil
 }
 
-func (s *store) saveFootprints(ctx context.Context, owner string, epoch uint64, f map[string]uint64) error {
+// saveSizes writes f into the hash of model -> bytes at key, fenced by
+// the lease (errNotLeading).
+func (s *store) saveSizes(ctx context.Context, key, owner string, epoch uint64, f map[string]uint64) error {
 	args := []any{redislease.Value(owner, epoch)}
 	for k, v := range f {
 		args = append(args, k, strconv.FormatUint(v, 10))
 	}
-	return footprintScript.Run(ctx, s.rdb, []string{leaseKey, footprintsKey}, args...).Err()
+	n, err := footprintScript.Run(ctx, s.rdb, []string{leaseKey, key}, args...).Int()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errNotLeading
+	}
+	return nil
 }
 
 // pins reads the operator's pins, model -> executor ids; a malformed
@@ -268,32 +288,11 @@ const gpuFootprintsKey = "nereid:placement:gpu_footprints"
 // gpuFootprints reads the GPU footprints kept; a malformed entry is
 // skipped.
 func (s *store) gpuFootprints(ctx context.Context) (map[string]uint64, error) {
-	m, err := s.rdb.HGetAll(ctx, gpuFootprintsKey).Result()
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]uint64, len(m))
-	for k, v := range m {
-		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
-			out[k] = n
-		}
-	}
-	return out, nil
+	return s.sizes(ctx, gpuFootprintsKey)
 }
 
 // saveGPUFootprints writes GPU footprints, fenced by the lease
 // (errNotLeading).
 func (s *store) saveGPUFootprints(ctx context.Context, owner string, epoch uint64, f map[string]uint64) error {
-	args := []any{redislease.Value(owner, epoch)}
-	for k, v := range f {
-		args = append(args, k, strconv.FormatUint(v, 10))
-	}
-	n, err := footprintScript.Run(ctx, s.rdb, []string{leaseKey, gpuFootprintsKey}, args...).Int()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return errNotLeading
-	}
-	return nil
+	return s.saveSizes(ctx, gpuFootprintsKey, owner, epoch, f)
 }

@@ -47,8 +47,8 @@ func TestStoreLease(t *testing.T) {
 	if a, _ := s.renew(ctx, "a", e1, ttl); a != failover.Taken {
 		t.Fatalf("a's late renewal: %v, want taken", a)
 	}
-	if err := s.saveFootprints(ctx, "a", e1, map[string]uint64{"m": 1}); err != nil {
-		t.Fatal(err)
+	if err := s.saveFootprints(ctx, "a", e1, map[string]uint64{"m": 1}); err != errNotLeading {
+		t.Fatalf("a's fenced-off write: %v, want %v", err, errNotLeading)
 	}
 	got, err := s.footprints(ctx)
 	if err != nil || got["m"] != 42 {
