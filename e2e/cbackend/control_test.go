@@ -269,6 +269,12 @@ func TestModelControlFromABackendUnderPlacement(t *testing.T) {
 	if again := holders("cnew"); len(again) != 1 {
 		t.Fatalf("cnew placed again on %v, want the survivor", again)
 	}
+	// The request may have gone to the survivor on the controller's word
+	// before the gateway read its catalog: the configuration is served
+	// once it has.
+	if err := constellation.WaitHTTP(gw.HTTP()+"/v2/models/cnew/ready", 200, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if _, cfgBody := get(t, gw.HTTP()+"/v2/models/cnew/config"); !strings.Contains(string(cfgBody), `"max_batch_size":4`) {
 		t.Fatalf("cnew placed again has not the configuration of its load: %s", cfgBody)
 	}

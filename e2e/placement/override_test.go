@@ -2,6 +2,7 @@ package placement
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -58,11 +59,15 @@ func maxBatchSize(t *testing.T, g *constellation.Gateway, model string) int {
 		t.Fatal(err)
 	}
 	defer r.Body.Close()
+	body, _ := io.ReadAll(r.Body)
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("%s's configuration: %d %s", model, r.StatusCode, body)
+	}
 	var cfg struct {
 		MaxBatchSize int `json:"max_batch_size"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&cfg); err != nil {
-		t.Fatalf("%s's configuration: %v", model, err)
+	if err := json.Unmarshal(body, &cfg); err != nil {
+		t.Fatalf("%s's configuration: %v: %s", model, err, body)
 	}
 	return cfg.MaxBatchSize
 }
@@ -115,8 +120,13 @@ func TestPlacementExplicitOverridesAndEnsembles(t *testing.T) {
 		}
 		e.execs[holder].Kill()
 		// The request places m6 again, on the other executor, with the
-		// configuration of its load.
+		// configuration of its load. (It may have gone to that executor
+		// on the controller's word before this gateway read its catalog:
+		// the model's configuration is served once it has.)
 		infer(t, e.g, "m6")
+		if !constellation.WaitFor(10*time.Second, func() bool { return ready(e.g, "m6") }) {
+			t.Fatal("m6 answered but is not ready")
+		}
 		if n := maxBatchSize(t, e.g, "m6"); n != 4 {
 			t.Fatalf("m6 placed again has max_batch_size %d, want the load's 4", n)
 		}

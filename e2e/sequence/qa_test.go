@@ -37,8 +37,12 @@ type step struct {
 // or backlog place whatever the load (Triton starts such threads seconds
 // apart); the others start at once.
 type qaSeq struct {
-	id      uint64
-	steps   []step
+	id    uint64
+	steps []step
+	// ordered: sent once the router has placed the STARTs of the
+	// sequences before it; for one that reuses an earlier sequence's id,
+	// once the router has also received every request of those (Triton's
+	// QA sends it after them).
 	ordered bool
 	width   int // elements per request (a [1, width] INPUT), default 1
 }
@@ -128,11 +132,18 @@ func runQA(t *testing.T, model string, delay, backlogDelay int, seqs []qaSeq, ba
 	for i, q := range seqs {
 		if q.ordered {
 			var ids []uint64
+			sameID := 0
 			for _, p := range seqs[:i] {
 				ids = append(ids, p.id)
+				if p.id == q.id {
+					sameID += len(p.steps)
+				}
 			}
 			if !e.placed(ids) {
 				t.Fatalf("the router did not place the STARTs of sequences %v", ids)
+			}
+			if sameID > 0 && !e.received(q.id, sameID) {
+				t.Fatalf("the router did not receive the %d requests of sequence %d sent before", sameID, q.id)
 			}
 		}
 		wg.Go(func() {
@@ -182,6 +193,20 @@ func (e *env) placed(ids []uint64) bool {
 			}
 		}
 		return true
+	})
+}
+
+// received waits until the router has logged n requests of sequence id.
+// It reports false if that did not happen in 30 s.
+func (e *env) received(id uint64, n int) bool {
+	return constellation.WaitFor(30*time.Second, func() bool {
+		got := 0
+		for _, line := range strings.Split(e.routers[0].Output(), "\n") {
+			if strings.Contains(line, `msg="sequence request"`) && strings.Contains(line, " sequence=u:"+strconv.FormatUint(id, 10)+" ") {
+				got++
+			}
+		}
+		return got >= n
 	})
 }
 
