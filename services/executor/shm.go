@@ -15,6 +15,7 @@ import (
 	"github.com/nereid-io/nereid/pkg/backend"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/shm"
+	"github.com/nereid-io/nereid/pkg/shmbus"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 	"github.com/nereid-io/nereid/services/executor/internal/cbackend"
 	"github.com/nereid-io/nereid/services/executor/internal/gpu"
@@ -225,12 +226,12 @@ func (s *shmState) reconcile(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	asked := time.Now()
-	var resp busv1.ShmStatusResponse
-	if err := s.bus.Request(ctx, bus.ShmStatusSubject, &busv1.ShmStatusRequest{}, &resp); err != nil {
+	regions, err := shmbus.NewRegistry(s.bus).Status(ctx, busv1.ShmKind_SHM_KIND_UNSPECIFIED, "")
+	if err != nil {
 		return
 	}
 	live := map[string]bool{}
-	for _, r := range resp.GetRegions() {
+	for _, r := range regions {
 		live[r.GetId()] = true
 	}
 	gone := append(s.sys.staleIDs(asked, live), s.cuda.staleIDs(asked, live)...)

@@ -320,3 +320,12 @@ func (a *adminService) adminHTTPHandler() (http.Handler, error) {
 	}
 	return mux, nil
 }
+
+// noResponders reports a bus error that says nobody listens on the subject.
+func noResponders(err error) bool {
+	if err == nil {
+		return false
+	}
+	te := tritonerr.From(err)
+	return te.Kind == tritonerr.Unavailable && strings.Contains(te.Msg, "no responders")
+}

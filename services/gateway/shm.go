@@ -4,16 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"strings"
+	"errors"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/busv1"
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/infer"
 	"github.com/nereid-io/nereid/pkg/shm"
+	"github.com/nereid-io/nereid/pkg/shmbus"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -25,7 +24,8 @@ import (
 // for every operation and keeps nothing. Register is validated here
 // because a client registers through the gateway of its own node, whose
 // /dev/shm is the one its key names (CUDA handles are checked by the
-// executor that owns the device, over bus.ShmCudaSubject).
+// executor that owns the device). Both go through their typed clients,
+// pkg/shmbus.
 
 const (
 	// shmCallTimeout bounds a registry call.
@@ -44,41 +44,36 @@ func kindWords(k busv1.ShmKind) string {
 	return "system"
 }
 
-// shmCall is one request to the registry.
-func (g *Gateway) shmCall(ctx context.Context, subject string, req, resp proto.Message) error {
-	ctx, cancel := context.WithTimeout(ctx, shmCallTimeout)
-	defer cancel()
-	err := g.bus.Request(ctx, subject, req, resp)
-	if noResponders(err) {
-		return tritonerr.Unavailablef("shared memory is unavailable: no shm-registry is running")
-	}
-	return err
-}
+// registry is the shm-registry's client, and shmCtx bounds one call to
+// it.
+func (g *Gateway) registry() *shmbus.Registry { return shmbus.NewRegistry(g.bus) }
 
-// noResponders reports a bus error that says nobody listens on the subject.
-func noResponders(err error) bool {
-	if err == nil {
-		return false
-	}
-	te := tritonerr.From(err)
-	return te.Kind == tritonerr.Unavailable && strings.Contains(te.Msg, "no responders")
+func shmCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, shmCallTimeout)
 }
 
 // shmStatus lists the regions of kind (name "": all of them) with Triton's
 // NOT_FOUND errors. It works whether or not client shm is allowed.
 func (g *Gateway) shmStatus(ctx context.Context, kind busv1.ShmKind, name string) ([]*busv1.ShmRegion, error) {
-	var resp busv1.ShmStatusResponse
-	if err := g.shmCall(ctx, bus.ShmStatusSubject, &busv1.ShmStatusRequest{Kind: kind, Name: name}, &resp); err != nil {
-		return nil, err
-	}
-	return resp.GetRegions(), nil
+	ctx, cancel := shmCtx(ctx)
+	defer cancel()
+	return g.registry().Status(ctx, kind, name)
 }
 
 func (g *Gateway) shmUnregister(ctx context.Context, kind busv1.ShmKind, name string) error {
 	if !g.cfg.AllowClientShm {
 		return errShmDisabled
 	}
-	return g.shmCall(ctx, bus.ShmUnregisterSubject, &busv1.ShmUnregisterRequest{Kind: kind, Name: name}, &busv1.ShmUnregisterResponse{})
+	ctx, cancel := shmCtx(ctx)
+	defer cancel()
+	return g.registry().Unregister(ctx, kind, name)
+}
+
+// shmRegister registers r with the registry.
+func (g *Gateway) shmRegister(ctx context.Context, r *busv1.ShmRegion) error {
+	ctx, cancel := shmCtx(ctx)
+	defer cancel()
+	return g.registry().Register(ctx, r)
 }
 
 // shmCheckFree fails with Triton's ALREADY_EXISTS when name is taken by a
@@ -133,7 +128,7 @@ func (g *Gateway) registerSystemShm(ctx context.Context, name, key string, offse
 	}
 	r := &busv1.ShmRegion{Name: name, Kind: busv1.ShmKind_SHM_KIND_SYSTEM, Node: g.cfg.Node, Id: newID(),
 		Key: key, Offset: offset, ByteSize: byteSize}
-	return g.shmCall(ctx, bus.ShmRegisterSubject, &busv1.ShmRegisterRequest{Region: r}, &busv1.ShmRegisterResponse{})
+	return g.shmRegister(ctx, r)
 }
 
 // cudaIpcHandleSize is sizeof(cudaIpcMemHandle_t).
@@ -152,10 +147,10 @@ func (g *Gateway) registerCudaShm(ctx context.Context, name string, handle []byt
 	}
 	r := &busv1.ShmRegion{Name: name, Kind: busv1.ShmKind_SHM_KIND_CUDA, Node: g.cfg.Node, Id: newID(),
 		DeviceId: device, RawHandle: handle, ByteSize: byteSize}
-	cctx, cancel := context.WithTimeout(ctx, shmCallTimeout)
-	err := g.bus.Request(cctx, bus.ShmCudaSubject(g.cfg.Node, device), &busv1.ShmCudaCheckRequest{Region: r}, &busv1.ShmCudaCheckResponse{})
+	cctx, cancel := shmCtx(ctx)
+	err := shmbus.NewDevices(g.bus).CheckCuda(cctx, g.cfg.Node, device, r)
 	cancel()
-	if noResponders(err) {
+	if errors.Is(err, shmbus.ErrNoDevice) {
 		return tritonerr.InvalidArgf("failed to register CUDA shared memory region: '%s', GPUs not supported", name)
 	}
 	if err != nil {
@@ -164,7 +159,7 @@ func (g *Gateway) registerCudaShm(ctx context.Context, name string, handle []byt
 	if name == "" {
 		return errNoRegionName
 	}
-	return g.shmCall(ctx, bus.ShmRegisterSubject, &busv1.ShmRegisterRequest{Region: r}, &busv1.ShmRegisterResponse{})
+	return g.shmRegister(ctx, r)
 }
 
 // checkGRPCShm applies the gRPC front end's rules to the shared_memory_*
@@ -256,18 +251,18 @@ func (g *Gateway) shmHold(ctx context.Context, req *inference.ModelInferRequest)
 	if d, ok := ctx.Deadline(); ok {
 		expires = d
 	}
-	var acq busv1.ShmAcquireResponse
-	if err := g.shmCall(ctx, bus.ShmAcquireSubject, &busv1.ShmAcquireRequest{
-		Holder: holder, Names: names, ExpiresUnixMs: expires.Add(shmHoldMargin).UnixMilli(),
-	}, &acq); err != nil {
+	actx, cancel := shmCtx(ctx)
+	held, err := g.registry().Acquire(actx, holder, names, expires.Add(shmHoldMargin))
+	cancel()
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	release = func() { g.shmRelease(holder, names) }
-	if len(acq.GetRegions()) == 0 {
+	if len(held) == 0 {
 		release = func() {} // nothing was held
 	}
-	regions := make(map[string]*busv1.ShmRegion, len(acq.GetRegions()))
-	for _, r := range acq.GetRegions() {
+	regions := make(map[string]*busv1.ShmRegion, len(held))
+	for _, r := range held {
 		regions[r.GetName()] = r
 	}
 	fail := func(err error) (*busv1.ShmRegion, *busv1.ShmRegion, func(), error) {
@@ -296,7 +291,7 @@ func (g *Gateway) shmHold(ctx context.Context, req *inference.ModelInferRequest)
 			cuda = r
 		}
 	}
-	lease := &busv1.ShmLease{Holder: holder, Regions: acq.GetRegions()}
+	lease := &busv1.ShmLease{Holder: holder, Regions: held}
 	if err := shm.SetLease(req, lease); err != nil {
 		return fail(err)
 	}
@@ -322,9 +317,9 @@ func shmInputSizes(req *inference.ModelInferRequest) map[int]uint64 {
 // may have ended, so it has its own; a failure only delays a deferred
 // unregister until the hold lapses.
 func (g *Gateway) shmRelease(holder string, names []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), shmCallTimeout)
+	ctx, cancel := shmCtx(context.Background())
 	defer cancel()
-	if err := g.bus.Request(ctx, bus.ShmReleaseSubject, &busv1.ShmReleaseRequest{Holder: holder, Names: names}, &busv1.ShmReleaseResponse{}); err != nil {
+	if err := g.registry().Release(ctx, holder, names); err != nil {
 		g.log.Warn("releasing shared memory holds failed; they lapse by themselves", "holder", holder, "err", err)
 	}
 }
