@@ -15,7 +15,6 @@ import (
 	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/ensemble"
-	"github.com/nereid-io/nereid/pkg/routines"
 	"github.com/nereid-io/nereid/pkg/tritonerr"
 )
 
@@ -58,9 +57,7 @@ func (alwaysUp) Generation() uint64 { return 0 }
 // from executor heartbeats and catalogs. Readers use an immutable snapshot
 // (view) swapped atomically, so the request path never takes the lock.
 type catalog struct {
-	bus requester
-	// group owns the catalog fetches (the gateway's: they end with it).
-	group        *routines.Group
+	bus          requester
 	node         string // the gateway's node (versionView.nodeSubject)
 	log          *slog.Logger
 	fetchTimeout time.Duration
@@ -118,10 +115,9 @@ type executorState struct {
 	draining bool // the executor drains: it serves nothing new
 }
 
-func newCatalog(r requester, group *routines.Group, log *slog.Logger) *catalog {
+func newCatalog(r requester, log *slog.Logger) *catalog {
 	c := &catalog{
 		bus:          r,
-		group:        group,
 		log:          log,
 		fetchTimeout: 2 * time.Second,
 		expiry:       bus.HeartbeatExpiry,
@@ -173,7 +169,8 @@ func (c *catalog) heartbeat(hb *busv1.ExecutorHeartbeat) {
 	e.hbRev = hb.GetRevision()
 	e.lastSeen = time.Now()
 	if (!e.haveCat || e.catGen != e.hbGen || e.catRev < e.hbRev) && !e.fetching {
-		e.fetching = c.group.Go(func(ctx context.Context) { c.fetch(ctx, id) })
+		e.fetching = true
+		go c.fetch(id)
 	}
 }
 
@@ -183,12 +180,12 @@ func (c *catalog) heartbeat(hb *busv1.ExecutorHeartbeat) {
 // generation fetched, fetch asks again at once, rather than at the next
 // heartbeat. A failure is retried on the next heartbeat (the executor's
 // generation still differs from ours). Each request is bounded by
-// fetchTimeout, and the fetch ends with ctx (the gateway's group).
-func (c *catalog) fetch(ctx context.Context, id string) {
+// fetchTimeout.
+func (c *catalog) fetch(id string) {
 	for {
-		rctx, cancel := context.WithTimeout(ctx, c.fetchTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), c.fetchTimeout)
 		var cat busv1.ExecutorCatalog
-		err := c.bus.Request(rctx, bus.ExecutorCatalogSubject(id), &busv1.CatalogRequest{}, &cat)
+		err := c.bus.Request(ctx, bus.ExecutorCatalogSubject(id), &busv1.CatalogRequest{}, &cat)
 		cancel()
 		if err == nil {
 			c.take(id, &cat)
@@ -199,9 +196,7 @@ func (c *catalog) fetch(ctx context.Context, id string) {
 		case !ok: // expired or withdrew meanwhile
 		case err != nil:
 			e.fetching = false
-			if ctx.Err() == nil { // else the gateway stops
-				c.log.Warn("fetching executor catalog failed", "executor", id, "err", err)
-			}
+			c.log.Warn("fetching executor catalog failed", "executor", id, "err", err)
 		case e.haveCat && e.catGen == e.hbGen && e.catRev < e.hbRev:
 			c.mu.Unlock()
 			continue

@@ -15,7 +15,7 @@ import (
 // one executor left serving keeps both ready, and undoing the drain (a
 // catalog without the mark) makes them ready again.
 func TestDrainedExecutorsMakeModelsUnready(t *testing.T) {
-	c := newCatalog(nil, nil, discardLogger())
+	c := newCatalog(nil, discardLogger())
 	models := func() []*busv1.ModelVersionState {
 		seq := &inference.ModelConfig{Name: "seq", SchedulingChoice: &inference.ModelConfig_SequenceBatching{SequenceBatching: &inference.ModelSequenceBatching{}}}
 		return []*busv1.ModelVersionState{{Name: "simple", Version: "1", State: "READY", Config: cfgOf("simple")},

@@ -60,7 +60,7 @@ func TestWholeEnsembleRerun(t *testing.T) {
 				{Name: "ens", Version: "1", State: "READY", Config: chain("ens", "s1", "s2")},
 				{Name: "outer", Version: "1", State: "READY", Config: chain("outer", "s1", "ens")},
 			}
-			c := newCatalog(nil, nil, discardLogger())
+			c := newCatalog(nil, discardLogger())
 			c.execs["a"] = &executorState{id: "a", node: "n", haveCat: true, models: models}
 			c.mu.Lock()
 			c.publishLocked()

@@ -245,13 +245,13 @@ func New(cfg Config) (*Gateway, error) {
 		cfg:     cfg,
 		log:     log,
 		bus:     bc,
+		cat:     newCatalog(bc, log),
 		exts:    extensions(),
 		ready:   make(chan struct{}),
 		group:   routines.New(context.Background()),
 		id:      newInstanceID(),
 		started: time.Now(),
 	}
-	g.cat = newCatalog(bc, g.group, log)
 	g.cat.node = cfg.Node
 	if cfg.Trace.Mode == "" {
 		cfg.Trace = tracesetting.DefaultConfig()

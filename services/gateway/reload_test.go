@@ -58,7 +58,7 @@ func TestReloadedModels(t *testing.T) {
 // The load stamps of an executor that left are kept, for the latest
 // maxDeparted to leave, until it comes back.
 func TestDepartedLoads(t *testing.T) {
-	c := newCatalog(nil, nil, discardLogger())
+	c := newCatalog(nil, discardLogger())
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	id := func(i int) string { return fmt.Sprint("ex", i) }

@@ -163,7 +163,7 @@ func cfgOf(name string) *inference.ModelConfig {
 }
 
 func TestViewResolve(t *testing.T) {
-	c := newCatalog(nil, nil, discardLogger())
+	c := newCatalog(nil, discardLogger())
 	c.execs["a"] = &executorState{id: "a", haveCat: true, models: []*busv1.ModelVersionState{
 		{Name: "simple", Version: "1", State: "READY", Config: cfgOf("simple")},
 		{Name: "simple", Version: "2", State: "UNAVAILABLE", Reason: "boom"},

@@ -58,7 +58,7 @@ func overrideOf(req *busv1.ModelControlRequest) *busv1.ModelControlRequest {
 	return &busv1.ModelControlRequest{Name: req.GetName(), Load: true, Config: req.GetConfig(), Files: req.GetFiles()}
 }
 
-// loadRequestLocked is what an executor is told to load model with: the
+// loadRequest is what an executor is told to load model with: the
 // override it was loaded with in the cluster, else the repository's.
 // c.mu held.
 func (c *Controller) loadRequestLocked(model string) *busv1.ModelControlRequest {
@@ -94,24 +94,13 @@ func (c *Controller) stepsLocked(model string, change map[string]loadedModel) []
 	if !ok {
 		l = c.loaded[model]
 	}
-	if cfg := overrideConfig(l.override); cfg != nil {
-		return modelconfig.EnsembleModels(cfg)
+	if o := l.override; o.GetConfig() != "" {
+		var cfg inference.ModelConfig
+		if (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(o.GetConfig()), &cfg) == nil {
+			return modelconfig.EnsembleModels(&cfg)
+		}
 	}
 	return c.composing[model]
-}
-
-// overrideConfig is the configuration an override carries (Triton's JSON
-// form of the model configuration); nil when it carries none, or one that
-// does not parse (the executor's load says why).
-func overrideConfig(o *busv1.ModelControlRequest) *inference.ModelConfig {
-	if o.GetConfig() == "" {
-		return nil
-	}
-	var cfg inference.ModelConfig
-	if (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(o.GetConfig()), &cfg) != nil {
-		return nil
-	}
-	return &cfg
 }
 
 // explicitRound brings the startup models of the explicit executors in

@@ -29,10 +29,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nereid-io/nereid/api/adminv1"
 	"github.com/nereid-io/nereid/api/busv1"
+	"github.com/nereid-io/nereid/api/inference"
 	"github.com/nereid-io/nereid/pkg/bus"
 	"github.com/nereid-io/nereid/pkg/failover"
 	"github.com/nereid-io/nereid/pkg/modelconfig"
@@ -550,9 +552,10 @@ func (c *Controller) round(ctx context.Context, epoch uint64, keep func() bool) 
 // configuration of override: what it reads of that configuration, else the
 // name alone.
 func overriddenModel(name string, override *busv1.ModelControlRequest) placement.Model {
-	if cfg := overrideConfig(override); cfg != nil {
+	var cfg inference.ModelConfig
+	if (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(override.GetConfig()), &cfg) == nil {
 		cfg.Name = name
-		if m, err := placement.ModelFrom(cfg); err == nil {
+		if m, err := placement.ModelFrom(&cfg); err == nil {
 			return m
 		}
 	}
