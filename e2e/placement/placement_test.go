@@ -271,7 +271,9 @@ func TestPlacement(t *testing.T) {
 		if st := decodePlacement(t, body); code != 200 || len(st.Pins) != 1 || !slices.Equal(st.pinned(pinnedModel), []string{pinnedTo}) {
 			t.Fatalf("pin: %d %s", code, body)
 		}
-		if !logged(lead, `msg="placement: pinned"`) {
+		// The log line reaches the test through the process's pipe, which
+		// may come after the answer.
+		if !constellation.WaitFor(5*time.Second, func() bool { return logged(lead, `msg="placement: pinned"`) }) {
 			t.Errorf("the controller did not log the pin:\n%s", lead.Output())
 		}
 		if !constellation.WaitFor(15*time.Second, func() bool { return placementView(t, adminURL).holds(pinnedModel, pinnedTo) }) {
